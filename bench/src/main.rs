@@ -1,0 +1,35 @@
+//! `madfs-bench`: measurements of madfs. Today: `rpc`, the round-trip latency of an empty
+//! request and of a `stat` over UCX, on TCP and on shared memory, with 1 and with several
+//! client processes against a local cluster. (The IO500-style phases grow here.)
+
+mod rpc;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "madfs-bench", about = "madfs benchmarks")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// RPC latency (empty request and stat) on TCP and shared memory, 1 and N clients.
+    Rpc(rpc::RpcArgs),
+    /// (internal) one measuring client process of `rpc`.
+    #[command(hide = true)]
+    RpcWorker(rpc::WorkerArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Rpc(a) => rpc::run(a),
+        Cmd::RpcWorker(a) => rpc::worker(a),
+    };
+    if let Err(e) = r {
+        eprintln!("madfs-bench: {e:#}");
+        std::process::exit(1);
+    }
+}

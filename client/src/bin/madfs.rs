@@ -1,0 +1,155 @@
+//! `madfs`: a small command-line client (stat, ls, put, get, …) using the client library
+//! directly (no preload). Cluster from `MADFS_CLUSTER`.
+
+use clap::{Parser, Subcommand};
+use madfs_client::{Client, FileSystem, OpenFlags};
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+#[command(
+    name = "madfs",
+    about = "madfs command-line client (cluster from MADFS_CLUSTER)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Round trip of an empty request to every server.
+    Ping,
+    /// Attributes of a path.
+    Stat { path: String },
+    /// List a directory.
+    Ls { path: String },
+    /// Create a directory.
+    Mkdir { path: String },
+    /// Remove an empty directory.
+    Rmdir { path: String },
+    /// Remove a file.
+    Rm { path: String },
+    /// Copy a local file (or `-` for stdin) into madfs.
+    Put {
+        local: String,
+        path: String,
+        /// fsync before closing.
+        #[arg(long)]
+        sync: bool,
+    },
+    /// Copy a madfs file to a local file (or `-` for stdout).
+    Get { path: String, local: String },
+    /// Issue stat/create/unlink requests in a loop for SECONDS (load generator for tests).
+    Hammer {
+        /// Directory to work in (created).
+        dir: String,
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let client = match Client::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("madfs: {e}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = run(&client, cli.cmd) {
+        eprintln!("madfs: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(c: &Client, cmd: Cmd) -> Result<(), Box<dyn std::error::Error>> {
+    match cmd {
+        Cmd::Ping => {
+            for s in 0..c.servers() {
+                let t = Instant::now();
+                c.ping(s)?;
+                println!("server {s}: {:?}", t.elapsed());
+            }
+        }
+        Cmd::Stat { path } => println!("{:?}", c.stat(&path)?),
+        Cmd::Ls { path } => {
+            for e in c.readdir(&path)? {
+                let kind = if e.kind == libc::S_IFDIR { "d" } else { "-" };
+                println!("{kind} {:>20} {}", e.ino, e.name);
+            }
+        }
+        Cmd::Mkdir { path } => c.mkdir(&path, 0o755)?,
+        Cmd::Rmdir { path } => c.rmdir(&path)?,
+        Cmd::Rm { path } => c.unlink(&path)?,
+        Cmd::Put { local, path, sync } => {
+            let mut input: Box<dyn Read> = if local == "-" {
+                Box::new(std::io::stdin())
+            } else {
+                Box::new(std::fs::File::open(&local)?)
+            };
+            let mut f = c.open(&path, OpenFlags::create_trunc())?;
+            let mut buf = vec![0u8; 4 << 20];
+            let mut off = 0u64;
+            loop {
+                let n = input.read(&mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                c.write(&mut f, off, &buf[..n])?;
+                off += n as u64;
+            }
+            if sync {
+                c.fsync(&mut f)?;
+            }
+            c.close(f)?;
+        }
+        Cmd::Get { path, local } => {
+            let f = c.open(&path, OpenFlags::default())?;
+            let mut out: Box<dyn Write> = if local == "-" {
+                Box::new(std::io::stdout())
+            } else {
+                Box::new(std::fs::File::create(&local)?)
+            };
+            let mut buf = vec![0u8; 4 << 20];
+            let mut off = 0u64;
+            loop {
+                let n = c.read(&f, off, &mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                out.write_all(&buf[..n])?;
+                off += n as u64;
+            }
+            c.close(f)?;
+        }
+        Cmd::Hammer { dir, seconds } => {
+            let _ = c.mkdir(&dir, 0o755);
+            let end = Instant::now() + Duration::from_secs(seconds);
+            let mut i = 0u64;
+            while Instant::now() < end {
+                let p = format!("{dir}/f{}", i % 64);
+                let f = c.open(
+                    &p,
+                    OpenFlags {
+                        create: true,
+                        mode: 0o644,
+                        ..Default::default()
+                    },
+                )?;
+                c.close(f)?;
+                c.stat(&p)?;
+                if i % 2 == 1 {
+                    c.unlink(&p)?;
+                }
+                i += 1;
+                if i.is_multiple_of(1000) {
+                    println!("{i}");
+                    std::io::stdout().flush()?;
+                }
+            }
+        }
+    }
+    Ok(())
+}

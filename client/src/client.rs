@@ -1,0 +1,610 @@
+//! [`Client`]: the [`FileSystem`] over UCX.
+
+use crate::fs::{DirEntry, FileSystem, OpenFlags};
+use crate::ClientConfig;
+use futures::future::join_all;
+use madfs_placement::{chunk_server, meta_server, normalize, split_parent};
+use madfs_proto::frame::PREFIX;
+use madfs_proto::{tag, Attr, Errno, FsResult, Reply, Request, SizeMode, StatFs, TimeSpec};
+use madfs_rpc::Transport;
+use std::cell::RefCell;
+use std::collections::{BTreeSet, HashSet};
+
+/// Chunk RPCs in flight at once for one large read or write.
+const WINDOW: usize = 16;
+/// Reply room for metadata replies.
+const SMALL_REPLY: usize = 512;
+/// Names per readdir page (bytes), and the room for its reply.
+const LIST_BYTES: u32 = 16 << 10;
+const LIST_REPLY: usize = 64 << 10;
+/// Header room the server keeps in each frame (`net::HEADER_ROOM` on the server).
+const HEADER_ROOM: usize = 64 << 10;
+
+/// An open file.
+#[derive(Debug, Clone)]
+pub struct OpenFile {
+    /// Normalised path.
+    pub path: String,
+    /// Attributes when opened (size as published then).
+    pub attr: Attr,
+    meta: u32,
+    /// Highest offset written through this handle.
+    written: u64,
+    dirty: bool,
+    /// Servers holding data written since the last fsync.
+    touched: BTreeSet<u32>,
+}
+
+impl OpenFile {
+    /// Size as this handle sees it: published size or what it wrote, whichever is larger.
+    pub fn size(&self) -> u64 {
+        self.attr.size.max(self.written)
+    }
+}
+
+/// The madfs client of one thread.
+pub struct Client {
+    t: Transport,
+    n: u32,
+    known_dirs: RefCell<HashSet<String>>,
+    uid: u32,
+    gid: u32,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").field("servers", &self.n).finish()
+    }
+}
+
+fn attr_of(r: Reply<'_>) -> FsResult<Attr> {
+    match r {
+        Reply::Attr(a) => Ok(a),
+        _ => Err(Errno::EPROTO),
+    }
+}
+
+/// One piece of a large read or write: chunk index, offset in chunk, range in the buffer.
+fn pieces(
+    offset: u64,
+    len: usize,
+    chunk_size: u64,
+    max_piece: usize,
+) -> Vec<(u64, u32, std::ops::Range<usize>)> {
+    let mut out = Vec::new();
+    let mut done = 0usize;
+    while done < len {
+        let pos = offset + done as u64;
+        let chunk = pos / chunk_size;
+        let in_chunk = pos % chunk_size;
+        let n = ((chunk_size - in_chunk) as usize)
+            .min(len - done)
+            .min(max_piece);
+        out.push((chunk, in_chunk as u32, done..done + n));
+        done += n;
+    }
+    out
+}
+
+impl Client {
+    /// A client for the cluster in `cfg`. Connections are opened lazily, on first use.
+    pub fn new(cfg: &ClientConfig) -> std::io::Result<Client> {
+        let ctx = madfs_rpc::new_context()?;
+        Self::with_context(ctx, cfg)
+    }
+
+    /// Like [`Client::new`], sharing a UCX context.
+    pub fn with_context(
+        ctx: std::sync::Arc<madfs_rpc::Context>,
+        cfg: &ClientConfig,
+    ) -> std::io::Result<Client> {
+        if cfg.servers.is_empty() {
+            return Err(std::io::Error::other("cluster has no server"));
+        }
+        let t = Transport::new(ctx, cfg.servers.clone(), cfg.cluster_file.clone(), cfg.ucx)?;
+        t.set_timeout(cfg.timeout);
+        // SAFETY: getuid/getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        Ok(Client {
+            n: t.servers(),
+            t,
+            known_dirs: RefCell::default(),
+            uid,
+            gid,
+        })
+    }
+
+    /// From `MADFS_CLUSTER` and friends.
+    pub fn from_env() -> std::io::Result<Client> {
+        let cfg = ClientConfig::from_env().map_err(std::io::Error::other)?;
+        Self::new(&cfg)
+    }
+
+    /// The underlying transport (raw calls for benchmarks and tests).
+    pub fn transport(&self) -> &Transport {
+        &self.t
+    }
+
+    /// Number of servers.
+    pub fn servers(&self) -> u32 {
+        self.n
+    }
+
+    /// Metadata server of a normalised path.
+    pub fn meta_of(&self, path: &str) -> u32 {
+        meta_server(path, self.n)
+    }
+
+    fn call(&self, server: u32, req: &Request<'_>) -> FsResult<Reply<'static>> {
+        let raw = self.t.call_sync(server, req, &[], SMALL_REPLY)?;
+        let (r, _) = raw.decode()?;
+        // the small replies used here own no borrowed data
+        Ok(match r {
+            Reply::Unit => Reply::Unit,
+            Reply::Attr(a) => Reply::Attr(a),
+            Reply::Created {
+                attr,
+                existed,
+                old_size,
+            } => Reply::Created {
+                attr,
+                existed,
+                old_size,
+            },
+            Reply::Bool(b) => Reply::Bool(b),
+            Reply::Written(n) => Reply::Written(n),
+            Reply::StatFs(s) => Reply::StatFs(s),
+            Reply::Dirents { .. } => return Err(Errno::EPROTO),
+        })
+    }
+
+    /// Round trip of an empty request to `server`.
+    pub fn ping(&self, server: u32) -> FsResult<()> {
+        self.call(server, &Request::Ping).map(|_| ())
+    }
+
+    /// Sends a request to every server at once (connecting first).
+    fn broadcast(&self, req: &Request<'_>) -> FsResult<Vec<Reply<'static>>> {
+        let all: Vec<u32> = (0..self.n).collect();
+        for s in &all {
+            self.t.ensure(*s)?;
+        }
+        let futs = all
+            .iter()
+            .map(|s| self.t.call(*s, tag::REQUEST, req, &[], SMALL_REPLY));
+        let raws = self.t.wait(&all, async { Ok(join_all(futs).await) })?;
+        raws.into_iter()
+            .map(|r| {
+                let raw = r?;
+                Ok(match raw.decode()?.0 {
+                    Reply::Bool(b) => Reply::Bool(b),
+                    Reply::StatFs(s) => Reply::StatFs(s),
+                    Reply::Attr(a) => Reply::Attr(a),
+                    _ => Reply::Unit,
+                })
+            })
+            .collect()
+    }
+
+    /// ENOENT on `path`: is the reason a missing ancestor (ENOENT) or one that is not a
+    /// directory (ENOTDIR)? Only runs on error paths.
+    fn refine_enoent(&self, path: &str) -> Errno {
+        let mut p = path;
+        while let Some((parent, _)) = split_parent(p) {
+            if parent == "/" {
+                return Errno::ENOENT;
+            }
+            match self.stat_norm(parent) {
+                Ok(a) if !a.is_dir() => return Errno::ENOTDIR,
+                Ok(_) => return Errno::ENOENT,
+                Err(_) => p = parent,
+            }
+        }
+        Errno::ENOENT
+    }
+
+    fn stat_norm(&self, path: &str) -> FsResult<Attr> {
+        attr_of(self.call(self.meta_of(path), &Request::Stat { path })?)
+    }
+
+    /// The parent of a path being created must exist and be a directory.
+    fn check_parent(&self, path: &str) -> FsResult<()> {
+        let Some((parent, _)) = split_parent(path) else {
+            return Err(Errno::EEXIST);
+        };
+        if parent == "/" || self.known_dirs.borrow().contains(parent) {
+            return Ok(());
+        }
+        match self.stat_norm(parent) {
+            Ok(a) if a.is_dir() => {
+                let mut cache = self.known_dirs.borrow_mut();
+                if cache.len() > 65536 {
+                    cache.clear();
+                }
+                cache.insert(parent.to_owned());
+                Ok(())
+            }
+            Ok(_) => Err(Errno::ENOTDIR),
+            Err(Errno::ENOENT) => Err(self.refine_enoent(parent)),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn publish_size(&self, f: &mut OpenFile) -> FsResult<()> {
+        if f.dirty {
+            let req = Request::SetSize {
+                path: &f.path,
+                size: f.written,
+                mode: SizeMode::Max,
+            };
+            self.call(f.meta, &req)?;
+            f.dirty = false;
+            f.attr.size = f.attr.size.max(f.written);
+        }
+        Ok(())
+    }
+
+    fn drop_chunks(&self, id: u64, size: u64, chunk_size: u32) -> FsResult<()> {
+        let req = Request::TruncateChunks {
+            id,
+            size,
+            chunk_size,
+        };
+        self.broadcast(&req).map(|_| ())
+    }
+
+    /// The most bulk data one request may carry to `server`.
+    fn max_piece(&self, server: u32) -> FsResult<usize> {
+        let w = self.t.welcome(server)?;
+        Ok((w.max_frame as usize)
+            .saturating_sub(HEADER_ROOM + PREFIX)
+            .max(4096))
+    }
+}
+
+impl FileSystem for Client {
+    type File = OpenFile;
+
+    fn stat(&self, path: &str) -> FsResult<Attr> {
+        let path = normalize(path)?;
+        match self.stat_norm(&path) {
+            Err(Errno::ENOENT) => Err(self.refine_enoent(&path)),
+            r => r,
+        }
+    }
+
+    fn open(&self, path: &str, flags: OpenFlags) -> FsResult<OpenFile> {
+        let path = normalize(path)?;
+        let meta = self.meta_of(&path);
+        let attr = if flags.create {
+            if path == "/" {
+                return Err(Errno::EISDIR);
+            }
+            self.check_parent(&path)?;
+            let req = Request::Create {
+                path: &path,
+                mode: flags.mode,
+                uid: self.uid,
+                gid: self.gid,
+                excl: flags.excl,
+                trunc: flags.trunc,
+            };
+            match self.call(meta, &req)? {
+                Reply::Created {
+                    attr,
+                    existed,
+                    old_size,
+                } => {
+                    if existed && flags.trunc && old_size > attr.chunk_size as u64 {
+                        self.drop_chunks(attr.id, 0, attr.chunk_size)?;
+                    }
+                    attr
+                }
+                _ => return Err(Errno::EPROTO),
+            }
+        } else {
+            let a = self.stat(&path)?;
+            if a.is_dir() {
+                return Err(Errno::EISDIR);
+            }
+            if flags.trunc && a.size > 0 {
+                self.truncate(&path, 0)?;
+                Attr { size: 0, ..a }
+            } else {
+                a
+            }
+        };
+        Ok(OpenFile {
+            path,
+            attr,
+            meta,
+            written: 0,
+            dirty: false,
+            touched: BTreeSet::new(),
+        })
+    }
+
+    fn read(&self, f: &OpenFile, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
+        let size = f.size();
+        if offset >= size || buf.is_empty() {
+            return Ok(0);
+        }
+        let len = buf.len().min((size - offset) as usize);
+        let cs = f.attr.chunk_size.max(1) as u64;
+        let max_piece = self.max_piece(f.meta)?;
+        let plan = pieces(offset, len, cs, max_piece);
+        let mut rest = &mut buf[..len];
+        let mut slices = Vec::with_capacity(plan.len());
+        for (chunk, in_chunk, range) in &plan {
+            let (head, tail) = rest.split_at_mut(range.len());
+            rest = tail;
+            let server = chunk_server(f.meta, f.attr.id, *chunk, self.n);
+            self.t.ensure(server)?;
+            slices.push((server, *chunk, *in_chunk, head));
+        }
+        for group in slices.chunks_mut(WINDOW) {
+            let involved: Vec<u32> = group.iter().map(|g| g.0).collect();
+            let futs = group.iter_mut().map(|(server, chunk, in_chunk, buf)| {
+                let req = Request::Read {
+                    id: f.attr.id,
+                    chunk: *chunk,
+                    offset: *in_chunk,
+                    len: buf.len() as u32,
+                };
+                let server = *server;
+                async move {
+                    let n = self.t.call_read(server, &req, buf).await?;
+                    // a hole or the unwritten end of a chunk reads as zeros
+                    buf[n..].fill(0);
+                    Ok::<_, Errno>(())
+                }
+            });
+            let results = self.t.wait(&involved, async { Ok(join_all(futs).await) })?;
+            for r in results {
+                r?;
+            }
+        }
+        Ok(len)
+    }
+
+    fn write(&self, f: &mut OpenFile, offset: u64, data: &[u8]) -> FsResult<usize> {
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
+        if end > i64::MAX as u64 {
+            return Err(Errno::EFBIG);
+        }
+        let cs = f.attr.chunk_size.max(1) as u64;
+        let max_piece = self.max_piece(f.meta)?;
+        let plan = pieces(offset, data.len(), cs, max_piece);
+        let mut calls = Vec::with_capacity(plan.len());
+        for (chunk, in_chunk, range) in plan {
+            let server = chunk_server(f.meta, f.attr.id, chunk, self.n);
+            self.t.ensure(server)?;
+            f.touched.insert(server);
+            calls.push((server, chunk, in_chunk, &data[range]));
+        }
+        let id = f.attr.id;
+        for group in calls.chunks(WINDOW) {
+            let involved: Vec<u32> = group.iter().map(|g| g.0).collect();
+            let futs = group.iter().map(|(server, chunk, in_chunk, bulk)| {
+                let req = Request::Write {
+                    id,
+                    chunk: *chunk,
+                    offset: *in_chunk,
+                };
+                async move {
+                    let raw = self
+                        .t
+                        .call(*server, tag::REQUEST, &req, bulk, SMALL_REPLY)
+                        .await?;
+                    match raw.decode()?.0 {
+                        Reply::Written(n) if n as usize == bulk.len() => Ok(()),
+                        _ => Err(Errno::EIO),
+                    }
+                }
+            });
+            let results = self.t.wait(&involved, async { Ok(join_all(futs).await) })?;
+            for r in results {
+                r?;
+            }
+        }
+        f.written = f.written.max(end);
+        f.dirty = true;
+        Ok(data.len())
+    }
+
+    fn fsync(&self, f: &mut OpenFile) -> FsResult<()> {
+        self.publish_size(f)?;
+        let mut servers: BTreeSet<u32> = std::mem::take(&mut f.touched);
+        servers.insert(f.meta);
+        let involved: Vec<u32> = servers.into_iter().collect();
+        for s in &involved {
+            self.t.ensure(*s)?;
+        }
+        let req = Request::Fsync { id: f.attr.id };
+        let futs = involved
+            .iter()
+            .map(|s| self.t.call(*s, tag::FSYNC, &req, &[], SMALL_REPLY));
+        let results = self.t.wait(&involved, async { Ok(join_all(futs).await) })?;
+        for r in results {
+            r?.decode()?;
+        }
+        Ok(())
+    }
+
+    fn close(&self, mut f: OpenFile) -> FsResult<()> {
+        self.publish_size(&mut f)
+    }
+
+    fn truncate(&self, path: &str, size: u64) -> FsResult<()> {
+        let path = normalize(path)?;
+        let req = Request::SetSize {
+            path: &path,
+            size,
+            mode: SizeMode::Exact,
+        };
+        let a = match self.call(self.meta_of(&path), &req) {
+            Err(Errno::ENOENT) => return Err(self.refine_enoent(&path)),
+            r => attr_of(r?)?,
+        };
+        self.drop_chunks(a.id, size, a.chunk_size)
+    }
+
+    fn unlink(&self, path: &str) -> FsResult<()> {
+        let path = normalize(path)?;
+        let a = match self.call(self.meta_of(&path), &Request::Unlink { path: &path }) {
+            Err(Errno::ENOENT) => return Err(self.refine_enoent(&path)),
+            r => attr_of(r?)?,
+        };
+        if a.size > a.chunk_size as u64 {
+            self.drop_chunks(a.id, 0, a.chunk_size)?;
+        }
+        Ok(())
+    }
+
+    fn mkdir(&self, path: &str, mode: u32) -> FsResult<()> {
+        let path = normalize(path)?;
+        if path == "/" {
+            return Err(Errno::EEXIST);
+        }
+        self.check_parent(&path)?;
+        let req = Request::Mkdir {
+            path: &path,
+            mode,
+            uid: self.uid,
+            gid: self.gid,
+        };
+        self.call(self.meta_of(&path), &req)?;
+        Ok(())
+    }
+
+    fn rmdir(&self, path: &str) -> FsResult<()> {
+        let path = normalize(path)?;
+        if path == "/" {
+            return Err(Errno::EBUSY);
+        }
+        let a = self.stat(&path)?;
+        if !a.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        for r in self.broadcast(&Request::HasChildren { dir: &path })? {
+            if r == Reply::Bool(true) {
+                return Err(Errno::ENOTEMPTY);
+            }
+        }
+        self.call(self.meta_of(&path), &Request::Rmdir { path: &path })?;
+        self.known_dirs
+            .borrow_mut()
+            .retain(|d| !(d == &path || d.starts_with(&format!("{path}/"))));
+        Ok(())
+    }
+
+    fn readdir(&self, path: &str) -> FsResult<Vec<DirEntry>> {
+        let path = normalize(path)?;
+        let a = self.stat(&path)?;
+        if !a.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        let all: Vec<u32> = (0..self.n).collect();
+        for s in &all {
+            self.t.ensure(*s)?;
+        }
+        let dir = path.as_str();
+        let futs = all.iter().map(|&s| async move {
+            let mut out = Vec::new();
+            let mut start = 0u64;
+            loop {
+                let req = Request::Readdir {
+                    dir,
+                    start,
+                    max_bytes: LIST_BYTES,
+                };
+                let raw = self.t.call(s, tag::REQUEST, &req, &[], LIST_REPLY).await?;
+                match raw.decode()?.0 {
+                    Reply::Dirents { entries, next } => {
+                        out.extend(entries.into_iter().map(|e| DirEntry {
+                            hash: e.hash,
+                            ino: e.id,
+                            kind: e.kind,
+                            name: e.name.to_owned(),
+                        }));
+                        match next {
+                            Some(n) => start = n,
+                            None => return Ok::<_, Errno>(out),
+                        }
+                    }
+                    _ => return Err(Errno::EPROTO),
+                }
+            }
+        });
+        let slices = self.t.wait(&all, async { Ok(join_all(futs).await) })?;
+        let mut out = Vec::new();
+        for s in slices {
+            out.extend(s?);
+        }
+        out.sort_by(|a, b| (a.hash, &a.name).cmp(&(b.hash, &b.name)));
+        Ok(out)
+    }
+
+    fn chmod(&self, path: &str, mode: u32) -> FsResult<()> {
+        let path = normalize(path)?;
+        self.call(self.meta_of(&path), &Request::Chmod { path: &path, mode })
+            .map(|_| ())
+    }
+
+    fn utimens(&self, path: &str, atime: TimeSpec, mtime: TimeSpec) -> FsResult<()> {
+        let path = normalize(path)?;
+        self.call(
+            self.meta_of(&path),
+            &Request::Utimens {
+                path: &path,
+                atime,
+                mtime,
+            },
+        )
+        .map(|_| ())
+    }
+
+    fn statfs(&self) -> FsResult<StatFs> {
+        let mut total = StatFs {
+            namelen: madfs_placement::NAME_MAX as u64,
+            ..Default::default()
+        };
+        for r in self.broadcast(&Request::Statfs)? {
+            if let Reply::StatFs(s) = r {
+                // report in the first server's block size
+                if total.bsize == 0 {
+                    total.bsize = s.bsize;
+                }
+                let scale = |v: u64| v.saturating_mul(s.bsize) / total.bsize.max(1);
+                total.blocks += scale(s.blocks);
+                total.bfree += scale(s.bfree);
+                total.bavail += scale(s.bavail);
+                total.files += s.files;
+                total.ffree += s.ffree;
+            }
+        }
+        Ok(total)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pieces;
+
+    #[test]
+    fn split_into_chunk_pieces() {
+        assert_eq!(
+            pieces(0, 10, 4, 100),
+            vec![(0, 0, 0..4), (1, 0, 4..8), (2, 0, 8..10)]
+        );
+        assert_eq!(pieces(5, 2, 4, 100), vec![(1, 1, 0..2)]);
+        assert_eq!(
+            pieces(0, 8, 8, 3),
+            vec![(0, 0, 0..3), (0, 3, 3..6), (0, 6, 6..8)]
+        );
+        assert!(pieces(3, 0, 4, 4).is_empty());
+    }
+}

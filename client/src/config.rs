@@ -1,0 +1,50 @@
+use madfs_rpc::cluster_file;
+use madfs_rpc::UcxSettings;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How a client finds and talks to the cluster.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// UCX addresses of the servers, index = server id.
+    pub servers: Vec<SocketAddr>,
+    /// The cluster file they came from (re-read on reconnect).
+    pub cluster_file: Option<PathBuf>,
+    /// Deadline of one call.
+    pub timeout: Duration,
+    /// UCX settings.
+    pub ucx: UcxSettings,
+}
+
+impl ClientConfig {
+    /// Reads the cluster file `path`.
+    pub fn from_cluster_file(path: impl Into<PathBuf>) -> std::io::Result<Self> {
+        let path = path.into();
+        let entries = cluster_file::read(&path)?;
+        Ok(ClientConfig {
+            servers: entries.iter().map(|e| e.ucx).collect(),
+            cluster_file: Some(path),
+            timeout: madfs_rpc::DEFAULT_TIMEOUT,
+            ucx: UcxSettings::default(),
+        })
+    }
+
+    /// From the environment: `MADFS_CLUSTER` (cluster file, required), `MADFS_TIMEOUT_MS`,
+    /// `MADFS_UCX_ERR_MODE`, `MADFS_SPIN_US`. Errors are one readable line.
+    pub fn from_env() -> Result<Self, String> {
+        let path = std::env::var_os("MADFS_CLUSTER").ok_or_else(|| {
+            "MADFS_CLUSTER is not set (path of the cluster file written by scripts/cluster.sh)"
+                .to_string()
+        })?;
+        let mut cfg = Self::from_cluster_file(PathBuf::from(path)).map_err(|e| e.to_string())?;
+        cfg.ucx = UcxSettings::from_env()?;
+        if let Ok(v) = std::env::var("MADFS_TIMEOUT_MS") {
+            let ms: u64 = v
+                .parse()
+                .map_err(|_| format!("MADFS_TIMEOUT_MS={v:?} is not a number"))?;
+            cfg.timeout = Duration::from_millis(ms.max(1));
+        }
+        Ok(cfg)
+    }
+}

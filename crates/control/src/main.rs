@@ -1,0 +1,188 @@
+//! `madfs-ctl`: talks to the control port of madfs servers.
+//!
+//! ```text
+//! madfs-ctl status  ADDR|--cluster FILE [--wait SECS]
+//! madfs-ctl stats   ADDR|--cluster FILE
+//! madfs-ctl stop    ADDR|--cluster FILE
+//! ```
+
+use anyhow::{bail, Context as _};
+use clap::{Parser, Subcommand};
+use madfs_control::{connect, context};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+#[command(
+    name = "madfs-ctl",
+    about = "Query or stop madfs servers through their control port"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(clap::Args)]
+struct Target {
+    /// Control address of one server (host:port).
+    addr: Option<SocketAddr>,
+    /// Every server of a cluster file (the third column).
+    #[arg(long)]
+    cluster: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Print each server's status; with --wait, retry until all answer.
+    Status {
+        #[command(flatten)]
+        target: Target,
+        /// Keep trying for this many seconds.
+        #[arg(long, default_value_t = 0)]
+        wait: u64,
+        /// Expect this many servers in the cluster file (with --wait).
+        #[arg(long)]
+        expect: Option<usize>,
+    },
+    /// Print each server's counters.
+    Stats {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Stop servers cleanly.
+    Stop {
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+fn control_addrs(t: &Target) -> anyhow::Result<Vec<SocketAddr>> {
+    match (&t.addr, &t.cluster) {
+        (Some(a), None) => Ok(vec![*a]),
+        (None, Some(f)) => {
+            let text = std::fs::read_to_string(f)
+                .with_context(|| format!("cluster file {}", f.display()))?;
+            let mut out = vec![];
+            for line in text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            {
+                let col = line
+                    .split_whitespace()
+                    .nth(2)
+                    .with_context(|| format!("bad cluster line {line:?}"))?;
+                out.push(
+                    col.parse()
+                        .with_context(|| format!("bad control address {col:?}"))?,
+                );
+            }
+            Ok(out)
+        }
+        _ => bail!("give either a control ADDR or --cluster FILE"),
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    if let Err(e) = run(Cli::parse()).await {
+        eprintln!("madfs-ctl: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.cmd {
+        Cmd::Status {
+            target,
+            wait,
+            expect,
+        } => {
+            let deadline = Instant::now() + Duration::from_secs(wait);
+            loop {
+                let attempt = async {
+                    let addrs = control_addrs(&target)?;
+                    if let Some(n) = expect {
+                        if addrs.len() != n {
+                            bail!("cluster file lists {} of {n} servers", addrs.len());
+                        }
+                    }
+                    let mut lines = vec![];
+                    for a in addrs {
+                        let c = connect(a)
+                            .await
+                            .with_context(|| format!("control port {a}"))?;
+                        let s = c
+                            .status(context(5))
+                            .await
+                            .with_context(|| format!("status from {a}"))?;
+                        lines.push(format!(
+                            "server {} ucx={} control={a} pid={} chunk_size={} err_mode={} uptime={}s data={}",
+                            s.id, s.ucx_addr, s.pid, s.chunk_size, s.err_mode, s.uptime_s, s.data_dir
+                        ));
+                    }
+                    Ok(lines)
+                };
+                match attempt.await {
+                    Ok(lines) => {
+                        for l in lines {
+                            println!("{l}");
+                        }
+                        return Ok(());
+                    }
+                    Err(e) if Instant::now() >= deadline => return Err(e),
+                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+        }
+        Cmd::Stats { target } => {
+            for a in control_addrs(&target)? {
+                let c = connect(a)
+                    .await
+                    .with_context(|| format!("control port {a}"))?;
+                let s = c.stats(context(5)).await?;
+                println!("{a}: {}", serde_json_line(&s));
+            }
+            Ok(())
+        }
+        Cmd::Stop { target } => {
+            let mut failed = 0;
+            for a in control_addrs(&target)? {
+                match connect(a).await {
+                    Ok(c) => match c.shutdown(context(10)).await {
+                        Ok(_) => println!("stopped {a}"),
+                        Err(e) => {
+                            eprintln!("madfs-ctl: stop {a}: {e}");
+                            failed += 1;
+                        }
+                    },
+                    Err(e) => {
+                        eprintln!("madfs-ctl: {a} not reachable ({e:#}); already stopped?");
+                        failed += 1;
+                    }
+                }
+            }
+            if failed > 0 {
+                bail!("{failed} server(s) did not confirm the stop");
+            }
+            Ok(())
+        }
+    }
+}
+
+fn serde_json_line(s: &madfs_control::Stats) -> String {
+    let reqs: Vec<String> = s.requests.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!(
+        "requests[{}] errors={} bad_frames={} in={}B out={}B conns={} sync_batches={} sync_reqs={} rss={}B",
+        reqs.join(" "),
+        s.errors,
+        s.bad_frames,
+        s.bytes_in,
+        s.bytes_out,
+        s.connections,
+        s.sync_batches,
+        s.sync_requests,
+        s.rss_bytes
+    )
+}

@@ -1,0 +1,225 @@
+//! Frames: what one UCX tag message carries.
+//!
+//! ```text
+//! request:  u32 LE header length | u32 LE MAGIC | flexbuffers(Request) | bulk data
+//! reply:    i32 LE status (0 or errno) | u32 LE header length | flexbuffers(Reply) | bulk
+//! ```
+//! The prefix, the header and the bulk data are three slices of one vectored send, so bulk data
+//! (a write's payload, a read's result) is never copied into a frame buffer. A read reply has
+//! an empty header, so a client can receive its data straight into the caller's buffer with a
+//! two-element scatter list (prefix, buffer).
+
+use crate::{Errno, Reply, Request};
+use flexbuffers::FlexbufferSerializer;
+use serde::Serialize;
+
+/// Size of both prefixes.
+pub const PREFIX: usize = 8;
+/// Second word of a request prefix ("mdfs"): catches frames that are not ours.
+pub const MAGIC: u32 = u32::from_le_bytes(*b"mdfs");
+
+/// A reusable encoder (keeps its flexbuffers buffer between calls).
+pub struct Encoder {
+    ser: FlexbufferSerializer,
+}
+
+impl Default for Encoder {
+    fn default() -> Self {
+        Encoder {
+            ser: FlexbufferSerializer::new(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Encoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Encoder")
+    }
+}
+
+impl Encoder {
+    fn header<T: Serialize>(&mut self, v: &T) -> &[u8] {
+        self.ser.reset();
+        // Serialising our own plain types into flexbuffers cannot fail.
+        v.serialize(&mut self.ser)
+            .expect("flexbuffers serialisation of a protocol type");
+        self.ser.view()
+    }
+
+    /// Prefix and header of a request frame.
+    pub fn request(&mut self, req: &Request<'_>) -> ([u8; PREFIX], &[u8]) {
+        let hdr = self.header(req);
+        let mut prefix = [0u8; PREFIX];
+        prefix[..4].copy_from_slice(&(hdr.len() as u32).to_le_bytes());
+        prefix[4..].copy_from_slice(&MAGIC.to_le_bytes());
+        (prefix, hdr)
+    }
+
+    /// Prefix and header of a successful reply frame.
+    pub fn reply(&mut self, rep: &Reply<'_>) -> ([u8; PREFIX], &[u8]) {
+        let hdr = self.header(rep);
+        let mut prefix = [0u8; PREFIX];
+        prefix[4..].copy_from_slice(&(hdr.len() as u32).to_le_bytes());
+        (prefix, hdr)
+    }
+}
+
+/// Prefix of a reply that carries only bulk data (a read): status 0, empty header.
+pub fn bulk_reply_prefix() -> [u8; PREFIX] {
+    [0u8; PREFIX]
+}
+
+/// Prefix of an error reply.
+pub fn error_prefix(e: Errno) -> [u8; PREFIX] {
+    let mut prefix = [0u8; PREFIX];
+    prefix[..4].copy_from_slice(&e.raw().to_le_bytes());
+    prefix
+}
+
+fn split_prefix(frame: &[u8]) -> Result<(u32, u32, &[u8]), Errno> {
+    if frame.len() < PREFIX {
+        return Err(Errno::EPROTO);
+    }
+    let a = u32::from_le_bytes(frame[..4].try_into().unwrap());
+    let b = u32::from_le_bytes(frame[4..8].try_into().unwrap());
+    Ok((a, b, &frame[PREFIX..]))
+}
+
+/// Decodes a request frame (zero-copy: strings borrow from `frame`). Returns the request and
+/// its bulk data. Any malformed frame gives `EPROTO` or `EINVAL`, never a panic.
+pub fn decode_request(frame: &[u8]) -> Result<(Request<'_>, &[u8]), Errno> {
+    let (hlen, magic, rest) = split_prefix(frame)?;
+    if magic != MAGIC || hlen as usize > rest.len() {
+        return Err(Errno::EPROTO);
+    }
+    let (hdr, bulk) = rest.split_at(hlen as usize);
+    let req = flexbuffers::from_slice(hdr).map_err(|_| Errno::EPROTO)?;
+    Ok((req, bulk))
+}
+
+/// Decodes a reply frame: `Err` for an error reply, else the reply and its bulk data.
+pub fn decode_reply(frame: &[u8]) -> Result<(Reply<'_>, &[u8]), Errno> {
+    let (status, hlen, rest) = split_prefix(frame)?;
+    if status != 0 {
+        return Err(Errno::new(status as i32));
+    }
+    if hlen as usize > rest.len() {
+        return Err(Errno::EPROTO);
+    }
+    let (hdr, bulk) = rest.split_at(hlen as usize);
+    if hdr.is_empty() {
+        return Ok((Reply::Unit, bulk));
+    }
+    let rep = flexbuffers::from_slice(hdr).map_err(|_| Errno::EPROTO)?;
+    Ok((rep, bulk))
+}
+
+/// Status of a reply prefix: `Ok(header length)` or the error it carries.
+pub fn reply_status(prefix: &[u8; PREFIX]) -> Result<u32, Errno> {
+    let status = i32::from_le_bytes(prefix[..4].try_into().unwrap());
+    if status != 0 {
+        return Err(Errno::new(status));
+    }
+    Ok(u32::from_le_bytes(prefix[4..].try_into().unwrap()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Attr, Dirent, SizeMode};
+
+    fn frame(prefix: [u8; 8], hdr: &[u8], bulk: &[u8]) -> Vec<u8> {
+        [&prefix[..], hdr, bulk].concat()
+    }
+
+    #[test]
+    fn request_round_trip_borrows() {
+        let mut enc = Encoder::default();
+        let reqs = [
+            Request::Ping,
+            Request::Stat { path: "/a/b" },
+            Request::Create {
+                path: "/x",
+                mode: 0o644,
+                uid: 1,
+                gid: 2,
+                excl: true,
+                trunc: false,
+            },
+            Request::Write {
+                id: 42,
+                chunk: 3,
+                offset: 17,
+            },
+            Request::SetSize {
+                path: "/x",
+                size: 99,
+                mode: SizeMode::Max,
+            },
+            Request::Readdir {
+                dir: "/",
+                start: u64::MAX,
+                max_bytes: 100,
+            },
+        ];
+        for req in reqs {
+            let (p, h) = enc.request(&req);
+            let f = frame(p, h, b"bulk!");
+            let (back, bulk) = decode_request(&f).unwrap();
+            assert_eq!(back, req);
+            assert_eq!(bulk, b"bulk!");
+            if let Request::Stat { path } = back {
+                // zero-copy: the path points into the frame
+                let range = f.as_ptr_range();
+                assert!(range.contains(&path.as_ptr()));
+            }
+        }
+    }
+
+    #[test]
+    fn reply_round_trip() {
+        let mut enc = Encoder::default();
+        let rep = Reply::Dirents {
+            entries: vec![Dirent {
+                hash: 5,
+                id: 6,
+                kind: crate::S_IFREG,
+                name: "f",
+            }],
+            next: Some(9),
+        };
+        let (p, h) = enc.reply(&rep);
+        let f = frame(p, h, b"");
+        assert_eq!(decode_reply(&f).unwrap().0, rep);
+        let (p, h) = enc.reply(&Reply::Attr(Attr {
+            size: 7,
+            ..Default::default()
+        }));
+        let f = frame(p, h, b"");
+        assert!(matches!(decode_reply(&f).unwrap().0, Reply::Attr(a) if a.size == 7));
+        let f = frame(error_prefix(Errno::ENOTEMPTY), b"", b"");
+        assert_eq!(decode_reply(&f), Err(Errno::ENOTEMPTY));
+        let f = frame(bulk_reply_prefix(), b"", b"data");
+        assert_eq!(decode_reply(&f).unwrap(), (Reply::Unit, &b"data"[..]));
+    }
+
+    #[test]
+    fn malformed_frames_are_errors() {
+        assert_eq!(decode_request(b"").unwrap_err(), Errno::EPROTO);
+        assert_eq!(decode_request(b"\x01\x00").unwrap_err(), Errno::EPROTO);
+        let mut huge = u32::MAX.to_le_bytes().to_vec();
+        huge.extend_from_slice(&MAGIC.to_le_bytes());
+        assert_eq!(decode_request(&huge).unwrap_err(), Errno::EPROTO);
+        let mut garbage = 4u32.to_le_bytes().to_vec();
+        garbage.extend_from_slice(&MAGIC.to_le_bytes());
+        garbage.extend_from_slice(&[0xff, 0x13, 0x77, 0x01]);
+        assert_eq!(decode_request(&garbage).unwrap_err(), Errno::EPROTO);
+        // every truncation of a valid frame is rejected or decodes, never panics
+        let mut enc = Encoder::default();
+        let (p, h) = enc.request(&Request::Stat { path: "/some/path" });
+        let f = frame(p, h, b"");
+        for n in 0..f.len() {
+            let _ = decode_request(&f[..n]);
+        }
+    }
+}

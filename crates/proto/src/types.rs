@@ -1,0 +1,235 @@
+//! Request and reply bodies.
+
+use serde::{Deserialize, Serialize};
+
+/// Kind of a file-system entry.
+pub const S_IFMT: u32 = libc::S_IFMT;
+/// Directory mode bit.
+pub const S_IFDIR: u32 = libc::S_IFDIR;
+/// Regular file mode bit.
+pub const S_IFREG: u32 = libc::S_IFREG;
+/// Symbolic link mode bit.
+pub const S_IFLNK: u32 = libc::S_IFLNK;
+
+/// Attributes of an entry, as stored on its metadata server and returned by `stat`.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Attr {
+    /// File id (immutable, assigned at creation); also the inode number.
+    pub id: u64,
+    /// Type and permission bits (`S_IFREG | 0644`, …).
+    pub mode: u32,
+    /// Link count.
+    pub nlink: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Size in bytes (published size: see `docs/consistency.md`).
+    pub size: u64,
+    /// Stripe unit of the file's data, fixed at creation.
+    pub chunk_size: u32,
+    /// Access time, ns since the epoch.
+    pub atime: i64,
+    /// Modification time, ns since the epoch.
+    pub mtime: i64,
+    /// Status change time, ns since the epoch.
+    pub ctime: i64,
+}
+
+impl Attr {
+    /// Is this a directory?
+    pub fn is_dir(&self) -> bool {
+        self.mode & S_IFMT == S_IFDIR
+    }
+    /// Is this a regular file?
+    pub fn is_file(&self) -> bool {
+        self.mode & S_IFMT == S_IFREG
+    }
+}
+
+/// How `SetSize` changes a size.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SizeMode {
+    /// `size = max(size, new)`: a writer publishing its high-water mark (merge operator).
+    Max,
+    /// `size = new`: truncate.
+    Exact,
+}
+
+/// A time change for `Utimens`.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeSpec {
+    /// Leave unchanged (`UTIME_OMIT`).
+    Omit,
+    /// The server's current time (`UTIME_NOW`).
+    Now,
+    /// This time, ns since the epoch.
+    At(i64),
+}
+
+/// One request. Strings and byte slices borrow from the received frame.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum Request<'a> {
+    /// Empty request (latency probe).
+    Ping,
+    /// `stat` of a normalised absolute path: one point lookup.
+    Stat { path: &'a str },
+    /// Create a regular file (`open(O_CREAT)`).
+    Create {
+        path: &'a str,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        /// `O_EXCL`: fail with EEXIST if it exists.
+        excl: bool,
+        /// `O_TRUNC`: size becomes 0 if it exists.
+        trunc: bool,
+    },
+    /// Create a directory.
+    Mkdir {
+        path: &'a str,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    },
+    /// Remove a file's entry (and its inline chunk 0); returns its old attributes.
+    Unlink { path: &'a str },
+    /// Remove a directory entry; fails with ENOTEMPTY if this server holds children.
+    Rmdir { path: &'a str },
+    /// Does this server hold any entry inside `dir`?
+    HasChildren { dir: &'a str },
+    /// This server's slice of a directory, entries whose name hash ≥ `start`, in hash order.
+    Readdir {
+        dir: &'a str,
+        start: u64,
+        max_bytes: u32,
+    },
+    /// Change the size recorded in the inode.
+    SetSize {
+        path: &'a str,
+        size: u64,
+        mode: SizeMode,
+    },
+    /// Change permission bits.
+    Chmod { path: &'a str, mode: u32 },
+    /// Change times.
+    Utimens {
+        path: &'a str,
+        atime: TimeSpec,
+        mtime: TimeSpec,
+    },
+    /// Read `len` bytes of chunk `chunk` of a file at `offset` within the chunk. Reply bulk:
+    /// the bytes that exist (short at the end of the stored data).
+    Read {
+        id: u64,
+        chunk: u64,
+        offset: u32,
+        len: u32,
+    },
+    /// Write the request's bulk data into chunk `chunk` at `offset`.
+    Write { id: u64, chunk: u64, offset: u32 },
+    /// Drop every byte at or past `size` of file `id` held by this server.
+    TruncateChunks { id: u64, size: u64, chunk_size: u32 },
+    /// Make every acknowledged write of file `id` on this server durable (WAL + chunk files).
+    /// Sent on the fsync tag.
+    Fsync { id: u64 },
+    /// File-system totals of this server.
+    Statfs,
+}
+
+impl Request<'_> {
+    /// Short name for stats and logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Request::Ping => "ping",
+            Request::Stat { .. } => "stat",
+            Request::Create { .. } => "create",
+            Request::Mkdir { .. } => "mkdir",
+            Request::Unlink { .. } => "unlink",
+            Request::Rmdir { .. } => "rmdir",
+            Request::HasChildren { .. } => "has_children",
+            Request::Readdir { .. } => "readdir",
+            Request::SetSize { .. } => "set_size",
+            Request::Chmod { .. } => "chmod",
+            Request::Utimens { .. } => "utimens",
+            Request::Read { .. } => "read",
+            Request::Write { .. } => "write",
+            Request::TruncateChunks { .. } => "truncate_chunks",
+            Request::Fsync { .. } => "fsync",
+            Request::Statfs => "statfs",
+        }
+    }
+}
+
+/// One directory entry of a `Readdir` reply.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Dirent<'a> {
+    /// Hash of the name (the directory position of the entry).
+    pub hash: u64,
+    /// File id / inode number.
+    pub id: u64,
+    /// `mode & S_IFMT`.
+    pub kind: u32,
+    /// Entry name.
+    pub name: &'a str,
+}
+
+/// File-system totals.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StatFs {
+    /// Block size.
+    pub bsize: u64,
+    /// Total blocks.
+    pub blocks: u64,
+    /// Free blocks.
+    pub bfree: u64,
+    /// Blocks available to unprivileged users.
+    pub bavail: u64,
+    /// Total inodes.
+    pub files: u64,
+    /// Free inodes.
+    pub ffree: u64,
+    /// Maximum name length.
+    pub namelen: u64,
+}
+
+/// What a server says to a client right after accepting its connection.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Welcome {
+    /// The connection id the client puts in its request tags.
+    pub conn: u32,
+    /// The server's index in the cluster.
+    pub server: u32,
+    /// Largest request frame the server accepts (prefix + header + bulk).
+    pub max_frame: u32,
+    /// The server's default chunk size for new files.
+    pub chunk_size: u32,
+}
+
+/// Successful reply body.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum Reply<'a> {
+    /// Nothing to say (also the answer to `Ping`).
+    Unit,
+    /// Attributes (`Stat`, `Mkdir`, `Unlink`, `SetSize`, …).
+    Attr(Attr),
+    /// Answer to `Create`: the file's attributes, whether it existed before, and its size
+    /// before an `O_TRUNC` (the client then drops chunks held by other servers).
+    Created {
+        attr: Attr,
+        existed: bool,
+        old_size: u64,
+    },
+    /// A directory slice; `next` is the hash to continue from, `None` at the end.
+    Dirents {
+        #[serde(borrow)]
+        entries: Vec<Dirent<'a>>,
+        next: Option<u64>,
+    },
+    /// Yes/no (`HasChildren`).
+    Bool(bool),
+    /// Bytes written.
+    Written(u32),
+    /// File-system totals.
+    StatFs(StatFs),
+}

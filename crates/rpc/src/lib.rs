@@ -1,0 +1,25 @@
+//! RPC over UCX tag matching, shared by the server, the client library and the bench.
+//!
+//! * [`UcxSettings`]: endpoint error mode and progress spin budget (environment or CLI);
+//! * [`progress`]: adaptive progress — spin briefly, then sleep on the worker's event fd —
+//!   for a tokio `LocalSet` (server) and for synchronous callers ([`progress::block_on`]);
+//! * [`Transport`]: a client's connections to every server and its `call`;
+//! * [`cluster_file`]: the file that lists the servers of a cluster.
+
+pub mod cluster_file;
+pub mod progress;
+mod settings;
+mod transport;
+
+pub use async_ucx::ucp::{Context, Endpoint, ErrorMode, Listener, Worker};
+pub use async_ucx::Error as UcxError;
+pub use settings::UcxSettings;
+pub use transport::{Transport, DEFAULT_TIMEOUT};
+
+use std::sync::Arc;
+
+/// Creates a UCP context (tag matching, streams for the connection handshake, wake-ups for
+/// sleeping progress).
+pub fn new_context() -> std::io::Result<Arc<Context>> {
+    Context::new().map_err(|e| std::io::Error::other(format!("UCX context: {e}")))
+}

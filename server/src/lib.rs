@@ -1,0 +1,152 @@
+//! `madfs-server`: metadata in RocksDB, data chunks in local files, requests over UCX.
+//!
+//! Request path in three hops: [`net`] (receive frame, pick inline or IO thread) →
+//! [`ops`] (what the request does, errnos) → [`store`] (RocksDB / chunk files).
+
+pub mod control;
+pub mod net;
+pub mod ops;
+pub mod stats;
+pub mod store;
+pub mod sync;
+
+use madfs_rpc::cluster_file::{self, ServerEntry};
+use madfs_rpc::{ErrorMode, UcxSettings};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+use store::MetadataStore;
+
+/// Everything a server is started with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Server index in the cluster.
+    pub id: u32,
+    /// UCX listen address (port 0: any free port).
+    pub listen: SocketAddr,
+    /// Control port address (port 0: any free port).
+    pub control: SocketAddr,
+    /// Data directory (RocksDB in `db/`, chunks in `chunks/`).
+    pub data_dir: PathBuf,
+    /// Cluster file to register in (optional).
+    pub cluster_file: Option<PathBuf>,
+    /// Default chunk size of new files.
+    pub chunk_size: u32,
+    /// Request handlers.
+    pub handlers: usize,
+    /// IO threads for blocking work.
+    pub io_threads: usize,
+    /// UCX settings.
+    pub ucx: UcxSettings,
+    /// Run metadata operations on the net thread.
+    pub meta_inline: bool,
+    /// Reply send timeout.
+    pub send_timeout: Duration,
+}
+
+fn check_identity(cfg: &Config) -> anyhow::Result<()> {
+    let id_file = cfg.data_dir.join("server_id");
+    match std::fs::read_to_string(&id_file) {
+        Ok(s) => {
+            let stored: u32 = s
+                .trim()
+                .parse()
+                .map_err(|_| anyhow::anyhow!("{} is corrupt", id_file.display()))?;
+            if stored != cfg.id {
+                anyhow::bail!(
+                    "data directory {} belongs to server {stored}, not {}",
+                    cfg.data_dir.display(),
+                    cfg.id
+                );
+            }
+        }
+        Err(_) => std::fs::write(&id_file, format!("{}\n", cfg.id))?,
+    }
+    Ok(())
+}
+
+/// Runs a server until it is stopped (control port `shutdown`, SIGTERM, SIGINT).
+pub fn run(cfg: Config) -> anyhow::Result<()> {
+    if cfg.id > u16::MAX as u32 {
+        anyhow::bail!("server id {} too large (max {})", cfg.id, u16::MAX);
+    }
+    std::fs::create_dir_all(&cfg.data_dir)?;
+    check_identity(&cfg)?;
+    let stats = Arc::new(stats::ServerStats::default());
+    let max_frame = cfg.chunk_size.max(1 << 20) as usize + net::HEADER_ROOM;
+    let ops = Arc::new(ops::Ops {
+        meta: store::rocks::RocksMeta::open(&cfg.data_dir.join("db"), cfg.id)?,
+        chunks: store::chunks::FsChunks::open(&cfg.data_dir.join("chunks"))?,
+        chunk_size: cfg.chunk_size,
+        max_list_bytes: net::HEADER_ROOM / 2,
+        stats: stats.clone(),
+    });
+    let ctx = madfs_rpc::new_context()?;
+    let sync_tx = sync::start(ops.clone())?;
+    let stop = Arc::new(AtomicBool::new(false));
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .max_blocking_threads(cfg.io_threads.max(1))
+        .thread_name("madfs-io")
+        .build()?;
+    let local = tokio::task::LocalSet::new();
+    let (worker, listener, ucx_addr) = net::bind(&ctx, cfg.listen)?;
+    let status = madfs_control::Status {
+        id: cfg.id,
+        ucx_addr: ucx_addr.to_string(),
+        data_dir: cfg.data_dir.display().to_string(),
+        chunk_size: cfg.chunk_size,
+        uptime_s: 0,
+        pid: std::process::id(),
+        err_mode: match cfg.ucx.err_mode {
+            ErrorMode::None => "none".into(),
+            ErrorMode::Peer => "peer".into(),
+        },
+    };
+    let control_addr = control::start(cfg.control, status, stats, stop.clone())?;
+    let entry = ServerEntry {
+        id: cfg.id,
+        ucx: ucx_addr,
+        control: control_addr,
+    };
+    std::fs::write(
+        cfg.data_dir.join("address"),
+        format!("{} {} {}\n", entry.id, entry.ucx, entry.control),
+    )?;
+    if let Some(f) = &cfg.cluster_file {
+        cluster_file::register(f, entry)?;
+    }
+    println!(
+        "madfs-server {} ucx={ucx_addr} control={control_addr} data={}",
+        cfg.id,
+        cfg.data_dir.display()
+    );
+    tracing::info!(
+        "server {} listening: ucx {ucx_addr}, control {control_addr}",
+        cfg.id
+    );
+
+    let net_cfg = net::NetConfig {
+        server_id: cfg.id,
+        chunk_size: cfg.chunk_size,
+        handlers: cfg.handlers.max(1),
+        fsync_handlers: 1,
+        max_frame,
+        meta_inline: cfg.meta_inline,
+        ucx: cfg.ucx,
+        send_timeout: cfg.send_timeout,
+    };
+    local.block_on(
+        &rt,
+        net::run(worker, listener, net_cfg, ops.clone(), sync_tx, stop),
+    )?;
+    drop(local);
+    drop(rt);
+    ops.meta.sync()?;
+    ops.meta.flush()?;
+    tracing::info!("server {} stopped", cfg.id);
+    Ok(())
+}

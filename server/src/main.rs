@@ -1,0 +1,89 @@
+//! `madfs-server` command line.
+
+use clap::Parser;
+use madfs_rpc::UcxSettings;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// One madfs server: metadata in RocksDB, data chunks in a local directory, requests over UCX.
+#[derive(Parser, Debug)]
+#[command(name = "madfs-server", version)]
+struct Args {
+    /// Index of this server in the cluster (0..N-1).
+    #[arg(long, default_value_t = 0)]
+    id: u32,
+    /// UCX listen address (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// tarpc control port address (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    control: SocketAddr,
+    /// Data directory (created if missing).
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// Cluster file to register this server in (line `ID UCX_ADDR CONTROL_ADDR`).
+    #[arg(long)]
+    cluster_file: Option<PathBuf>,
+    /// Default chunk (stripe) size of new files, bytes (default 16 × 47,008, the ior-hard record).
+    #[arg(long, default_value_t = 16 * 47008)]
+    chunk_size: u32,
+    /// Request handlers (each owns preallocated buffers).
+    #[arg(long, default_value_t = 16)]
+    handlers: usize,
+    /// IO threads for chunk IO and scans.
+    #[arg(long, default_value_t = 4)]
+    io_threads: usize,
+    /// UCX endpoint error mode: none (allows shared memory) or peer.
+    #[arg(long, env = "MADFS_UCX_ERR_MODE", default_value = "none", value_parser = UcxSettings::parse_err_mode)]
+    ucx_err_mode: madfs_rpc::ErrorMode,
+    /// Microseconds UCX progress spins before sleeping on the event fd.
+    #[arg(long, env = "MADFS_SPIN_US", default_value_t = 50)]
+    spin_us: u64,
+    /// Run metadata operations on IO threads instead of the net thread.
+    #[arg(long)]
+    meta_on_io_threads: bool,
+    /// Milliseconds to wait for a reply to go out before dropping the connection.
+    #[arg(long, default_value_t = 5000)]
+    send_timeout_ms: u64,
+}
+
+fn main() {
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("MADFS_LOG")
+                .unwrap_or_else(|_| "info,async_ucx=off".into()),
+        )
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .init();
+    let a = Args::parse();
+    if a.chunk_size < 4096 || a.chunk_size > madfs_server::ops::MAX_CHUNK as u32 {
+        eprintln!(
+            "madfs-server: --chunk-size must be between 4096 and {}",
+            madfs_server::ops::MAX_CHUNK
+        );
+        std::process::exit(2);
+    }
+    let cfg = madfs_server::Config {
+        id: a.id,
+        listen: a.listen,
+        control: a.control,
+        data_dir: a.data_dir,
+        cluster_file: a.cluster_file,
+        chunk_size: a.chunk_size,
+        handlers: a.handlers,
+        io_threads: a.io_threads,
+        ucx: UcxSettings {
+            err_mode: a.ucx_err_mode,
+            spin: Duration::from_micros(a.spin_us),
+        },
+        meta_inline: !a.meta_on_io_threads,
+        send_timeout: Duration::from_millis(a.send_timeout_ms),
+    };
+    if let Err(e) = madfs_server::run(cfg) {
+        eprintln!("madfs-server: {e:#}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,414 @@
+//! The network side of a server: one UCX worker on the net thread (tokio current-thread
+//! runtime + `LocalSet`), adaptive progress, an accept loop, and a fixed pool of request
+//! handlers with preallocated buffers — memory does not grow with the number of clients.
+//!
+//! Request path: `handler` receives a frame on the request tag → `serve_frame` decodes it and
+//! calls [`Ops::execute`] (inline for short metadata work, else on an IO thread) → the reply
+//! (prefix, header, data) goes back in one vectored send on `tag::reply(seq)`.
+//! fsync requests arrive on their own tag and are handed to the sync thread (`sync.rs`).
+
+use crate::ops::{runs_inline, Answer, Ops};
+use crate::sync::SyncJob;
+use madfs_proto::frame::{self, Encoder, PREFIX};
+use madfs_proto::{tag, Dirent, Errno, Reply, Request, Welcome};
+use madfs_rpc::{progress, Endpoint, Listener, UcxSettings, Worker};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::io::IoSlice;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+/// Room for a request header inside a frame.
+pub const HEADER_ROOM: usize = 64 << 10;
+
+/// Settings of the network side.
+#[derive(Debug, Clone)]
+pub struct NetConfig {
+    /// This server's index.
+    pub server_id: u32,
+    /// Default chunk size (told to clients).
+    pub chunk_size: u32,
+    /// Request handlers (each with its own buffers).
+    pub handlers: usize,
+    /// Handlers for the fsync tag.
+    pub fsync_handlers: usize,
+    /// Largest request frame; also the size of each handler's receive buffer.
+    pub max_frame: usize,
+    /// Run metadata operations on the net thread instead of an IO thread.
+    pub meta_inline: bool,
+    /// UCX endpoint error mode and spin budget.
+    pub ucx: UcxSettings,
+    /// A reply that cannot be sent within this time drops the connection.
+    pub send_timeout: Duration,
+}
+
+/// Connections by id. Endpoints are shared through `Rc`: async-ucx closes an endpoint when
+/// any `Endpoint` value of it is dropped.
+#[derive(Default)]
+struct Conns {
+    next: Cell<u32>,
+    map: RefCell<HashMap<u32, Rc<Endpoint>>>,
+}
+
+impl Conns {
+    fn insert(&self, ep: Rc<Endpoint>) -> u32 {
+        loop {
+            let id = self.next.get() % tag::MAX_CONN + 1;
+            self.next.set(id);
+            let mut map = self.map.borrow_mut();
+            if let std::collections::hash_map::Entry::Vacant(v) = map.entry(id) {
+                v.insert(ep);
+                return id;
+            }
+        }
+    }
+    fn get(&self, id: u32) -> Option<Rc<Endpoint>> {
+        self.map.borrow().get(&id).cloned()
+    }
+    fn remove(&self, id: u32) {
+        self.map.borrow_mut().remove(&id);
+    }
+}
+
+/// Buffers owned by one handler, reused for every request it serves.
+struct Bufs {
+    recv: Vec<u8>,
+    data: Vec<u8>,
+    hdr: Vec<u8>,
+    enc: Encoder,
+}
+
+/// Decodes the frame in `b.recv`, executes it, and leaves the reply header in `b.hdr`.
+/// Returns the reply prefix and the length of read data in `b.data`.
+fn serve_frame(ops: &Ops, b: &mut Bufs) -> ([u8; PREFIX], usize) {
+    let result = match frame::decode_request(&b.recv) {
+        Err(e) => {
+            ops.stats.bad_frames.fetch_add(1, Relaxed);
+            Err(e)
+        }
+        Ok((req, bulk)) => {
+            ops.stats.request(req.name());
+            ops.stats.bytes_in.fetch_add(bulk.len() as u64, Relaxed);
+            ops.execute(&req, bulk, &mut b.data)
+        }
+    };
+    b.hdr.clear();
+    match result {
+        Err(e) => {
+            ops.stats.errors.fetch_add(1, Relaxed);
+            (frame::error_prefix(e), 0)
+        }
+        Ok(Answer::Data(n)) => {
+            ops.stats.bytes_out.fetch_add(n as u64, Relaxed);
+            (frame::bulk_reply_prefix(), n)
+        }
+        Ok(ans) => {
+            let dirents;
+            let reply = match &ans {
+                Answer::Unit => Reply::Unit,
+                Answer::Attr(a) => Reply::Attr(*a),
+                Answer::Created {
+                    attr,
+                    existed,
+                    old_size,
+                } => Reply::Created {
+                    attr: *attr,
+                    existed: *existed,
+                    old_size: *old_size,
+                },
+                Answer::Bool(v) => Reply::Bool(*v),
+                Answer::Written(n) => Reply::Written(*n),
+                Answer::StatFs(s) => Reply::StatFs(*s),
+                Answer::Dirents(v, next) => {
+                    dirents = v
+                        .iter()
+                        .map(|e| Dirent {
+                            hash: e.hash,
+                            id: e.attr.id,
+                            kind: e.attr.mode & madfs_proto::S_IFMT,
+                            name: &e.name,
+                        })
+                        .collect();
+                    Reply::Dirents {
+                        entries: dirents,
+                        next: *next,
+                    }
+                }
+                Answer::Data(_) => unreachable!(),
+            };
+            let (p, h) = b.enc.reply(&reply);
+            b.hdr.extend_from_slice(h);
+            (p, 0)
+        }
+    }
+}
+
+/// Creates the worker and the listener (port 0 picks a free port).
+pub fn bind(
+    ctx: &Arc<madfs_rpc::Context>,
+    listen: SocketAddr,
+) -> std::io::Result<(Rc<Worker>, Listener, SocketAddr)> {
+    let worker = ctx
+        .create_worker()
+        .map_err(|e| std::io::Error::other(format!("UCX worker: {e}")))?;
+    let listener = worker
+        .create_listener(listen)
+        .map_err(|e| std::io::Error::other(format!("UCX listener on {listen}: {e}")))?;
+    let addr = listener
+        .socket_addr()
+        .map_err(|e| std::io::Error::other(format!("UCX listener address: {e}")))?;
+    let addr = SocketAddr::new(listen.ip(), addr.port());
+    Ok((worker, listener, addr))
+}
+
+/// Serves until `stop` is set. Must run inside a `LocalSet`.
+pub async fn run(
+    worker: Rc<Worker>,
+    listener: Listener,
+    cfg: NetConfig,
+    ops: Arc<Ops>,
+    sync_tx: mpsc::Sender<SyncJob>,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<()> {
+    let conns = Rc::new(Conns::default());
+    let cfg = Rc::new(cfg);
+    let s = stop.clone();
+    let progress =
+        tokio::task::spawn_local(progress::run(worker.clone(), cfg.ucx.spin, move || {
+            s.load(Relaxed)
+        }));
+    let mut tasks = vec![tokio::task::spawn_local(accept_loop(
+        worker.clone(),
+        listener,
+        conns.clone(),
+        cfg.clone(),
+        ops.clone(),
+    ))];
+    for _ in 0..cfg.handlers {
+        tasks.push(tokio::task::spawn_local(handler(
+            worker.clone(),
+            conns.clone(),
+            cfg.clone(),
+            ops.clone(),
+        )));
+    }
+    for _ in 0..cfg.fsync_handlers {
+        tasks.push(tokio::task::spawn_local(fsync_handler(
+            worker.clone(),
+            conns.clone(),
+            cfg.clone(),
+            ops.clone(),
+            sync_tx.clone(),
+        )));
+    }
+    while !stop.load(Relaxed) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for t in tasks {
+        t.abort();
+    }
+    let _ = progress.await;
+    Ok(())
+}
+
+async fn accept_loop(
+    worker: Rc<Worker>,
+    mut listener: Listener,
+    conns: Rc<Conns>,
+    cfg: Rc<NetConfig>,
+    ops: Arc<Ops>,
+) {
+    loop {
+        let req = listener.next().await;
+        let (worker, conns, cfg, ops) = (worker.clone(), conns.clone(), cfg.clone(), ops.clone());
+        tokio::task::spawn_local(async move {
+            let ep = match tokio::time::timeout(
+                Duration::from_secs(10),
+                worker.accept_with(req, cfg.ucx.err_mode),
+            )
+            .await
+            {
+                Ok(Ok(ep)) => Rc::new(ep),
+                Ok(Err(e)) => return tracing::warn!("accept failed: {e}"),
+                Err(_) => return tracing::warn!("accept timed out"),
+            };
+            let id = conns.insert(ep.clone());
+            ops.stats.connections.fetch_add(1, Relaxed);
+            let welcome = Welcome {
+                conn: id,
+                server: cfg.server_id,
+                max_frame: cfg.max_frame as u32,
+                chunk_size: cfg.chunk_size,
+            };
+            let bytes = flexbuffers::to_vec(welcome).unwrap_or_default();
+            match tokio::time::timeout(
+                cfg.send_timeout,
+                ep.tag_send(tag::welcome(cfg.server_id), &bytes),
+            )
+            .await
+            {
+                Ok(Ok(_)) => tracing::debug!("connection {id} accepted"),
+                _ => {
+                    tracing::warn!("welcome to connection {id} failed");
+                    conns.remove(id);
+                }
+            }
+        });
+    }
+}
+
+async fn send_reply(
+    ep: &Endpoint,
+    seq: u32,
+    prefix: &[u8],
+    hdr: &[u8],
+    data: &[u8],
+    timeout: Duration,
+) -> bool {
+    let mut iov = Vec::with_capacity(3);
+    iov.push(IoSlice::new(prefix));
+    if !hdr.is_empty() {
+        iov.push(IoSlice::new(hdr));
+    }
+    if !data.is_empty() {
+        iov.push(IoSlice::new(data));
+    }
+    matches!(
+        tokio::time::timeout(timeout, ep.tag_send_vectored(tag::reply(seq), &iov)).await,
+        Ok(Ok(_))
+    )
+}
+
+async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: Arc<Ops>) {
+    let mut bufs = Some(Bufs {
+        recv: Vec::with_capacity(cfg.max_frame),
+        data: vec![0u8; cfg.max_frame.saturating_sub(HEADER_ROOM)],
+        hdr: Vec::with_capacity(1 << 16),
+        enc: Encoder::default(),
+    });
+    loop {
+        let mut b = bufs.take().expect("handler buffers");
+        b.recv.clear();
+        let received = worker
+            .tag_recv_mask(tag::REQUEST, tag::KIND_MASK, b.recv.spare_capacity_mut())
+            .await;
+        let (t, len) = match received {
+            Ok(v) => v,
+            Err(e) => {
+                // e.g. a frame larger than our buffer: UCX truncates it; nothing to answer
+                tracing::debug!("receive failed: {e}");
+                ops.stats.bad_frames.fetch_add(1, Relaxed);
+                bufs = Some(b);
+                continue;
+            }
+        };
+        // SAFETY: UCX wrote `len` bytes into the spare capacity.
+        unsafe { b.recv.set_len(len) };
+        let (_, conn, seq) = tag::split(t);
+        let inline = match frame::decode_request(&b.recv) {
+            Ok((req, _)) => runs_inline(&req, cfg.meta_inline),
+            Err(_) => true,
+        };
+        let (b, prefix, n) = if inline {
+            let (p, n) = serve_frame(&ops, &mut b);
+            (b, p, n)
+        } else {
+            let ops2 = ops.clone();
+            match tokio::task::spawn_blocking(move || {
+                let (p, n) = serve_frame(&ops2, &mut b);
+                (b, p, n)
+            })
+            .await
+            {
+                Ok(v) => v,
+                Err(e) => {
+                    // an IO-thread panic is a bug; keep serving with fresh buffers
+                    tracing::error!("IO task failed: {e}");
+                    bufs = Some(Bufs {
+                        recv: Vec::with_capacity(cfg.max_frame),
+                        data: vec![0u8; cfg.max_frame.saturating_sub(HEADER_ROOM)],
+                        hdr: Vec::new(),
+                        enc: Encoder::default(),
+                    });
+                    continue;
+                }
+            }
+        };
+        if let Some(ep) = conns.get(conn) {
+            if !send_reply(&ep, seq, &prefix, &b.hdr, &b.data[..n], cfg.send_timeout).await {
+                tracing::warn!("reply to connection {conn} failed; dropping it");
+                conns.remove(conn);
+            }
+        }
+        bufs = Some(b);
+    }
+}
+
+/// Receives fsync requests and hands them to the sync thread; each waiter is answered by a
+/// small local task, so the receive loop never waits for a disk flush and requests that arrive
+/// during one flush are batched into the next.
+async fn fsync_handler(
+    worker: Rc<Worker>,
+    conns: Rc<Conns>,
+    cfg: Rc<NetConfig>,
+    ops: Arc<Ops>,
+    sync_tx: mpsc::Sender<SyncJob>,
+) {
+    let mut recv = Vec::<u8>::with_capacity(4096);
+    let pending = Arc::new(tokio::sync::Semaphore::new(4096));
+    loop {
+        recv.clear();
+        let (t, len) = match worker
+            .tag_recv_mask(tag::FSYNC, tag::KIND_MASK, recv.spare_capacity_mut())
+            .await
+        {
+            Ok(v) => v,
+            Err(_) => {
+                ops.stats.bad_frames.fetch_add(1, Relaxed);
+                continue;
+            }
+        };
+        // SAFETY: UCX wrote `len` bytes into the spare capacity.
+        unsafe { recv.set_len(len) };
+        let (_, conn, seq) = tag::split(t);
+        let waiter = match frame::decode_request(&recv) {
+            Ok((Request::Fsync { id }, _)) => {
+                ops.stats.request("fsync");
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                sync_tx.send((id, tx)).ok().map(|_| rx)
+            }
+            Ok(_) => None,
+            Err(_) => {
+                ops.stats.bad_frames.fetch_add(1, Relaxed);
+                None
+            }
+        };
+        let Ok(permit) = pending.clone().acquire_owned().await else {
+            return;
+        };
+        let (conns, cfg) = (conns.clone(), cfg.clone());
+        tokio::task::spawn_local(async move {
+            let _permit = permit;
+            let result = match waiter {
+                Some(rx) => rx.await.unwrap_or(Err(Errno::EIO)),
+                None => Err(Errno::EINVAL),
+            };
+            let (prefix, hdr): ([u8; PREFIX], Vec<u8>) = match result {
+                Ok(()) => {
+                    let mut enc = Encoder::default();
+                    let (p, h) = enc.reply(&Reply::Unit);
+                    (p, h.to_vec())
+                }
+                Err(e) => (frame::error_prefix(e), Vec::new()),
+            };
+            if let Some(ep) = conns.get(conn) {
+                if !send_reply(&ep, seq, &prefix, &hdr, &[], cfg.send_timeout).await {
+                    conns.remove(conn);
+                }
+            }
+        });
+    }
+}

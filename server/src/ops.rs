@@ -1,0 +1,501 @@
+//! Operations: what each request does to the stores, with POSIX errnos. Pure synchronous
+//! logic, run inline on the net thread (metadata) or on an IO thread (data), see
+//! [`runs_inline`].
+
+use crate::stats::ServerStats;
+use crate::store::chunks::FsChunks;
+use crate::store::rocks::RocksMeta;
+use crate::store::{ChunkStore, Entry, MetadataStore};
+use madfs_placement::check_normalized;
+use madfs_proto::{
+    Attr, Errno, FsResult, Request, SizeMode, StatFs, TimeSpec, S_IFDIR, S_IFMT, S_IFREG,
+};
+use std::sync::Arc;
+
+/// Largest offset + length accepted inside one chunk (bounds memory a request can make the
+/// server allocate for inline chunk 0).
+pub const MAX_CHUNK: u64 = 64 << 20;
+
+/// What an operation produced.
+#[derive(Debug)]
+pub enum Answer {
+    /// Nothing.
+    Unit,
+    /// Attributes.
+    Attr(Attr),
+    /// Create result.
+    Created {
+        attr: Attr,
+        existed: bool,
+        old_size: u64,
+    },
+    /// Yes/no.
+    Bool(bool),
+    /// Bytes written.
+    Written(u32),
+    /// Totals.
+    StatFs(StatFs),
+    /// Directory slice.
+    Dirents(Vec<Entry>, Option<u64>),
+    /// `n` bytes of read data are in the data buffer.
+    Data(usize),
+}
+
+/// The stores of one server and its settings.
+pub struct Ops {
+    /// Metadata and inline chunk 0.
+    pub meta: RocksMeta,
+    /// Data chunks.
+    pub chunks: FsChunks,
+    /// Default chunk size of new files.
+    pub chunk_size: u32,
+    /// Largest readdir reply this server builds, bytes of names.
+    pub max_list_bytes: usize,
+    /// Counters.
+    pub stats: Arc<ServerStats>,
+}
+
+/// Nanoseconds since the epoch.
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+/// Attributes of the root directory (implicit, always present).
+pub fn root_attr() -> Attr {
+    Attr {
+        id: 1,
+        mode: S_IFDIR | 0o777,
+        nlink: 2,
+        ..Default::default()
+    }
+}
+
+/// Should this request run on the net thread (short RocksDB work) rather than an IO thread?
+pub fn runs_inline(req: &Request<'_>, meta_inline: bool) -> bool {
+    match req {
+        Request::Ping | Request::Stat { .. } | Request::Statfs | Request::HasChildren { .. } => {
+            true
+        }
+        Request::Create { .. }
+        | Request::Mkdir { .. }
+        | Request::Unlink { .. }
+        | Request::Rmdir { .. }
+        | Request::SetSize { .. }
+        | Request::Chmod { .. }
+        | Request::Utimens { .. } => meta_inline,
+        Request::Read { chunk, .. } | Request::Write { chunk, .. } => *chunk == 0 && meta_inline,
+        Request::Readdir { .. } | Request::TruncateChunks { .. } | Request::Fsync { .. } => false,
+    }
+}
+
+fn path_ok(p: &str) -> FsResult<()> {
+    check_normalized(p)
+}
+
+fn not_root(p: &str, e: Errno) -> FsResult<()> {
+    path_ok(p)?;
+    if p == "/" {
+        Err(e)
+    } else {
+        Ok(())
+    }
+}
+
+fn resolve(t: TimeSpec, old: i64, now: i64) -> i64 {
+    match t {
+        TimeSpec::Omit => old,
+        TimeSpec::Now => now,
+        TimeSpec::At(v) => v,
+    }
+}
+
+impl Ops {
+    fn get(&self, path: &str) -> FsResult<Attr> {
+        if path == "/" {
+            return Ok(root_attr());
+        }
+        self.meta.get(path)?.ok_or(Errno::ENOENT)
+    }
+
+    /// Executes one request. `bulk` is the request's data; read results go into `data`.
+    pub fn execute(&self, req: &Request<'_>, bulk: &[u8], data: &mut [u8]) -> FsResult<Answer> {
+        match *req {
+            Request::Ping => Ok(Answer::Unit),
+            Request::Stat { path } => {
+                path_ok(path)?;
+                self.get(path).map(Answer::Attr)
+            }
+            Request::Create {
+                path,
+                mode,
+                uid,
+                gid,
+                excl,
+                trunc,
+            } => {
+                not_root(path, Errno::EISDIR)?;
+                match self.meta.get(path)? {
+                    Some(_) if excl => Err(Errno::EEXIST),
+                    Some(a) if a.is_dir() => Err(Errno::EISDIR),
+                    Some(mut a) => {
+                        let old_size = a.size;
+                        if trunc && a.size > 0 {
+                            a.size = 0;
+                            a.mtime = now_ns();
+                            a.ctime = a.mtime;
+                            self.meta.truncate_inline(a.id, 0)?;
+                            self.meta.put(path, &a)?;
+                        }
+                        Ok(Answer::Created {
+                            attr: a,
+                            existed: true,
+                            old_size,
+                        })
+                    }
+                    None => {
+                        let now = now_ns();
+                        let a = Attr {
+                            id: self.meta.next_id()?,
+                            mode: S_IFREG | (mode & 0o7777),
+                            nlink: 1,
+                            uid,
+                            gid,
+                            size: 0,
+                            chunk_size: self.chunk_size,
+                            atime: now,
+                            mtime: now,
+                            ctime: now,
+                        };
+                        self.meta.put(path, &a)?;
+                        Ok(Answer::Created {
+                            attr: a,
+                            existed: false,
+                            old_size: 0,
+                        })
+                    }
+                }
+            }
+            Request::Mkdir {
+                path,
+                mode,
+                uid,
+                gid,
+            } => {
+                not_root(path, Errno::EEXIST)?;
+                if self.meta.get(path)?.is_some() {
+                    return Err(Errno::EEXIST);
+                }
+                let now = now_ns();
+                let a = Attr {
+                    id: self.meta.next_id()?,
+                    mode: S_IFDIR | (mode & 0o7777),
+                    nlink: 2,
+                    uid,
+                    gid,
+                    size: 0,
+                    chunk_size: self.chunk_size,
+                    atime: now,
+                    mtime: now,
+                    ctime: now,
+                };
+                self.meta.put(path, &a)?;
+                Ok(Answer::Attr(a))
+            }
+            Request::Unlink { path } => {
+                not_root(path, Errno::EISDIR)?;
+                let a = self.get(path)?;
+                if a.is_dir() {
+                    return Err(Errno::EISDIR);
+                }
+                self.meta.remove(path, a.id)?;
+                Ok(Answer::Attr(a))
+            }
+            Request::Rmdir { path } => {
+                not_root(path, Errno::EBUSY)?;
+                let a = self.get(path)?;
+                if !a.is_dir() {
+                    return Err(Errno::ENOTDIR);
+                }
+                if self.meta.has_children(path)? {
+                    return Err(Errno::ENOTEMPTY);
+                }
+                self.meta.remove(path, a.id)?;
+                Ok(Answer::Attr(a))
+            }
+            Request::HasChildren { dir } => {
+                path_ok(dir)?;
+                self.meta.has_children(dir).map(Answer::Bool)
+            }
+            Request::Readdir {
+                dir,
+                start,
+                max_bytes,
+            } => {
+                path_ok(dir)?;
+                let max = (max_bytes as usize).min(self.max_list_bytes);
+                let (v, next) = self.meta.list(dir, start, max)?;
+                Ok(Answer::Dirents(v, next))
+            }
+            Request::SetSize { path, size, mode } => {
+                not_root(path, Errno::EISDIR)?;
+                let mut a = self.get(path)?;
+                if a.is_dir() {
+                    return Err(Errno::EISDIR);
+                }
+                match mode {
+                    SizeMode::Max => {
+                        self.meta.merge_size(path, size, now_ns())?;
+                        Ok(Answer::Unit)
+                    }
+                    SizeMode::Exact => {
+                        a.size = size;
+                        a.mtime = now_ns();
+                        a.ctime = a.mtime;
+                        self.meta.truncate_inline(a.id, size)?;
+                        self.meta.put(path, &a)?;
+                        Ok(Answer::Attr(a))
+                    }
+                }
+            }
+            Request::Chmod { path, mode } => {
+                not_root(path, Errno::EPERM)?;
+                let mut a = self.get(path)?;
+                a.mode = (a.mode & S_IFMT) | (mode & 0o7777);
+                a.ctime = now_ns();
+                self.meta.put(path, &a)?;
+                Ok(Answer::Attr(a))
+            }
+            Request::Utimens { path, atime, mtime } => {
+                not_root(path, Errno::EPERM)?;
+                let mut a = self.get(path)?;
+                let now = now_ns();
+                a.atime = resolve(atime, a.atime, now);
+                a.mtime = resolve(mtime, a.mtime, now);
+                a.ctime = now;
+                self.meta.put(path, &a)?;
+                Ok(Answer::Attr(a))
+            }
+            Request::Read {
+                id,
+                chunk,
+                offset,
+                len,
+            } => {
+                let len = (len as usize).min(data.len());
+                if offset as u64 + len as u64 > MAX_CHUNK {
+                    return Err(Errno::EINVAL);
+                }
+                let out = &mut data[..len];
+                let n = if chunk == 0 {
+                    self.meta.read_inline(id, offset as u64, out)?
+                } else {
+                    self.chunks.read(id, chunk, offset as u64, out)?
+                };
+                Ok(Answer::Data(n))
+            }
+            Request::Write { id, chunk, offset } => {
+                if offset as u64 + bulk.len() as u64 > MAX_CHUNK {
+                    return Err(Errno::EFBIG);
+                }
+                if chunk == 0 {
+                    self.meta.write_inline(id, offset as u64, bulk)?;
+                } else {
+                    self.chunks.write(id, chunk, offset as u64, bulk)?;
+                }
+                Ok(Answer::Written(bulk.len() as u32))
+            }
+            Request::TruncateChunks {
+                id,
+                size,
+                chunk_size,
+            } => {
+                if chunk_size == 0 {
+                    return Err(Errno::EINVAL);
+                }
+                self.chunks.truncate(id, size, chunk_size as u64)?;
+                Ok(Answer::Unit)
+            }
+            Request::Fsync { id } => {
+                self.meta.sync()?;
+                self.chunks.sync(id)?;
+                Ok(Answer::Unit)
+            }
+            Request::Statfs => self.chunks.statfs().map(Answer::StatFs),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ops(dir: &std::path::Path) -> Ops {
+        Ops {
+            meta: RocksMeta::open(&dir.join("db"), 0).unwrap(),
+            chunks: FsChunks::open(&dir.join("chunks")).unwrap(),
+            chunk_size: 4096,
+            max_list_bytes: 1 << 16,
+            stats: Arc::default(),
+        }
+    }
+
+    fn create<'a>(path: &'a str, excl: bool) -> Request<'a> {
+        Request::Create {
+            path,
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            excl,
+            trunc: false,
+        }
+    }
+
+    #[test]
+    fn errnos() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = ops(dir.path());
+        let mut d = [0u8; 16];
+        let mut run = |r: Request<'_>| o.execute(&r, b"", &mut d).map(|_| ());
+        assert_eq!(run(Request::Stat { path: "/nope" }), Err(Errno::ENOENT));
+        assert_eq!(run(Request::Stat { path: "/a/../b" }), Err(Errno::EINVAL));
+        assert_eq!(run(Request::Stat { path: "relative" }), Err(Errno::EINVAL));
+        assert_eq!(
+            run(Request::Mkdir {
+                path: "/d",
+                mode: 0o755,
+                uid: 0,
+                gid: 0
+            }),
+            Ok(())
+        );
+        assert_eq!(
+            run(Request::Mkdir {
+                path: "/d",
+                mode: 0o755,
+                uid: 0,
+                gid: 0
+            }),
+            Err(Errno::EEXIST)
+        );
+        assert_eq!(
+            run(Request::Mkdir {
+                path: "/",
+                mode: 0o755,
+                uid: 0,
+                gid: 0
+            }),
+            Err(Errno::EEXIST)
+        );
+        assert_eq!(run(create("/d", false)), Err(Errno::EISDIR));
+        assert_eq!(run(create("/d/f", true)), Ok(()));
+        assert_eq!(run(create("/d/f", true)), Err(Errno::EEXIST));
+        assert_eq!(run(create("/d/f", false)), Ok(()));
+        assert_eq!(run(Request::Rmdir { path: "/d" }), Err(Errno::ENOTEMPTY));
+        assert_eq!(run(Request::Rmdir { path: "/d/f" }), Err(Errno::ENOTDIR));
+        assert_eq!(run(Request::Unlink { path: "/d" }), Err(Errno::EISDIR));
+        assert_eq!(run(Request::Unlink { path: "/d/f" }), Ok(()));
+        assert_eq!(run(Request::Unlink { path: "/d/f" }), Err(Errno::ENOENT));
+        assert_eq!(run(Request::Rmdir { path: "/d" }), Ok(()));
+        assert_eq!(run(Request::Rmdir { path: "/" }), Err(Errno::EBUSY));
+        assert_eq!(
+            run(Request::Write {
+                id: 1,
+                chunk: 0,
+                offset: u32::MAX
+            }),
+            Err(Errno::EFBIG)
+        );
+        assert_eq!(
+            run(Request::TruncateChunks {
+                id: 1,
+                size: 0,
+                chunk_size: 0
+            }),
+            Err(Errno::EINVAL)
+        );
+    }
+
+    #[test]
+    fn size_and_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = ops(dir.path());
+        let mut d = [0u8; 16];
+        let Answer::Created { attr, .. } = o.execute(&create("/f", false), b"", &mut d).unwrap()
+        else {
+            panic!()
+        };
+        o.execute(
+            &Request::Write {
+                id: attr.id,
+                chunk: 0,
+                offset: 2,
+            },
+            b"hey",
+            &mut d,
+        )
+        .unwrap();
+        o.execute(
+            &Request::SetSize {
+                path: "/f",
+                size: 5,
+                mode: SizeMode::Max,
+            },
+            b"",
+            &mut d,
+        )
+        .unwrap();
+        o.execute(
+            &Request::SetSize {
+                path: "/f",
+                size: 3,
+                mode: SizeMode::Max,
+            },
+            b"",
+            &mut d,
+        )
+        .unwrap();
+        let Answer::Attr(a) = o
+            .execute(&Request::Stat { path: "/f" }, b"", &mut d)
+            .unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(a.size, 5);
+        let Answer::Data(n) = o
+            .execute(
+                &Request::Read {
+                    id: attr.id,
+                    chunk: 0,
+                    offset: 0,
+                    len: 16,
+                },
+                b"",
+                &mut d,
+            )
+            .unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(&d[..n], b"\0\0hey");
+        let trunc = Request::Create {
+            path: "/f",
+            mode: 0,
+            uid: 0,
+            gid: 0,
+            excl: false,
+            trunc: true,
+        };
+        let Answer::Created {
+            attr,
+            existed,
+            old_size,
+        } = o.execute(&trunc, b"", &mut d).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!((attr.size, existed, old_size), (0, true, 5));
+    }
+}

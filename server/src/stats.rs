@@ -1,0 +1,71 @@
+//! Server counters, served by the control port.
+
+use madfs_control::Stats;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+/// Counters since start.
+#[derive(Default)]
+pub struct ServerStats {
+    requests: Mutex<BTreeMap<&'static str, u64>>,
+    /// Error replies.
+    pub errors: AtomicU64,
+    /// Undecodable frames.
+    pub bad_frames: AtomicU64,
+    /// Write payload bytes.
+    pub bytes_in: AtomicU64,
+    /// Read payload bytes.
+    pub bytes_out: AtomicU64,
+    /// Accepted connections.
+    pub connections: AtomicU64,
+    /// fsync batches.
+    pub sync_batches: AtomicU64,
+    /// fsync requests covered.
+    pub sync_requests: AtomicU64,
+}
+
+impl ServerStats {
+    /// Counts one request of kind `name`.
+    pub fn request(&self, name: &'static str) {
+        *self
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(name)
+            .or_default() += 1;
+    }
+
+    /// A snapshot for the control port.
+    pub fn snapshot(&self) -> Stats {
+        Stats {
+            requests: self
+                .requests
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect(),
+            errors: self.errors.load(Relaxed),
+            bad_frames: self.bad_frames.load(Relaxed),
+            bytes_in: self.bytes_in.load(Relaxed),
+            bytes_out: self.bytes_out.load(Relaxed),
+            connections: self.connections.load(Relaxed),
+            sync_batches: self.sync_batches.load(Relaxed),
+            sync_requests: self.sync_requests.load(Relaxed),
+            rss_bytes: rss_bytes(),
+        }
+    }
+}
+
+/// Resident set size of this process.
+pub fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64
+}

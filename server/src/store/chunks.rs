@@ -1,0 +1,195 @@
+//! Chunk store on a local directory: chunk *i* of file *id* is the file
+//! `chunks/<id % 256 as 2 hex>/<id as 16 hex>/<i>`. Names are built from numbers only, so no
+//! request can name a path outside the data directory. Plain `std::fs` on IO threads.
+
+use super::ChunkStore;
+use madfs_proto::{Errno, FsResult, StatFs};
+use std::collections::{HashMap, HashSet};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Local-file chunk store.
+pub struct FsChunks {
+    root: PathBuf,
+    dirty: Mutex<HashMap<u64, HashSet<u64>>>,
+}
+
+impl FsChunks {
+    /// Opens (creating) the chunk directory `root`.
+    pub fn open(root: &Path) -> std::io::Result<Self> {
+        std::fs::create_dir_all(root)?;
+        Ok(FsChunks {
+            root: root.to_owned(),
+            dirty: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn file_dir(&self, id: u64) -> PathBuf {
+        self.root
+            .join(format!("{:02x}", id % 256))
+            .join(format!("{id:016x}"))
+    }
+
+    fn chunk_path(&self, id: u64, chunk: u64) -> PathBuf {
+        self.file_dir(id).join(chunk.to_string())
+    }
+
+    fn mark_dirty(&self, id: u64, chunk: u64) {
+        self.dirty
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(id)
+            .or_default()
+            .insert(chunk);
+    }
+}
+
+fn not_found_is_ok(e: std::io::Error) -> FsResult<()> {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        Ok(())
+    } else {
+        Err(Errno::from_io(&e))
+    }
+}
+
+impl ChunkStore for FsChunks {
+    fn read(&self, id: u64, chunk: u64, offset: u64, out: &mut [u8]) -> FsResult<usize> {
+        let f = match File::open(self.chunk_path(id, chunk)) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(Errno::from_io(&e)),
+        };
+        let mut done = 0;
+        while done < out.len() {
+            match f.read_at(&mut out[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Errno::from_io(&e)),
+            }
+        }
+        Ok(done)
+    }
+
+    fn write(&self, id: u64, chunk: u64, offset: u64, data: &[u8]) -> FsResult<()> {
+        let path = self.chunk_path(id, chunk);
+        let f = match OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(self.file_dir(id))?;
+                OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(&path)?
+            }
+            Err(e) => return Err(Errno::from_io(&e)),
+        };
+        f.write_all_at(data, offset)?;
+        self.mark_dirty(id, chunk);
+        Ok(())
+    }
+
+    fn truncate(&self, id: u64, size: u64, chunk_size: u64) -> FsResult<()> {
+        if chunk_size == 0 {
+            return Err(Errno::EINVAL);
+        }
+        let dir = self.file_dir(id);
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) => return not_found_is_ok(e),
+        };
+        for ent in entries {
+            let ent = ent?;
+            let Some(idx) = ent.file_name().to_str().and_then(|s| s.parse::<u64>().ok()) else {
+                continue;
+            };
+            let start = idx.saturating_mul(chunk_size);
+            if start >= size {
+                std::fs::remove_file(ent.path()).or_else(not_found_is_ok)?;
+            } else if size < start + chunk_size {
+                let f = OpenOptions::new().write(true).open(ent.path())?;
+                if f.metadata()?.len() > size - start {
+                    f.set_len(size - start)?;
+                    self.mark_dirty(id, idx);
+                }
+            }
+        }
+        if size == 0 {
+            std::fs::remove_dir(&dir).or_else(|e| match e.raw_os_error() {
+                Some(libc::ENOTEMPTY) => Ok(()),
+                _ => not_found_is_ok(e),
+            })?;
+            self.dirty
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&id);
+        }
+        Ok(())
+    }
+
+    fn sync(&self, id: u64) -> FsResult<()> {
+        let chunks = self
+            .dirty
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+        for chunk in chunks.into_iter().flatten() {
+            match File::open(self.chunk_path(id, chunk)) {
+                Ok(f) => f.sync_data()?,
+                Err(e) => not_found_is_ok(e)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn statfs(&self) -> FsResult<StatFs> {
+        let c = std::ffi::CString::new(self.root.as_os_str().as_encoded_bytes())
+            .map_err(|_| Errno::EINVAL)?;
+        // SAFETY: valid C string and a zeroed out-parameter.
+        let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
+            return Err(Errno::from_io(&std::io::Error::last_os_error()));
+        }
+        Ok(StatFs {
+            bsize: s.f_frsize,
+            blocks: s.f_blocks,
+            bfree: s.f_bfree,
+            bavail: s.f_bavail,
+            files: s.f_files,
+            ffree: s.f_ffree,
+            namelen: madfs_placement::NAME_MAX as u64,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_read_truncate() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = FsChunks::open(dir.path()).unwrap();
+        let mut out = [0u8; 8];
+        assert_eq!(c.read(1, 1, 0, &mut out).unwrap(), 0);
+        c.write(1, 1, 2, b"hello").unwrap();
+        c.write(1, 3, 0, b"x").unwrap();
+        assert_eq!(c.read(1, 1, 0, &mut out).unwrap(), 7);
+        assert_eq!(&out[..7], b"\0\0hello");
+        c.sync(1).unwrap();
+        c.truncate(1, 10 + 4, 10).unwrap(); // keeps 4 bytes of chunk 1, drops chunk 3
+        assert_eq!(c.read(1, 1, 0, &mut out).unwrap(), 4);
+        assert_eq!(c.read(1, 3, 0, &mut out).unwrap(), 0);
+        c.truncate(1, 0, 10).unwrap();
+        assert!(!c.file_dir(1).exists());
+        assert!(c.statfs().unwrap().blocks > 0);
+    }
+}

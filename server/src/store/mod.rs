@@ -1,0 +1,61 @@
+//! Storage back ends of a server: metadata (RocksDB) and chunk data (local files).
+//!
+//! The [`MetadataStore`] and [`ChunkStore`] traits are what the operations layer (`ops.rs`)
+//! sees; [`rocks::RocksMeta`] and [`chunks::FsChunks`] implement them.
+
+pub mod chunks;
+pub mod rocks;
+
+use madfs_proto::{Attr, FsResult, StatFs};
+
+/// One entry of a directory slice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Name hash (directory position).
+    pub hash: u64,
+    /// Entry name.
+    pub name: String,
+    /// Its attributes.
+    pub attr: Attr,
+}
+
+/// Metadata of the entries this server owns, keyed by full path (one lookup per operation).
+pub trait MetadataStore: Send + Sync {
+    /// Attributes of `path` (None if absent).
+    fn get(&self, path: &str) -> FsResult<Option<Attr>>;
+    /// Inserts or replaces the entry of `path`.
+    fn put(&self, path: &str, attr: &Attr) -> FsResult<()>;
+    /// Removes the entry of `path` and the inline chunk 0 of file `id`, atomically.
+    fn remove(&self, path: &str, id: u64) -> FsResult<()>;
+    /// `size = max(size, new)`, `mtime = max(mtime, new)`; no read-modify-write.
+    fn merge_size(&self, path: &str, size: u64, mtime: i64) -> FsResult<()>;
+    /// Entries of `dir` with hash ≥ `start`, in hash order, until about `max_bytes` of names;
+    /// entries sharing a hash are never split. Returns the entries and the hash to go on from.
+    fn list(&self, dir: &str, start: u64, max_bytes: usize) -> FsResult<(Vec<Entry>, Option<u64>)>;
+    /// Does this server hold any entry directly inside `dir`?
+    fn has_children(&self, dir: &str) -> FsResult<bool>;
+    /// Reads inline chunk 0 of file `id` at `offset` into `out`; returns bytes present.
+    fn read_inline(&self, id: u64, offset: u64, out: &mut [u8]) -> FsResult<usize>;
+    /// Writes `data` into inline chunk 0 of file `id` at `offset` (zero-filling a gap).
+    fn write_inline(&self, id: u64, offset: u64, data: &[u8]) -> FsResult<()>;
+    /// Cuts inline chunk 0 of file `id` to `size` bytes.
+    fn truncate_inline(&self, id: u64, size: u64) -> FsResult<()>;
+    /// A new file id, unique in the cluster (server id in the top 16 bits).
+    fn next_id(&self) -> FsResult<u64>;
+    /// Makes every write so far durable (WAL sync).
+    fn sync(&self) -> FsResult<()>;
+}
+
+/// File data chunks (index ≥ 1) held by this server.
+pub trait ChunkStore: Send + Sync {
+    /// Reads chunk `chunk` of file `id` at `offset`; returns bytes present (0 for a hole).
+    fn read(&self, id: u64, chunk: u64, offset: u64, out: &mut [u8]) -> FsResult<usize>;
+    /// Writes `data` into chunk `chunk` of file `id` at `offset`.
+    fn write(&self, id: u64, chunk: u64, offset: u64, data: &[u8]) -> FsResult<()>;
+    /// Drops every byte of file `id` at or beyond `size` (chunks of `chunk_size` bytes).
+    fn truncate(&self, id: u64, size: u64, chunk_size: u64) -> FsResult<()>;
+    /// Makes the written chunks of file `id` durable (fdatasync of each dirty chunk file).
+    fn sync(&self, id: u64) -> FsResult<()>;
+    /// Totals of the local file system holding the chunks.
+    fn statfs(&self) -> FsResult<StatFs>;
+}

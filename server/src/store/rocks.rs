@@ -1,0 +1,420 @@
+//! RocksDB metadata store.
+//!
+//! Key spaces (first byte):
+//! * `E` entries: `E parent \0 hash64(name) (8 bytes BE) name` → attribute record. `stat` is
+//!   one point lookup; a directory slice is one range scan from `E dir \0 start`.
+//! * `C` inline chunk 0: `C id (8 bytes BE)` → bytes.
+//! * `S` server state: `S next_id` → reserved high-water mark of the id counter.
+//!
+//! Sizes grow through the `madfs.size` merge operator (max of size and mtime), so concurrent
+//! writers publish their high-water marks without a read-modify-write. A merge that reaches a
+//! removed entry leaves an empty record, which reads as "absent".
+
+use super::{Entry, MetadataStore};
+use madfs_placement::{name_hash, split_parent};
+use madfs_proto::{Attr, Errno, FsResult};
+use rocksdb::{MergeOperands, Options, WriteBatch, WriteOptions, DB};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+const REC_VERSION: u8 = 1;
+const REC_LEN: usize = 1 + 64;
+const ID_BLOCK: u64 = 1 << 16;
+const STRIPES: usize = 64;
+
+fn io(e: rocksdb::Error) -> Errno {
+    tracing::error!("rocksdb: {e}");
+    Errno::EIO
+}
+
+/// Encodes an attribute record (fixed 65 bytes, little endian).
+pub fn encode_attr(a: &Attr) -> [u8; REC_LEN] {
+    let mut b = [0u8; REC_LEN];
+    b[0] = REC_VERSION;
+    b[1..9].copy_from_slice(&a.id.to_le_bytes());
+    b[9..13].copy_from_slice(&a.mode.to_le_bytes());
+    b[13..17].copy_from_slice(&a.nlink.to_le_bytes());
+    b[17..21].copy_from_slice(&a.uid.to_le_bytes());
+    b[21..25].copy_from_slice(&a.gid.to_le_bytes());
+    b[25..33].copy_from_slice(&a.size.to_le_bytes());
+    b[33..37].copy_from_slice(&a.chunk_size.to_le_bytes());
+    b[41..49].copy_from_slice(&a.atime.to_le_bytes());
+    b[49..57].copy_from_slice(&a.mtime.to_le_bytes());
+    b[57..65].copy_from_slice(&a.ctime.to_le_bytes());
+    b
+}
+
+/// Decodes an attribute record; `None` for an empty (removed) or foreign record.
+pub fn decode_attr(b: &[u8]) -> Option<Attr> {
+    if b.len() < REC_LEN || b[0] != REC_VERSION {
+        return None;
+    }
+    let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+    let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+    Some(Attr {
+        id: u64_at(1),
+        mode: u32_at(9),
+        nlink: u32_at(13),
+        uid: u32_at(17),
+        gid: u32_at(21),
+        size: u64_at(25),
+        chunk_size: u32_at(33),
+        atime: u64_at(41) as i64,
+        mtime: u64_at(49) as i64,
+        ctime: u64_at(57) as i64,
+    })
+}
+
+/// Key of the entry of a normalised path (not the root).
+pub fn entry_key(path: &str) -> Vec<u8> {
+    let (parent, name) = split_parent(path).unwrap_or(("", ""));
+    let mut k = Vec::with_capacity(parent.len() + name.len() + 10);
+    k.push(b'E');
+    k.extend_from_slice(parent.as_bytes());
+    k.push(0);
+    k.extend_from_slice(&name_hash(name).to_be_bytes());
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+/// Prefix of every entry directly inside `dir`.
+pub fn dir_prefix(dir: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(dir.len() + 2);
+    k.push(b'E');
+    k.extend_from_slice(dir.as_bytes());
+    k.push(0);
+    k
+}
+
+fn inline_key(id: u64) -> [u8; 9] {
+    let mut k = [0u8; 9];
+    k[0] = b'C';
+    k[1..].copy_from_slice(&id.to_be_bytes());
+    k
+}
+
+fn size_operand(size: u64, mtime: i64) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&size.to_le_bytes());
+    b[8..].copy_from_slice(&mtime.to_le_bytes());
+    b
+}
+
+fn fold_operands<'a>(
+    ops: impl Iterator<Item = &'a [u8]>,
+    mut size: u64,
+    mut mtime: i64,
+) -> (u64, i64) {
+    for op in ops {
+        if op.len() == 16 {
+            size = size.max(u64::from_le_bytes(op[..8].try_into().unwrap()));
+            mtime = mtime.max(i64::from_le_bytes(op[8..].try_into().unwrap()));
+        }
+    }
+    (size, mtime)
+}
+
+fn size_full_merge(_key: &[u8], existing: Option<&[u8]>, ops: &MergeOperands) -> Option<Vec<u8>> {
+    match existing.and_then(decode_attr) {
+        Some(mut a) => {
+            let (size, mtime) = fold_operands(ops.iter(), a.size, a.mtime);
+            a.size = size;
+            a.ctime = a.ctime.max(mtime);
+            a.mtime = mtime;
+            Some(encode_attr(&a).to_vec())
+        }
+        // the entry is gone (unlinked while a writer was still publishing): stay gone
+        None => Some(Vec::new()),
+    }
+}
+
+fn size_partial_merge(
+    _key: &[u8],
+    _existing: Option<&[u8]>,
+    ops: &MergeOperands,
+) -> Option<Vec<u8>> {
+    let (size, mtime) = fold_operands(ops.iter(), 0, i64::MIN);
+    Some(size_operand(size, mtime).to_vec())
+}
+
+/// The RocksDB metadata store of one server.
+pub struct RocksDbMeta {
+    db: DB,
+    server_id: u64,
+    next: AtomicU64,
+    reserved: Mutex<u64>,
+    stripes: Vec<Mutex<()>>,
+}
+
+/// Public name used by the rest of the server.
+pub type RocksMeta = RocksDbMeta;
+
+impl RocksDbMeta {
+    /// Opens (creating) the database in `dir`. The WAL stays on.
+    pub fn open(dir: &Path, server_id: u32) -> anyhow::Result<Self> {
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.set_merge_operator("madfs.size", size_full_merge, size_partial_merge);
+        opts.increase_parallelism(2);
+        opts.set_max_background_jobs(2);
+        let db = DB::open(&opts, dir)?;
+        let reserved = match db.get(b"Snext_id")? {
+            Some(v) if v.len() == 8 => u64::from_le_bytes(v[..].try_into().unwrap()),
+            _ => 1,
+        };
+        Ok(RocksDbMeta {
+            db,
+            server_id: server_id as u64,
+            next: AtomicU64::new(reserved),
+            reserved: Mutex::new(reserved),
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+        })
+    }
+
+    fn stripe(&self, id: u64) -> std::sync::MutexGuard<'_, ()> {
+        self.stripes[(id as usize) % STRIPES]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Flushes memtables (clean shutdown).
+    pub fn flush(&self) -> FsResult<()> {
+        self.db.flush().map_err(io)
+    }
+}
+
+impl MetadataStore for RocksDbMeta {
+    fn get(&self, path: &str) -> FsResult<Option<Attr>> {
+        Ok(self
+            .db
+            .get_pinned(entry_key(path))
+            .map_err(io)?
+            .and_then(|v| decode_attr(&v)))
+    }
+
+    fn put(&self, path: &str, attr: &Attr) -> FsResult<()> {
+        self.db.put(entry_key(path), encode_attr(attr)).map_err(io)
+    }
+
+    fn remove(&self, path: &str, id: u64) -> FsResult<()> {
+        let _g = self.stripe(id);
+        let mut b = WriteBatch::default();
+        b.delete(entry_key(path));
+        b.delete(inline_key(id));
+        self.db.write(b).map_err(io)
+    }
+
+    fn merge_size(&self, path: &str, size: u64, mtime: i64) -> FsResult<()> {
+        self.db
+            .merge(entry_key(path), size_operand(size, mtime))
+            .map_err(io)
+    }
+
+    fn list(&self, dir: &str, start: u64, max_bytes: usize) -> FsResult<(Vec<Entry>, Option<u64>)> {
+        let prefix = dir_prefix(dir);
+        let mut from = prefix.clone();
+        from.extend_from_slice(&start.to_be_bytes());
+        let mut it = self.db.raw_iterator();
+        it.seek(&from);
+        let mut out: Vec<Entry> = Vec::new();
+        let mut bytes = 0usize;
+        while it.valid() {
+            let (Some(k), Some(v)) = (it.key(), it.value()) else {
+                break;
+            };
+            if !k.starts_with(&prefix) || k.len() < prefix.len() + 8 {
+                break;
+            }
+            let hash = u64::from_be_bytes(k[prefix.len()..prefix.len() + 8].try_into().unwrap());
+            if bytes >= max_bytes && out.last().map(|e| e.hash) != Some(hash) {
+                return Ok((out, Some(hash)));
+            }
+            if let (Some(attr), Ok(name)) =
+                (decode_attr(v), std::str::from_utf8(&k[prefix.len() + 8..]))
+            {
+                bytes += name.len() + 48;
+                out.push(Entry {
+                    hash,
+                    name: name.to_owned(),
+                    attr,
+                });
+            }
+            it.next();
+        }
+        it.status().map_err(io)?;
+        Ok((out, None))
+    }
+
+    fn has_children(&self, dir: &str) -> FsResult<bool> {
+        let prefix = dir_prefix(dir);
+        let mut it = self.db.raw_iterator();
+        it.seek(&prefix);
+        while it.valid() {
+            let (Some(k), Some(v)) = (it.key(), it.value()) else {
+                break;
+            };
+            if !k.starts_with(&prefix) {
+                break;
+            }
+            if decode_attr(v).is_some() {
+                return Ok(true);
+            }
+            it.next();
+        }
+        it.status().map_err(io)?;
+        Ok(false)
+    }
+
+    fn read_inline(&self, id: u64, offset: u64, out: &mut [u8]) -> FsResult<usize> {
+        let Some(v) = self.db.get_pinned(inline_key(id)).map_err(io)? else {
+            return Ok(0);
+        };
+        let off = offset as usize;
+        if off >= v.len() {
+            return Ok(0);
+        }
+        let n = out.len().min(v.len() - off);
+        out[..n].copy_from_slice(&v[off..off + n]);
+        Ok(n)
+    }
+
+    fn write_inline(&self, id: u64, offset: u64, data: &[u8]) -> FsResult<()> {
+        let _g = self.stripe(id);
+        let key = inline_key(id);
+        let off = offset as usize;
+        let mut v = self.db.get(key).map_err(io)?.unwrap_or_default();
+        if v.len() < off + data.len() {
+            v.resize(off + data.len(), 0);
+        }
+        v[off..off + data.len()].copy_from_slice(data);
+        self.db.put(key, v).map_err(io)
+    }
+
+    fn truncate_inline(&self, id: u64, size: u64) -> FsResult<()> {
+        let _g = self.stripe(id);
+        let key = inline_key(id);
+        if let Some(mut v) = self.db.get(key).map_err(io)? {
+            if (size as usize) < v.len() {
+                v.truncate(size as usize);
+                self.db.put(key, v).map_err(io)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn next_id(&self) -> FsResult<u64> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        if n >= (1u64 << 48) {
+            return Err(Errno::ENOSPC);
+        }
+        let mut reserved = self.reserved.lock().unwrap_or_else(|e| e.into_inner());
+        if n >= *reserved {
+            // reserve the next block durably before handing out ids from it
+            let new = (n / ID_BLOCK + 1) * ID_BLOCK;
+            let mut wo = WriteOptions::default();
+            wo.set_sync(true);
+            self.db
+                .put_opt(b"Snext_id", new.to_le_bytes(), &wo)
+                .map_err(io)?;
+            *reserved = new;
+        }
+        Ok((self.server_id << 48) | n)
+    }
+
+    fn sync(&self) -> FsResult<()> {
+        self.db.flush_wal(true).map_err(io)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attr(id: u64) -> Attr {
+        Attr {
+            id,
+            mode: madfs_proto::S_IFREG | 0o644,
+            nlink: 1,
+            size: 10,
+            chunk_size: 4096,
+            mtime: 5,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn record_round_trip() {
+        let a = Attr {
+            atime: -3,
+            ctime: i64::MAX,
+            uid: 7,
+            gid: 8,
+            ..attr(99)
+        };
+        assert_eq!(decode_attr(&encode_attr(&a)), Some(a));
+        assert_eq!(decode_attr(&[]), None);
+    }
+
+    #[test]
+    fn merge_and_list() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = RocksDbMeta::open(dir.path(), 3).unwrap();
+        m.put("/d/a", &attr(1)).unwrap();
+        m.merge_size("/d/a", 100, 9).unwrap();
+        m.merge_size("/d/a", 50, 2).unwrap();
+        let a = m.get("/d/a").unwrap().unwrap();
+        assert_eq!((a.size, a.mtime), (100, 9));
+        // a merge after removal leaves the entry absent
+        m.remove("/d/a", 1).unwrap();
+        m.merge_size("/d/a", 7, 1).unwrap();
+        assert_eq!(m.get("/d/a").unwrap(), None);
+        assert!(!m.has_children("/d").unwrap());
+        for i in 0..100 {
+            m.put(&format!("/d/f{i}"), &attr(i)).unwrap();
+        }
+        m.put("/d/sub/x", &attr(1000)).unwrap();
+        m.put("/dd", &attr(1001)).unwrap();
+        let mut names = vec![];
+        let mut start = 0;
+        loop {
+            let (v, next) = m.list("/d", start, 200).unwrap();
+            assert!(v.windows(2).all(|w| w[0].hash <= w[1].hash));
+            names.extend(v.into_iter().map(|e| e.name));
+            match next {
+                Some(n) => start = n,
+                None => break,
+            }
+        }
+        names.sort();
+        let mut want: Vec<String> = (0..100).map(|i| format!("f{i}")).collect();
+        want.sort();
+        assert_eq!(names, want);
+    }
+
+    #[test]
+    fn ids_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = {
+            let m = RocksDbMeta::open(dir.path(), 2).unwrap();
+            m.next_id().unwrap()
+        };
+        let m = RocksDbMeta::open(dir.path(), 2).unwrap();
+        let second = m.next_id().unwrap();
+        assert_eq!(first >> 48, 2);
+        assert!(second > first);
+    }
+
+    #[test]
+    fn inline_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = RocksDbMeta::open(dir.path(), 0).unwrap();
+        m.write_inline(5, 3, b"abc").unwrap();
+        let mut out = [9u8; 10];
+        assert_eq!(m.read_inline(5, 0, &mut out).unwrap(), 6);
+        assert_eq!(&out[..6], b"\0\0\0abc");
+        m.truncate_inline(5, 4).unwrap();
+        assert_eq!(m.read_inline(5, 0, &mut out).unwrap(), 4);
+        assert_eq!(m.read_inline(5, 10, &mut out).unwrap(), 0);
+    }
+}
