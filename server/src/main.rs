@@ -50,6 +50,11 @@ struct Args {
 
 fn main() {
     use std::io::IsTerminal;
+    if std::env::var_os("UCX_TCP_CM_REUSEADDR").is_none() {
+        // A server restarted after a crash must get its port back at once (the cluster file
+        // names it), not after TIME_WAIT. SAFETY: no other thread exists yet.
+        unsafe { std::env::set_var("UCX_TCP_CM_REUSEADDR", "y") };
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("MADFS_LOG")

@@ -145,8 +145,8 @@ fn run(c: &Client, cmd: Cmd) -> Result<(), Box<dyn std::error::Error>> {
                 }
                 i += 1;
                 if i.is_multiple_of(1000) {
-                    println!("{i}");
-                    std::io::stdout().flush()?;
+                    let mut out = std::io::stdout();
+                    let _ = writeln!(out, "{i}").and_then(|_| out.flush());
                 }
             }
         }

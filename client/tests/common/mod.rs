@@ -1,0 +1,81 @@
+//! Shared fixture of the integration tests: real `madfs-server` processes on 127.0.0.1.
+#![allow(dead_code)]
+
+use madfs_client::{Client, ClientConfig, FileSystem, OpenFlags};
+use madfs_cluster::{LocalCluster, Options};
+use std::sync::Once;
+use std::time::Duration;
+
+/// Keeps UCX on loopback in this process (before any UCX context exists).
+pub fn setup() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        if std::env::var_os("UCX_NET_DEVICES").is_none() {
+            // SAFETY: runs once, before any thread of this test binary reads the environment
+            // through UCX (every test calls `setup` first).
+            unsafe { std::env::set_var("UCX_NET_DEVICES", "lo") };
+        }
+    });
+}
+
+/// Starts `n` servers with extra args.
+pub fn cluster(n: usize, args: &[&str], err_mode: &str) -> LocalCluster {
+    setup();
+    LocalCluster::start(Options {
+        servers: n,
+        args: args.iter().map(|s| s.to_string()).collect(),
+        err_mode: err_mode.into(),
+        env: vec![],
+    })
+    .expect("start servers")
+}
+
+/// A client of `c` with a call deadline.
+pub fn client(c: &LocalCluster, timeout: Duration, err_mode: &str) -> Client {
+    let mut cfg = ClientConfig::from_cluster_file(c.cluster_file()).unwrap();
+    cfg.timeout = timeout;
+    cfg.ucx.err_mode = madfs_rpc::UcxSettings::parse_err_mode(err_mode).unwrap();
+    Client::new(&cfg).unwrap()
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn data(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Writes `bytes` to a new file `path` (in pieces of `piece` bytes) and closes it.
+pub fn put(c: &Client, path: &str, bytes: &[u8], piece: usize, fsync: bool) {
+    let mut f = c.open(path, OpenFlags::create_trunc()).unwrap();
+    let mut off = 0;
+    for part in bytes.chunks(piece.max(1)) {
+        assert_eq!(c.write(&mut f, off as u64, part).unwrap(), part.len());
+        off += part.len();
+    }
+    if fsync {
+        c.fsync(&mut f).unwrap();
+    }
+    c.close(f).unwrap();
+}
+
+/// Reads the whole file `path`.
+pub fn get(c: &Client, path: &str) -> Vec<u8> {
+    let f = c.open(path, OpenFlags::default()).unwrap();
+    let mut out = vec![0u8; f.size() as usize];
+    let n = c.read(&f, 0, &mut out).unwrap();
+    assert_eq!(n, out.len(), "short read of {path}");
+    c.close(f).unwrap();
+    out
+}
+
+/// Stable checksum.
+pub fn sum(b: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(b)
+}

@@ -1,0 +1,290 @@
+//! End to end through the client library against 3 real servers on loopback.
+
+mod common;
+
+use common::*;
+use madfs_client::{Errno, FileSystem, OpenFlags, TimeSpec};
+use std::collections::HashSet;
+use std::time::Duration;
+
+const CS: usize = 65536;
+
+#[test]
+fn files_dirs_data_and_errnos() {
+    let cl = cluster(3, &["--chunk-size", "65536"], "none");
+    let c = client(&cl, Duration::from_secs(20), "none");
+
+    // 1,000 files in one directory
+    c.mkdir("/flat", 0o755).unwrap();
+    for i in 0..1000 {
+        let f = c
+            .open(
+                &format!("/flat/file.{i}"),
+                OpenFlags {
+                    create: true,
+                    excl: true,
+                    mode: 0o644,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        c.close(f).unwrap();
+    }
+    let list = c.readdir("/flat").unwrap();
+    assert_eq!(list.len(), 1000);
+    let names: HashSet<&str> = list.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names.len(), 1000, "every name exactly once");
+    for i in 0..1000 {
+        assert!(names.contains(format!("file.{i}").as_str()));
+    }
+    assert!(
+        list.windows(2).all(|w| w[0].hash <= w[1].hash),
+        "hash order"
+    );
+
+    // 100 files in nested directories
+    c.mkdir("/nest", 0o755).unwrap();
+    c.mkdir("/nest/a", 0o755).unwrap();
+    for d in 0..10 {
+        c.mkdir(&format!("/nest/a/d{d}"), 0o700).unwrap();
+        for f in 0..10 {
+            put(
+                &c,
+                &format!("/nest/a/d{d}/f{f}"),
+                &data(100 + f, (d * 10 + f) as u64),
+                1 << 20,
+                false,
+            );
+        }
+    }
+    for d in 0..10 {
+        assert_eq!(c.readdir(&format!("/nest/a/d{d}")).unwrap().len(), 10);
+        for f in 0..10 {
+            assert_eq!(
+                get(&c, &format!("/nest/a/d{d}/f{f}")),
+                data(100 + f, (d * 10 + f) as u64)
+            );
+        }
+    }
+    let st = c.stat("/nest/a/d3").unwrap();
+    assert!(st.is_dir());
+    assert_eq!(st.mode & 0o777, 0o700);
+
+    // data of awkward sizes, written in awkward pieces, read back with checksums
+    c.mkdir("/data", 0o755).unwrap();
+    let sizes = [0, 1, 3901, CS - 1, CS, CS + 1, 3 * CS];
+    for (i, &n) in sizes.iter().enumerate() {
+        let bytes = data(n, 1000 + i as u64);
+        for piece in [47008, 1 << 20] {
+            let p = format!("/data/s{n}-{piece}");
+            put(&c, &p, &bytes, piece, false);
+            let a = c.stat(&p).unwrap();
+            assert_eq!(a.size, n as u64, "{p}");
+            assert!(a.is_file());
+            let back = get(&c, &p);
+            assert_eq!(sum(&back), sum(&bytes), "{p}");
+        }
+    }
+    // reads across chunk boundaries at odd offsets
+    let big = data(3 * CS, 1006);
+    let f = c
+        .open(&format!("/data/s{}-47008", 3 * CS), OpenFlags::default())
+        .unwrap();
+    for (off, len) in [
+        (CS - 7, 20),
+        (2 * CS - 1, CS + 2),
+        (3 * CS - 5, 100),
+        (0, 3 * CS + 10),
+    ] {
+        let mut buf = vec![0u8; len];
+        let n = c.read(&f, off as u64, &mut buf).unwrap();
+        let want = &big[off..(off + len).min(big.len())];
+        assert_eq!(&buf[..n], want, "read at {off}+{len}");
+    }
+    let mut buf = [0u8; 8];
+    assert_eq!(
+        c.read(&f, 10 * CS as u64, &mut buf).unwrap(),
+        0,
+        "read past EOF"
+    );
+    c.close(f).unwrap();
+
+    // a sparse file: holes read as zeros
+    let mut f = c.open("/data/sparse", OpenFlags::create_trunc()).unwrap();
+    c.write(&mut f, (2 * CS + 100) as u64, b"tail").unwrap();
+    c.close(f).unwrap();
+    let back = get(&c, "/data/sparse");
+    assert_eq!(back.len(), 2 * CS + 104);
+    assert!(back[..2 * CS + 100].iter().all(|b| *b == 0));
+    assert_eq!(&back[2 * CS + 100..], b"tail");
+
+    // truncate shrink and grow, O_TRUNC
+    c.truncate("/data/sparse", 10).unwrap();
+    assert_eq!(c.stat("/data/sparse").unwrap().size, 10);
+    c.truncate("/data/sparse", 3 * CS as u64).unwrap();
+    let back = get(&c, "/data/sparse");
+    assert!(
+        back.iter().all(|b| *b == 0),
+        "grown file reads zeros, old tail is gone"
+    );
+    let f = c
+        .open(
+            &format!("/data/s{}-47008", 3 * CS),
+            OpenFlags {
+                trunc: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(f.size(), 0);
+    c.close(f).unwrap();
+    assert_eq!(c.stat(&format!("/data/s{}-47008", 3 * CS)).unwrap().size, 0);
+
+    // chmod / utimens / statfs
+    c.chmod("/data/s1-47008", 0o600).unwrap();
+    assert_eq!(c.stat("/data/s1-47008").unwrap().mode & 0o7777, 0o600);
+    c.utimens(
+        "/data/s1-47008",
+        TimeSpec::At(1_000_000_000),
+        TimeSpec::At(2_000_000_000),
+    )
+    .unwrap();
+    let a = c.stat("/data/s1-47008").unwrap();
+    assert_eq!((a.atime, a.mtime), (1_000_000_000, 2_000_000_000));
+    let s = c.statfs().unwrap();
+    assert!(s.blocks > 0 && s.bsize > 0);
+
+    // errnos
+    let excl = OpenFlags {
+        create: true,
+        excl: true,
+        mode: 0o644,
+        ..Default::default()
+    };
+    assert_eq!(c.stat("/nope").unwrap_err(), Errno::ENOENT);
+    assert_eq!(
+        c.open("/nope", OpenFlags::default()).unwrap_err(),
+        Errno::ENOENT
+    );
+    assert_eq!(c.unlink("/nope").unwrap_err(), Errno::ENOENT);
+    assert_eq!(c.rmdir("/nope").unwrap_err(), Errno::ENOENT);
+    assert_eq!(c.open("/nodir/f", excl).unwrap_err(), Errno::ENOENT);
+    assert_eq!(c.mkdir("/nodir/d", 0o755).unwrap_err(), Errno::ENOENT);
+    assert_eq!(c.mkdir("/flat", 0o755).unwrap_err(), Errno::EEXIST);
+    assert_eq!(c.open("/flat/file.1", excl).unwrap_err(), Errno::EEXIST);
+    assert_eq!(c.open("/flat/file.1/x", excl).unwrap_err(), Errno::ENOTDIR);
+    assert_eq!(
+        c.mkdir("/flat/file.1/x", 0o755).unwrap_err(),
+        Errno::ENOTDIR
+    );
+    assert_eq!(c.stat("/flat/file.1/x").unwrap_err(), Errno::ENOTDIR);
+    assert_eq!(c.rmdir("/flat/file.1").unwrap_err(), Errno::ENOTDIR);
+    assert_eq!(c.readdir("/flat/file.1").unwrap_err(), Errno::ENOTDIR);
+    assert_eq!(
+        c.open("/flat", OpenFlags::default()).unwrap_err(),
+        Errno::EISDIR
+    );
+    assert_eq!(c.open("/flat", excl).unwrap_err(), Errno::EEXIST);
+    assert_eq!(
+        c.open(
+            "/flat",
+            OpenFlags {
+                create: true,
+                mode: 0o644,
+                ..Default::default()
+            }
+        )
+        .unwrap_err(),
+        Errno::EISDIR
+    );
+    assert_eq!(c.unlink("/flat").unwrap_err(), Errno::EISDIR);
+    assert_eq!(c.rmdir("/flat").unwrap_err(), Errno::ENOTEMPTY);
+    assert_eq!(c.rmdir("/nest/a").unwrap_err(), Errno::ENOTEMPTY);
+    assert_eq!(c.stat("/a/../etc").unwrap_err(), Errno::EINVAL);
+    assert_eq!(c.stat("relative").unwrap_err(), Errno::EINVAL);
+    assert_eq!(c.mkdir("/bad\0name", 0o755).unwrap_err(), Errno::EINVAL);
+    assert_eq!(
+        c.stat(&format!("/{}", "n".repeat(300))).unwrap_err(),
+        Errno::ENAMETOOLONG
+    );
+    assert_eq!(c.truncate("/nope", 0).unwrap_err(), Errno::ENOENT);
+    assert_eq!(c.truncate("/flat", 0).unwrap_err(), Errno::EISDIR);
+
+    // ENOTEMPTY must hold whichever server holds the only child
+    c.mkdir("/one", 0o755).unwrap();
+    for i in 0..12 {
+        let p = format!("/one/only{i}");
+        put(&c, &p, b"x", 1, false);
+        assert_eq!(
+            c.rmdir("/one").unwrap_err(),
+            Errno::ENOTEMPTY,
+            "child {p} on server {}",
+            c.meta_of(&p)
+        );
+        c.unlink(&p).unwrap();
+    }
+    c.rmdir("/one").unwrap();
+
+    // unlink everything, then directories are empty and removable
+    for i in 0..1000 {
+        c.unlink(&format!("/flat/file.{i}")).unwrap();
+    }
+    assert!(c.readdir("/flat").unwrap().is_empty());
+    c.rmdir("/flat").unwrap();
+    assert_eq!(c.stat("/flat").unwrap_err(), Errno::ENOENT);
+    // a re-created file never sees old bytes
+    put(&c, "/data/again", &data(3 * CS, 7), 1 << 20, false);
+    c.unlink("/data/again").unwrap();
+    let mut f = c.open("/data/again", OpenFlags::create_trunc()).unwrap();
+    c.write(&mut f, (3 * CS - 1) as u64, b"z").unwrap();
+    c.close(f).unwrap();
+    let back = get(&c, "/data/again");
+    assert!(back[..3 * CS - 1].iter().all(|b| *b == 0));
+}
+
+#[test]
+fn fsynced_data_survives_sigkill_and_restart() {
+    let mut cl = cluster(3, &["--chunk-size", "65536"], "none");
+    let c = client(&cl, Duration::from_secs(20), "none");
+    c.mkdir("/dur", 0o755).unwrap();
+    let sizes = [1usize, 3901, CS + 1, 5 * CS + 17];
+    for (i, &n) in sizes.iter().enumerate() {
+        put(
+            &c,
+            &format!("/dur/f{i}"),
+            &data(n, 50 + i as u64),
+            47008,
+            true,
+        );
+    }
+    // kill every server with SIGKILL (no clean shutdown), restart on the same data
+    for s in 0..3 {
+        cl.kill(s);
+    }
+    for s in 0..3 {
+        cl.restart(s).unwrap();
+    }
+    let fresh = client(&cl, Duration::from_secs(20), "none");
+    for (i, &n) in sizes.iter().enumerate() {
+        let p = format!("/dur/f{i}");
+        assert_eq!(fresh.stat(&p).unwrap().size, n as u64);
+        assert_eq!(sum(&get(&fresh, &p)), sum(&data(n, 50 + i as u64)), "{p}");
+    }
+    assert_eq!(fresh.readdir("/dur").unwrap().len(), sizes.len());
+    // the old client reconnects after the failure of its old connections
+    c.transport().set_timeout(Duration::from_secs(2));
+    let mut ok = false;
+    for _ in 0..5 {
+        if c.stat("/dur/f1").is_ok() {
+            ok = true;
+            break;
+        }
+    }
+    assert!(ok, "old client never reconnected");
+    // ids handed out after the restart do not collide with old ones
+    put(&fresh, "/dur/new", b"new", 3, true);
+    let ids: HashSet<u64> = (0..sizes.len())
+        .map(|i| fresh.stat(&format!("/dur/f{i}")).unwrap().id)
+        .collect();
+    assert!(!ids.contains(&fresh.stat("/dur/new").unwrap().id));
+}

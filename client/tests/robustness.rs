@@ -1,0 +1,239 @@
+//! Servers survive what clients throw at them: malformed frames, `..` paths, oversized
+//! frames, and clients killed in the middle of requests (TCP and shared memory).
+
+mod common;
+
+use common::*;
+use madfs_client::{Errno, FileSystem, OpenFlags};
+use madfs_proto::frame::{self, Encoder, MAGIC, PREFIX};
+use madfs_proto::{tag, Request};
+use std::io::{BufRead, BufReader};
+use std::mem::MaybeUninit;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn alive(pid: Option<u32>) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    pid.is_some_and(|p| unsafe { libc::kill(p as i32, 0) } == 0)
+}
+
+/// Sends raw frame pieces and returns the reply's errno (Ok(()) for success).
+fn raw(
+    c: &madfs_client::Client,
+    server: u32,
+    kind: u64,
+    pieces: &[&[u8]],
+) -> Result<Result<(), Errno>, Errno> {
+    let t = c.transport();
+    t.ensure(server)?;
+    let mut out = vec![MaybeUninit::<u8>::uninit(); 4096];
+    let n = t.wait(&[server], t.exchange(server, kind, pieces, &mut out))?;
+    let bytes: Vec<u8> = out[..n]
+        .iter()
+        .map(|b| unsafe { b.assume_init() })
+        .collect();
+    Ok(frame::decode_reply(&bytes).map(|_| ()))
+}
+
+#[test]
+fn malformed_frames_do_not_hurt_the_server() {
+    let cl = cluster(2, &[], "none");
+    let c = client(&cl, Duration::from_secs(10), "none");
+    put(&c, "/keep", b"precious", 8, true);
+    let s = c.meta_of("/keep");
+
+    let mut enc = Encoder::default();
+    let mut huge = u32::MAX.to_le_bytes().to_vec();
+    huge.extend_from_slice(&MAGIC.to_le_bytes());
+    let mut bad_magic = 4u32.to_le_bytes().to_vec();
+    bad_magic.extend_from_slice(b"nope");
+    let mut garbage_hdr = 6u32.to_le_bytes().to_vec();
+    garbage_hdr.extend_from_slice(&MAGIC.to_le_bytes());
+    let frames: Vec<Vec<u8>> = vec![
+        vec![1],                                                          // truncated prefix
+        vec![0xff; 300],                                                  // garbage
+        huge,      // header length beyond the frame
+        bad_magic, // not our magic
+        [garbage_hdr, vec![0xa5, 0x13, 0x00, 0xff, 0x07, 0x02]].concat(), // not flexbuffers
+    ];
+    for f in &frames {
+        assert_eq!(
+            raw(&c, s, tag::REQUEST, &[f]).unwrap(),
+            Err(Errno::EPROTO),
+            "{f:?}"
+        );
+        assert_eq!(
+            raw(&c, s, tag::FSYNC, &[f]).unwrap(),
+            Err(Errno::EINVAL),
+            "fsync tag {f:?}"
+        );
+    }
+    // every truncation of a valid frame
+    let (p, h) = enc.request(&Request::Stat { path: "/keep" });
+    let whole = [&p[..], h].concat();
+    for n in 0..whole.len() {
+        let r = raw(&c, s, tag::REQUEST, &[&whole[..n]]).unwrap();
+        assert!(r.is_err(), "truncated to {n} bytes");
+    }
+    // well-formed requests with hostile contents
+    let hostile = [
+        Request::Stat {
+            path: "/a/../../etc/passwd",
+        },
+        Request::Create {
+            path: "/../escape",
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            excl: false,
+            trunc: true,
+        },
+        Request::Mkdir {
+            path: "relative/x",
+            mode: 0o755,
+            uid: 0,
+            gid: 0,
+        },
+        Request::Unlink { path: "/x/./y" },
+        Request::Readdir {
+            dir: "//",
+            start: 0,
+            max_bytes: u32::MAX,
+        },
+        Request::TruncateChunks {
+            id: 1,
+            size: 0,
+            chunk_size: 0,
+        },
+    ];
+    for r in &hostile {
+        let (p, h) = enc.request(r);
+        assert_eq!(
+            raw(&c, s, tag::REQUEST, &[&p, h]).unwrap(),
+            Err(Errno::EINVAL),
+            "{r:?}"
+        );
+    }
+    let (p, h) = enc.request(&Request::Write {
+        id: 77,
+        chunk: u64::MAX,
+        offset: u32::MAX,
+    });
+    assert_eq!(
+        raw(&c, s, tag::REQUEST, &[&p, h, b"data"]).unwrap(),
+        Err(Errno::EFBIG)
+    );
+    let (p, h) = enc.request(&Request::Read {
+        id: 77,
+        chunk: 5,
+        offset: 0,
+        len: u32::MAX,
+    });
+    assert!(
+        raw(&c, s, tag::REQUEST, &[&p, h]).is_ok(),
+        "huge read length is clamped"
+    );
+    assert!(!cl.root().parent().unwrap().join("escape").exists());
+
+    // a frame larger than the server's buffers: no answer (the call times out), no harm
+    c.transport().set_timeout(Duration::from_secs(2));
+    let max = c.transport().welcome(s).unwrap().max_frame as usize;
+    let (p, h) = enc.request(&Request::Write {
+        id: 78,
+        chunk: 1,
+        offset: 0,
+    });
+    let big = vec![7u8; max + (1 << 20)];
+    let t0 = Instant::now();
+    assert_eq!(raw(&c, s, tag::REQUEST, &[&p, h, &big]), Err(Errno::EIO));
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    c.transport().set_timeout(Duration::from_secs(10));
+
+    // the server is alive and still answers correctly
+    for i in 0..2 {
+        assert!(alive(cl.pid(i)));
+        c.ping(i as u32).unwrap();
+    }
+    assert_eq!(get(&c, "/keep"), b"precious");
+    let _ = PREFIX;
+}
+
+/// Starts `madfs hammer` processes, lets them run, kills them with SIGKILL mid-stream, and
+/// checks the servers go on serving another client.
+fn kill_clients_mid_requests(err_mode: &str) {
+    let cl = cluster(2, &[], err_mode);
+    let c = client(&cl, Duration::from_secs(10), err_mode);
+    let bin = env!("CARGO_BIN_EXE_madfs");
+    for round in 0..3 {
+        let mut kids = vec![];
+        for k in 0..3 {
+            let mut child = Command::new(bin)
+                .args(["hammer", &format!("/h{round}-{k}"), "--seconds", "60"])
+                .env("MADFS_CLUSTER", cl.cluster_file())
+                .env("MADFS_UCX_ERR_MODE", err_mode)
+                .env("UCX_NET_DEVICES", "lo")
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            // wait until it has done real work
+            let mut line = String::new();
+            let mut out = BufReader::new(child.stdout.take().unwrap());
+            out.read_line(&mut line).unwrap();
+            assert!(line.trim().parse::<u64>().is_ok(), "hammer said {line:?}");
+            // keep its stdout open: it must die of our SIGKILL, in the middle of requests
+            kids.push((child, out));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        for (mut k, _out) in kids {
+            assert!(
+                k.try_wait().unwrap().is_none(),
+                "hammer stopped before the kill"
+            );
+            k.kill().unwrap();
+            let st = k.wait().unwrap();
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(st.signal(), Some(libc::SIGKILL));
+        }
+        // the servers still serve: creates, stats, data, listings
+        let dir = format!("/after{round}");
+        c.mkdir(&dir, 0o755).unwrap();
+        for i in 0..200 {
+            let p = format!("{dir}/f{i}");
+            let f = c
+                .open(
+                    &p,
+                    OpenFlags {
+                        create: true,
+                        excl: true,
+                        mode: 0o644,
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
+            c.close(f).unwrap();
+            c.stat(&p).unwrap();
+        }
+        put(
+            &c,
+            &format!("{dir}/data"),
+            &data(300_000, round),
+            65536,
+            true,
+        );
+        assert_eq!(get(&c, &format!("{dir}/data")), data(300_000, round));
+        assert_eq!(c.readdir(&dir).unwrap().len(), 201);
+    }
+    for i in 0..2 {
+        assert!(alive(cl.pid(i)), "server {i} died:\n{}", cl.log(i));
+    }
+}
+
+#[test]
+fn killed_clients_on_tcp() {
+    kill_clients_mid_requests("peer");
+}
+
+#[test]
+fn killed_clients_on_shared_memory() {
+    kill_clients_mid_requests("none");
+}
