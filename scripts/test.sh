@@ -15,4 +15,14 @@ cargo clippy --release --workspace --all-targets -- -D warnings
 echo "== cargo build --release"
 cargo build --release --workspace
 echo "== cargo test --release"
-cargo test --release --workspace
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+set +e
+cargo test --release --workspace 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+passed=$(grep -Eo '^test result: .* ([0-9]+) passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
+failed=$(grep -Eo '[0-9]+ failed;' "$log" | awk '{s+=$1} END {print s+0}')
+echo
+echo "tests: $passed passed, $failed failed"
+exit "$rc"

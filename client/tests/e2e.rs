@@ -261,6 +261,12 @@ fn fsynced_data_survives_sigkill_and_restart() {
     for s in 0..3 {
         cl.kill(s);
     }
+    // a dead server is an EIO after the call deadline, never a hang
+    c.transport().set_timeout(Duration::from_secs(2));
+    let t0 = std::time::Instant::now();
+    assert_eq!(c.stat("/dur/f0").unwrap_err(), Errno::EIO);
+    assert_eq!(c.stat("/dur/f0").unwrap_err(), Errno::EIO, "reconnecting to a dead server");
+    assert!(t0.elapsed() < Duration::from_secs(10), "took {:?}", t0.elapsed());
     for s in 0..3 {
         cl.restart(s).unwrap();
     }
@@ -272,7 +278,6 @@ fn fsynced_data_survives_sigkill_and_restart() {
     }
     assert_eq!(fresh.readdir("/dur").unwrap().len(), sizes.len());
     // the old client reconnects after the failure of its old connections
-    c.transport().set_timeout(Duration::from_secs(2));
     let mut ok = false;
     for _ in 0..5 {
         if c.stat("/dur/f1").is_ok() {

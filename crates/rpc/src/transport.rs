@@ -170,7 +170,7 @@ impl Transport {
                 }
                 let ep = worker.connect_socket_with(addr, mode).await.map_err(|e| {
                     tracing::debug!("connect to server {server} at {addr}: {e}");
-                    Errno::ENOTCONN
+                    Errno::EIO
                 })?;
                 let n = recv.await.map_err(ucx_errno)?;
                 (ep, n)
