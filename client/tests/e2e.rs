@@ -265,8 +265,16 @@ fn fsynced_data_survives_sigkill_and_restart() {
     c.transport().set_timeout(Duration::from_secs(2));
     let t0 = std::time::Instant::now();
     assert_eq!(c.stat("/dur/f0").unwrap_err(), Errno::EIO);
-    assert_eq!(c.stat("/dur/f0").unwrap_err(), Errno::EIO, "reconnecting to a dead server");
-    assert!(t0.elapsed() < Duration::from_secs(10), "took {:?}", t0.elapsed());
+    assert_eq!(
+        c.stat("/dur/f0").unwrap_err(),
+        Errno::EIO,
+        "reconnecting to a dead server"
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        t0.elapsed()
+    );
     for s in 0..3 {
         cl.restart(s).unwrap();
     }
