@@ -40,6 +40,11 @@ impl OpenFile {
     pub fn size(&self) -> u64 {
         self.attr.size.max(self.written)
     }
+
+    /// Highest offset written through this handle (not yet published if `dirty`).
+    pub fn written(&self) -> u64 {
+        self.written
+    }
 }
 
 /// The madfs client of one thread.
@@ -154,8 +159,33 @@ impl Client {
             Reply::Bool(b) => Reply::Bool(b),
             Reply::Written(n) => Reply::Written(n),
             Reply::StatFs(s) => Reply::StatFs(s),
+            Reply::Replaced(a) => Reply::Replaced(a),
             Reply::Dirents { .. } => return Err(Errno::EPROTO),
         })
+    }
+
+    /// A handle for a file whose path (normalised) and attributes are already known, e.g. an
+    /// open file inherited by another process.
+    pub fn handle(&self, path: String, attr: Attr) -> OpenFile {
+        let meta = self.meta_of(&path);
+        OpenFile {
+            path,
+            attr,
+            meta,
+            written: 0,
+            dirty: false,
+            touched: BTreeSet::new(),
+        }
+    }
+
+    /// Publishes `size` as a lower bound of the size of `path` (merge with max on the server).
+    pub fn publish_size(&self, path: &str, size: u64) -> FsResult<()> {
+        let req = Request::SetSize {
+            path,
+            size,
+            mode: SizeMode::Max,
+        };
+        self.call(self.meta_of(path), &req).map(|_| ())
     }
 
     /// Round trip of an empty request to `server`.
@@ -230,7 +260,7 @@ impl Client {
         }
     }
 
-    fn publish_size(&self, f: &mut OpenFile) -> FsResult<()> {
+    fn publish(&self, f: &mut OpenFile) -> FsResult<()> {
         if f.dirty {
             let req = Request::SetSize {
                 path: &f.path,
@@ -416,9 +446,18 @@ impl FileSystem for Client {
     }
 
     fn fsync(&self, f: &mut OpenFile) -> FsResult<()> {
-        self.publish_size(f)?;
+        self.publish(f)?;
         let mut servers: BTreeSet<u32> = std::mem::take(&mut f.touched);
         servers.insert(f.meta);
+        // data may also have been written through other handles (other fds, other processes
+        // sharing the open file): cover every server that can hold a chunk of the file
+        let cs = f.attr.chunk_size.max(1) as u64;
+        let chunks = f.size().div_ceil(cs);
+        if chunks > 4 * self.n as u64 {
+            servers.extend(0..self.n);
+        } else {
+            servers.extend((1..chunks).map(|c| chunk_server(f.meta, f.attr.id, c, self.n)));
+        }
         let involved: Vec<u32> = servers.into_iter().collect();
         for s in &involved {
             self.t.ensure(*s)?;
@@ -435,7 +474,7 @@ impl FileSystem for Client {
     }
 
     fn close(&self, mut f: OpenFile) -> FsResult<()> {
-        self.publish_size(&mut f)
+        self.publish(&mut f)
     }
 
     fn truncate(&self, path: &str, size: u64) -> FsResult<()> {
@@ -546,6 +585,84 @@ impl FileSystem for Client {
         }
         out.sort_by(|a, b| (a.hash, &a.name).cmp(&(b.hash, &b.name)));
         Ok(out)
+    }
+
+    fn chown(&self, path: &str, uid: u32, gid: u32) -> FsResult<()> {
+        let path = normalize(path)?;
+        match self.call(
+            self.meta_of(&path),
+            &Request::Chown {
+                path: &path,
+                uid,
+                gid,
+            },
+        ) {
+            Err(Errno::ENOENT) => Err(self.refine_enoent(&path)),
+            r => r.map(|_| ()),
+        }
+    }
+
+    fn rename(&self, from: &str, to: &str, noreplace: bool) -> FsResult<()> {
+        let from = normalize(from)?;
+        let to = normalize(to)?;
+        if from == "/" || to == "/" {
+            return Err(Errno::EBUSY);
+        }
+        let a = self.stat(&from)?;
+        if to.starts_with(&format!("{from}/")) {
+            return Err(Errno::EINVAL);
+        }
+        if from == to {
+            return Ok(());
+        }
+        if a.is_dir() {
+            // directory rename rewrites every descendant: directories issue
+            return Err(Errno::EXDEV);
+        }
+        self.check_parent(&to)?;
+        let (src, dst) = (self.meta_of(&from), self.meta_of(&to));
+        // chunk 0 lives with the entry: carry it to the new metadata server
+        let mut inline = vec![0u8; a.chunk_size as usize];
+        let n = if src == dst {
+            0
+        } else {
+            let req = Request::Read {
+                id: a.id,
+                chunk: 0,
+                offset: 0,
+                len: a.chunk_size,
+            };
+            self.t.ensure(src)?;
+            self.t
+                .wait(&[src], self.t.call_read(src, &req, &mut inline))?
+        };
+        let req = Request::Attach {
+            path: &to,
+            attr: a,
+            replace: !noreplace,
+        };
+        self.t.ensure(dst)?;
+        let raw = self.t.wait(
+            &[dst],
+            self.t
+                .call(dst, tag::REQUEST, &req, &inline[..n], SMALL_REPLY),
+        )?;
+        let replaced = match raw.decode()?.0 {
+            Reply::Replaced(old) => old,
+            _ => return Err(Errno::EPROTO),
+        };
+        let req = Request::Detach {
+            path: &from,
+            id: a.id,
+            drop_inline: src != dst,
+        };
+        self.call(src, &req)?;
+        if let Some(old) = replaced {
+            if old.size > old.chunk_size as u64 {
+                self.drop_chunks(old.id, 0, old.chunk_size)?;
+            }
+        }
+        Ok(())
     }
 
     fn chmod(&self, path: &str, mode: u32) -> FsResult<()> {

@@ -95,6 +95,14 @@ pub trait FileSystem {
     fn chmod(&self, path: &str, mode: u32) -> FsResult<()> {
         Err(Errno::ENOSYS)
     }
+    /// Changes owner and/or group (`u32::MAX` leaves one unchanged).
+    fn chown(&self, path: &str, uid: u32, gid: u32) -> FsResult<()> {
+        Err(Errno::ENOSYS)
+    }
+    /// Renames a file (`noreplace`: fail with EEXIST if `to` exists).
+    fn rename(&self, from: &str, to: &str, noreplace: bool) -> FsResult<()> {
+        Err(Errno::ENOSYS)
+    }
     /// Changes times.
     fn utimens(&self, path: &str, atime: TimeSpec, mtime: TimeSpec) -> FsResult<()> {
         Err(Errno::ENOSYS)

@@ -1,28 +1,45 @@
-//! `libmadfs.so`: the LD_PRELOAD front door (syscall interception lands with the preload
-//! issue). Today it holds the first piece of the hook's fast path: deciding, on the raw bytes
-//! of a path and without allocating, whether a path belongs to the mount.
+//! `libmadfs.so`: run unmodified programs on madfs with `LD_PRELOAD`.
+//!
+//! Every syscall of libc goes through syscall_intercept to [`entry::hook`]. The request path
+//! has three layers:
+//! 1. [`entry`] — raw entry: syscall-number filter, re-entrancy guard, no panic across C;
+//! 2. [`hooks`] — one handler per syscall: decides "ours or not" on the raw path bytes or the
+//!    fd bitmap before any allocation, then does the work;
+//! 3. `madfs-client` — the client library, one client per thread ([`conn`]).
+//!
+//! madfs fds are real kernel fds (memfds carrying the shared state of the open file
+//! description, [`fdtable`]), so they survive `dup`, `fork`, `exec` and `posix_spawn`.
+//! Configuration: `MADFS_CLUSTER` (cluster file), `MADFS_MOUNT` (default `/madfs`), and the
+//! client settings of `madfs-client` (`MADFS_TIMEOUT_MS`, …).
 
-/// Mount prefix used when `MADFS_MOUNT` is not set.
-pub const DEFAULT_MOUNT: &[u8] = b"/madfs";
+pub mod abi;
+pub mod conn;
+pub mod entry;
+pub mod fdtable;
+pub mod hooks;
+pub mod path;
 
-/// Is `path` (raw bytes, no NUL) the mount point or inside it? `mount` has no trailing `/`.
-/// No allocation, no locks: safe to call first thing in a syscall hook.
-pub fn is_under_mount(path: &[u8], mount: &[u8]) -> bool {
-    path.starts_with(mount) && (path.len() == mount.len() || path[mount.len()] == b'/')
-}
+pub use path::{is_under_mount, DEFAULT_MOUNT};
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn prefix_check() {
-        assert!(is_under_mount(b"/madfs", DEFAULT_MOUNT));
-        assert!(is_under_mount(b"/madfs/", DEFAULT_MOUNT));
-        assert!(is_under_mount(b"/madfs/a/b", DEFAULT_MOUNT));
-        assert!(!is_under_mount(b"/madfsx", DEFAULT_MOUNT));
-        assert!(!is_under_mount(b"/mad", DEFAULT_MOUNT));
-        assert!(!is_under_mount(b"/etc/madfs", DEFAULT_MOUNT));
-        assert!(!is_under_mount(b"madfs/a", DEFAULT_MOUNT));
+/// Library constructor: reads the configuration, adopts madfs fds inherited across `exec`,
+/// arranges for `fork` children to start new clients, and installs the hook.
+extern "C" fn init() {
+    if std::env::var_os("MADFS_PRELOAD_DISABLE").is_some() {
+        return;
     }
+    hooks::init();
+    entry::TRACE.store(
+        std::env::var_os("MADFS_TRACE").is_some(),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    conn::set_pid();
+    fdtable::adopt_inherited();
+    // SAFETY: registering a plain extern "C" function as the child handler.
+    unsafe { libc::pthread_atfork(None, None, Some(conn::after_fork_child)) };
+    // SAFETY: installs our hook; syscall_intercept has patched libc in its own constructor.
+    unsafe { syscall_intercept::set_hook_fn(entry::hook) };
 }
+
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init;

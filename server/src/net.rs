@@ -120,6 +120,7 @@ fn serve_frame(ops: &Ops, b: &mut Bufs) -> ([u8; PREFIX], usize) {
                     old_size: *old_size,
                 },
                 Answer::Bool(v) => Reply::Bool(*v),
+                Answer::Replaced(a) => Reply::Replaced(*a),
                 Answer::Written(n) => Reply::Written(*n),
                 Answer::StatFs(s) => Reply::StatFs(*s),
                 Answer::Dirents(v, next) => {

@@ -31,6 +31,8 @@ pub enum Answer {
     },
     /// Yes/no.
     Bool(bool),
+    /// Entry replaced by `Attach`.
+    Replaced(Option<Attr>),
     /// Bytes written.
     Written(u32),
     /// Totals.
@@ -85,7 +87,10 @@ pub fn runs_inline(req: &Request<'_>, meta_inline: bool) -> bool {
         | Request::Rmdir { .. }
         | Request::SetSize { .. }
         | Request::Chmod { .. }
-        | Request::Utimens { .. } => meta_inline,
+        | Request::Utimens { .. }
+        | Request::Chown { .. }
+        | Request::Attach { .. }
+        | Request::Detach { .. } => meta_inline,
         Request::Read { chunk, .. } | Request::Write { chunk, .. } => *chunk == 0 && meta_inline,
         Request::Readdir { .. } | Request::TruncateChunks { .. } | Request::Fsync { .. } => false,
     }
@@ -277,6 +282,58 @@ impl Ops {
                 a.ctime = now;
                 self.meta.put(path, &a)?;
                 Ok(Answer::Attr(a))
+            }
+            Request::Chown { path, uid, gid } => {
+                not_root(path, Errno::EPERM)?;
+                let mut a = self.get(path)?;
+                if uid != u32::MAX {
+                    a.uid = uid;
+                }
+                if gid != u32::MAX {
+                    a.gid = gid;
+                }
+                a.ctime = now_ns();
+                self.meta.put(path, &a)?;
+                Ok(Answer::Attr(a))
+            }
+            Request::Attach {
+                path,
+                attr,
+                replace,
+            } => {
+                not_root(path, Errno::EISDIR)?;
+                if !attr.is_file() || bulk.len() as u64 > MAX_CHUNK {
+                    return Err(Errno::EINVAL);
+                }
+                let old = self.meta.get(path)?;
+                match old {
+                    Some(o) if o.is_dir() => return Err(Errno::EISDIR),
+                    Some(o) if !replace && o.id != attr.id => return Err(Errno::EEXIST),
+                    _ => {}
+                }
+                let attr = Attr {
+                    ctime: now_ns(),
+                    ..attr
+                };
+                self.meta.attach(path, &attr, bulk, old.map(|o| o.id))?;
+                Ok(Answer::Replaced(old.filter(|o| o.id != attr.id)))
+            }
+            Request::Detach {
+                path,
+                id,
+                drop_inline,
+            } => {
+                not_root(path, Errno::EBUSY)?;
+                let a = self.get(path)?;
+                if a.id != id {
+                    return Err(Errno::ENOENT);
+                }
+                if drop_inline {
+                    self.meta.remove(path, id)?;
+                } else {
+                    self.meta.remove_entry(path)?;
+                }
+                Ok(Answer::Unit)
             }
             Request::Read {
                 id,

@@ -23,6 +23,9 @@ macro_rules! errnos {
 
 errnos!(
     EPERM,
+    ENXIO,
+    EMFILE,
+    ENOTTY,
     ENOENT,
     EIO,
     EBADF,

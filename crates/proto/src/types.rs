@@ -118,6 +118,22 @@ pub enum Request<'a> {
         atime: TimeSpec,
         mtime: TimeSpec,
     },
+    /// Change owner and/or group (`u32::MAX`: leave unchanged, as `-1` in chown(2)).
+    Chown { path: &'a str, uid: u32, gid: u32 },
+    /// Put an existing file's entry at `path` (rename's second half). Bulk: its inline chunk 0.
+    /// Replaces a file at `path` unless `replace` is false (EEXIST); never a directory (EISDIR).
+    Attach {
+        path: &'a str,
+        attr: Attr,
+        replace: bool,
+    },
+    /// Remove the entry at `path` if it still names file `id` (rename's last step); keeps the
+    /// inline chunk 0 unless `drop_inline`.
+    Detach {
+        path: &'a str,
+        id: u64,
+        drop_inline: bool,
+    },
     /// Read `len` bytes of chunk `chunk` of a file at `offset` within the chunk. Reply bulk:
     /// the bytes that exist (short at the end of the stored data).
     Read {
@@ -152,6 +168,9 @@ impl Request<'_> {
             Request::SetSize { .. } => "set_size",
             Request::Chmod { .. } => "chmod",
             Request::Utimens { .. } => "utimens",
+            Request::Chown { .. } => "chown",
+            Request::Attach { .. } => "attach",
+            Request::Detach { .. } => "detach",
             Request::Read { .. } => "read",
             Request::Write { .. } => "write",
             Request::TruncateChunks { .. } => "truncate_chunks",
@@ -228,6 +247,8 @@ pub enum Reply<'a> {
     },
     /// Yes/no (`HasChildren`).
     Bool(bool),
+    /// The entry an `Attach` replaced, if any.
+    Replaced(Option<Attr>),
     /// Bytes written.
     Written(u32),
     /// File-system totals.

@@ -27,6 +27,11 @@ pub trait MetadataStore: Send + Sync {
     fn put(&self, path: &str, attr: &Attr) -> FsResult<()>;
     /// Removes the entry of `path` and the inline chunk 0 of file `id`, atomically.
     fn remove(&self, path: &str, id: u64) -> FsResult<()>;
+    /// Removes only the entry of `path` (its inline chunk 0 stays).
+    fn remove_entry(&self, path: &str) -> FsResult<()>;
+    /// Puts the entry of `path` and replaces the inline chunk 0 of `attr.id` with `data`
+    /// (unless empty), dropping the inline chunk 0 of `drop_id`, atomically.
+    fn attach(&self, path: &str, attr: &Attr, data: &[u8], drop_id: Option<u64>) -> FsResult<()>;
     /// `size = max(size, new)`, `mtime = max(mtime, new)`; no read-modify-write.
     fn merge_size(&self, path: &str, size: u64, mtime: i64) -> FsResult<()>;
     /// Entries of `dir` with hash ≥ `start`, in hash order, until about `max_bytes` of names;

@@ -161,7 +161,8 @@ impl RocksDbMeta {
         let db = DB::open(&opts, dir)?;
         let reserved = match db.get(b"Snext_id")? {
             Some(v) if v.len() == 8 => u64::from_le_bytes(v[..].try_into().unwrap()),
-            _ => 1,
+            // id 1 is the root directory's inode number
+            _ => 2,
         };
         Ok(RocksDbMeta {
             db,
@@ -202,6 +203,23 @@ impl MetadataStore for RocksDbMeta {
         let mut b = WriteBatch::default();
         b.delete(entry_key(path));
         b.delete(inline_key(id));
+        self.db.write(b).map_err(io)
+    }
+
+    fn remove_entry(&self, path: &str) -> FsResult<()> {
+        self.db.delete(entry_key(path)).map_err(io)
+    }
+
+    fn attach(&self, path: &str, attr: &Attr, data: &[u8], drop_id: Option<u64>) -> FsResult<()> {
+        let _g = self.stripe(attr.id);
+        let mut b = WriteBatch::default();
+        b.put(entry_key(path), encode_attr(attr));
+        if !data.is_empty() {
+            b.put(inline_key(attr.id), data);
+        }
+        if let Some(old) = drop_id.filter(|old| *old != attr.id) {
+            b.delete(inline_key(old));
+        }
         self.db.write(b).map_err(io)
     }
 

@@ -1,0 +1,171 @@
+//! Architecture-specific pieces: how attributes are laid out for `stat`, `statx`, `statfs`
+//! and `getdents64`. (x86_64 and aarch64 share the generic Linux layouts used here through
+//! the `libc` crate; the syscall numbers come from `libc::SYS_*`.)
+
+use madfs_proto::{Attr, StatFs, S_IFDIR, S_IFMT};
+
+/// Device number reported for madfs files.
+pub const DEV: u64 = 0x6d61;
+/// `f_type` reported by statfs ("madf").
+pub const FS_MAGIC: i64 = 0x6d61_6466;
+
+fn split(ns: i64) -> (i64, i64) {
+    (ns.div_euclid(1_000_000_000), ns.rem_euclid(1_000_000_000))
+}
+
+fn blksize(a: &Attr) -> i64 {
+    if a.chunk_size == 0 {
+        4096
+    } else {
+        a.chunk_size as i64
+    }
+}
+
+/// Fills a `struct stat`.
+///
+/// # Safety
+/// `buf` must point to writable memory of `size_of::<libc::stat>()` bytes.
+pub unsafe fn fill_stat(buf: *mut libc::stat, a: &Attr) {
+    // SAFETY: caller guarantees buf is valid; an all-zero stat is a valid value.
+    let st = unsafe {
+        buf.write_bytes(0, 1);
+        &mut *buf
+    };
+    st.st_dev = DEV;
+    st.st_ino = a.id;
+    st.st_nlink = a.nlink as _;
+    st.st_mode = a.mode;
+    st.st_uid = a.uid;
+    st.st_gid = a.gid;
+    st.st_size = a.size as i64;
+    st.st_blksize = blksize(a) as _;
+    st.st_blocks = a.size.div_ceil(512) as i64;
+    (st.st_atime, st.st_atime_nsec) = split(a.atime);
+    (st.st_mtime, st.st_mtime_nsec) = split(a.mtime);
+    (st.st_ctime, st.st_ctime_nsec) = split(a.ctime);
+}
+
+/// Fills a `struct statx` (basic stats).
+///
+/// # Safety
+/// `buf` must point to writable memory of `size_of::<libc::statx>()` bytes.
+pub unsafe fn fill_statx(buf: *mut libc::statx, a: &Attr) {
+    // SAFETY: caller guarantees buf is valid; all-zero is a valid statx.
+    let st = unsafe {
+        buf.write_bytes(0, 1);
+        &mut *buf
+    };
+    let ts = |ns: i64| {
+        let (s, n) = split(ns);
+        // SAFETY: all-zero is a valid statx_timestamp (its padding included).
+        let mut t: libc::statx_timestamp = unsafe { std::mem::zeroed() };
+        t.tv_sec = s;
+        t.tv_nsec = n as u32;
+        t
+    };
+    st.stx_mask = libc::STATX_BASIC_STATS;
+    st.stx_blksize = blksize(a) as u32;
+    st.stx_nlink = a.nlink;
+    st.stx_uid = a.uid;
+    st.stx_gid = a.gid;
+    st.stx_mode = a.mode as u16;
+    st.stx_ino = a.id;
+    st.stx_size = a.size;
+    st.stx_blocks = a.size.div_ceil(512);
+    st.stx_atime = ts(a.atime);
+    st.stx_mtime = ts(a.mtime);
+    st.stx_ctime = ts(a.ctime);
+    st.stx_dev_major = (DEV >> 8) as u32;
+    st.stx_dev_minor = (DEV & 0xff) as u32;
+}
+
+/// Fills a `struct statfs`.
+///
+/// # Safety
+/// `buf` must point to writable memory of `size_of::<libc::statfs>()` bytes.
+pub unsafe fn fill_statfs(buf: *mut libc::statfs, s: &StatFs) {
+    // SAFETY: caller guarantees buf is valid; all-zero is a valid statfs.
+    let st = unsafe {
+        buf.write_bytes(0, 1);
+        &mut *buf
+    };
+    st.f_type = FS_MAGIC as _;
+    st.f_bsize = s.bsize as _;
+    st.f_frsize = s.bsize as _;
+    st.f_blocks = s.blocks;
+    st.f_bfree = s.bfree;
+    st.f_bavail = s.bavail;
+    st.f_files = s.files;
+    st.f_ffree = s.ffree;
+    st.f_namelen = s.namelen as _;
+}
+
+/// `d_type` of a mode.
+pub fn dtype(kind: u32) -> u8 {
+    if kind & S_IFMT == S_IFDIR {
+        libc::DT_DIR
+    } else {
+        libc::DT_REG
+    }
+}
+
+/// Writes one `linux_dirent64` record at `out`; returns its length, or None if it does not
+/// fit in `room` bytes.
+pub fn put_dirent(out: &mut [u8], ino: u64, off: i64, dtype: u8, name: &str) -> Option<usize> {
+    let reclen = (19 + name.len() + 1).next_multiple_of(8);
+    if reclen > out.len() {
+        return None;
+    }
+    out[..8].copy_from_slice(&ino.to_ne_bytes());
+    out[8..16].copy_from_slice(&off.to_ne_bytes());
+    out[16..18].copy_from_slice(&(reclen as u16).to_ne_bytes());
+    out[18] = dtype;
+    out[19..19 + name.len()].copy_from_slice(name.as_bytes());
+    out[19 + name.len()..reclen].fill(0);
+    Some(reclen)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dirent_layout() {
+        let mut b = [0xffu8; 64];
+        let n = put_dirent(&mut b, 7, 3, libc::DT_REG, "abc").unwrap();
+        assert_eq!(n, 24);
+        assert_eq!(u64::from_ne_bytes(b[..8].try_into().unwrap()), 7);
+        assert_eq!(u16::from_ne_bytes(b[16..18].try_into().unwrap()), 24);
+        assert_eq!(&b[19..23], b"abc\0");
+        assert!(put_dirent(&mut b[..20], 7, 3, libc::DT_REG, "abc").is_none());
+    }
+
+    #[test]
+    fn stat_fill() {
+        let a = Attr {
+            id: 9,
+            mode: libc::S_IFREG | 0o640,
+            nlink: 1,
+            size: 1025,
+            chunk_size: 4096,
+            mtime: 1_500_000_000,
+            ..Default::default()
+        };
+        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: valid out buffer.
+        let st = unsafe {
+            fill_stat(st.as_mut_ptr(), &a);
+            st.assume_init()
+        };
+        assert_eq!(
+            (
+                st.st_ino,
+                st.st_size,
+                st.st_blocks,
+                st.st_mtime,
+                st.st_mtime_nsec
+            ),
+            (9, 1025, 3, 1, 500_000_000)
+        );
+    }
+}

@@ -1,0 +1,326 @@
+//! The fd table. Every madfs open file description is backed by a real kernel fd: a small
+//! `memfd` named `madfs` whose first page holds the description's shared state (path, file id,
+//! flags, offset, written high-water mark) and is mapped `MAP_SHARED`. So:
+//! * the kernel hands out fd numbers, and `dup`, `fork`, `exec` and `posix_spawn` carry madfs
+//!   fds like any other: after `exec` the new image finds them by scanning `/proc/self/fd`;
+//! * offsets are shared exactly as the kernel shares them (one description, many fds, many
+//!   processes), because they live in the shared page;
+//! * an fd we do not know is never ours: membership is one bit in a lock-free bitmap.
+
+use madfs_proto::{Attr, Errno, FsResult};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// fds at or above this are never madfs fds (we refuse to create them there).
+pub const MAX_FD: usize = 1 << 16;
+const MAGIC: u64 = u64::from_le_bytes(*b"MADFSFD1");
+const PATH_CAP: usize = 4096;
+const MAP_BYTES: usize = 8192;
+/// Name of the backing memfds (`/proc/self/fd/N` → `/memfd:madfs (deleted)`).
+pub const MEMFD_NAME: &[u8] = b"madfs\0";
+
+/// Kind of description.
+pub const KIND_FILE: u32 = 1;
+/// Directory description.
+pub const KIND_DIR: u32 = 2;
+
+/// Shared state of one open file description (lives in the memfd's first pages).
+#[repr(C)]
+pub struct Header {
+    magic: AtomicU64,
+    kind: u32,
+    /// Access mode and status flags (`F_GETFL`/`F_SETFL`).
+    pub flags: AtomicU32,
+    /// File offset (or directory position).
+    pub offset: AtomicU64,
+    /// Highest byte written through this description.
+    pub written: AtomicU64,
+    /// `written` not yet published to the metadata server.
+    pub dirty: AtomicU32,
+    mode: u32,
+    id: u64,
+    chunk_size: u32,
+    path_len: u32,
+    /// Size known when opened (or last truncated).
+    pub size: AtomicU64,
+    path: [u8; PATH_CAP],
+}
+
+/// One open file description in this process.
+pub struct Desc {
+    hdr: NonNull<Header>,
+    /// Process-local cache (directory listing).
+    pub local: Mutex<Local>,
+}
+
+// SAFETY: the header is a MAP_SHARED page that lives as long as the Desc; fields written after
+// creation are atomics, the others are written once before the Desc is shared.
+unsafe impl Send for Desc {}
+// SAFETY: as above.
+unsafe impl Sync for Desc {}
+
+/// Process-local state of a description.
+#[derive(Default)]
+pub struct Local {
+    /// Cached directory listing (name, ino, d_type) for getdents64.
+    pub dir: Option<Vec<(String, u64, u8)>>,
+}
+
+impl Drop for Desc {
+    fn drop(&mut self) {
+        // SAFETY: we mapped exactly MAP_BYTES at hdr.
+        unsafe { libc::munmap(self.hdr.as_ptr().cast(), MAP_BYTES) };
+    }
+}
+
+impl Desc {
+    fn h(&self) -> &Header {
+        // SAFETY: mapped for the life of self.
+        unsafe { self.hdr.as_ref() }
+    }
+    /// Shared state.
+    pub fn hdr(&self) -> &Header {
+        self.h()
+    }
+    /// Directory?
+    pub fn is_dir(&self) -> bool {
+        self.h().kind == KIND_DIR
+    }
+    /// madfs path.
+    pub fn path(&self) -> &str {
+        let h = self.h();
+        std::str::from_utf8(&h.path[..h.path_len as usize]).unwrap_or("/")
+    }
+    /// Attributes as known to this description (size: max of known size and written).
+    pub fn attr(&self) -> Attr {
+        let h = self.h();
+        Attr {
+            id: h.id,
+            mode: h.mode,
+            nlink: 1,
+            size: h.size.load(Acquire).max(h.written.load(Acquire)),
+            chunk_size: h.chunk_size,
+            ..Default::default()
+        }
+    }
+    /// Open flags (access mode and status flags).
+    pub fn flags(&self) -> i32 {
+        self.h().flags.load(Relaxed) as i32
+    }
+    /// Process-local state.
+    pub fn local(&self) -> MutexGuard<'_, Local> {
+        self.local.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    /// Records a write that ended at `end`.
+    pub fn wrote(&self, end: u64) {
+        self.h().written.fetch_max(end, AcqRel);
+        self.h().dirty.store(1, Release);
+    }
+    /// Takes the unpublished high-water mark, if any.
+    pub fn take_dirty(&self) -> Option<u64> {
+        if self.h().dirty.swap(0, AcqRel) == 1 {
+            Some(self.h().written.load(Acquire))
+        } else {
+            None
+        }
+    }
+    /// After a truncate to `size`: nothing beyond it was written through us any more.
+    pub fn truncated(&self, size: u64) {
+        let h = self.h();
+        h.size.store(size, Release);
+        h.written.fetch_min(size, AcqRel);
+    }
+
+    /// Creates a description and its backing memfd; returns the fd.
+    pub fn create(
+        kind: u32,
+        flags: i32,
+        path: &str,
+        attr: &Attr,
+        cloexec: bool,
+    ) -> FsResult<(i32, Arc<Desc>)> {
+        if path.len() > PATH_CAP {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        let mfd_flags = if cloexec { libc::MFD_CLOEXEC } else { 0 };
+        // SAFETY: NUL-terminated name.
+        let fd = unsafe { libc::memfd_create(MEMFD_NAME.as_ptr().cast(), mfd_flags) };
+        if fd < 0 {
+            return Err(Errno::from_io(&std::io::Error::last_os_error()));
+        }
+        let fail = |e: Errno| {
+            // SAFETY: our fd.
+            unsafe { libc::close(fd) };
+            Err(e)
+        };
+        if fd as usize >= MAX_FD {
+            return fail(Errno::EMFILE);
+        }
+        // SAFETY: resizing our own memfd.
+        if unsafe { libc::ftruncate(fd, MAP_BYTES as libc::off_t) } != 0 {
+            return fail(Errno::ENOMEM);
+        }
+        let Some(hdr) = map(fd) else {
+            return fail(Errno::ENOMEM);
+        };
+        // SAFETY: fresh zeroed shared mapping of MAP_BYTES ≥ size_of::<Header>().
+        unsafe {
+            let h = hdr.as_ptr();
+            (*h).kind = kind;
+            (*h).flags.store(flags as u32, Relaxed);
+            (*h).mode = attr.mode;
+            (*h).id = attr.id;
+            (*h).chunk_size = attr.chunk_size;
+            (*h).size.store(attr.size, Relaxed);
+            (*h).path_len = path.len() as u32;
+            (&mut (*h).path)[..path.len()].copy_from_slice(path.as_bytes());
+            (*h).magic.store(MAGIC, Release);
+        }
+        Ok((
+            fd,
+            Arc::new(Desc {
+                hdr,
+                local: Mutex::default(),
+            }),
+        ))
+    }
+
+    /// Maps the description behind an inherited fd (after exec), if it is one of ours.
+    pub fn adopt(fd: i32) -> Option<Arc<Desc>> {
+        let hdr = map(fd)?;
+        // SAFETY: mapping of MAP_BYTES.
+        if unsafe { hdr.as_ref() }.magic.load(Acquire) != MAGIC {
+            // SAFETY: the mapping we just made.
+            unsafe { libc::munmap(hdr.as_ptr().cast(), MAP_BYTES) };
+            return None;
+        }
+        Some(Arc::new(Desc {
+            hdr,
+            local: Mutex::default(),
+        }))
+    }
+
+    /// The header address (identity of the description within this process).
+    pub fn key(&self) -> usize {
+        self.hdr.as_ptr() as usize
+    }
+}
+
+fn map(fd: i32) -> Option<NonNull<Header>> {
+    const _: () = assert!(std::mem::size_of::<Header>() <= MAP_BYTES);
+    // SAFETY: shared mapping of a file we hold open.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            MAP_BYTES,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    NonNull::new(p.cast())
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const ZERO: AtomicU64 = AtomicU64::new(0);
+static BITS: [AtomicU64; MAX_FD / 64] = [ZERO; MAX_FD / 64];
+static TABLE: Mutex<Vec<Option<Arc<Desc>>>> = Mutex::new(Vec::new());
+
+fn table() -> MutexGuard<'static, Vec<Option<Arc<Desc>>>> {
+    TABLE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Is `fd` a madfs fd? Lock-free; the hook's first check for fd syscalls.
+#[inline]
+pub fn is_ours(fd: i64) -> bool {
+    (0..MAX_FD as i64).contains(&fd) && BITS[fd as usize / 64].load(Acquire) & (1 << (fd % 64)) != 0
+}
+
+/// The description of `fd`.
+pub fn get(fd: i64) -> Option<Arc<Desc>> {
+    if !is_ours(fd) {
+        return None;
+    }
+    table().get(fd as usize).cloned().flatten()
+}
+
+/// Makes `fd` refer to `d` (replacing what it referred to, which is returned).
+pub fn insert(fd: i32, d: Arc<Desc>) -> Option<Arc<Desc>> {
+    let i = fd as usize;
+    let mut t = table();
+    if t.len() <= i {
+        t.resize(i + 1, None);
+    }
+    let old = t[i].replace(d);
+    BITS[i / 64].fetch_or(1 << (i % 64), Release);
+    old
+}
+
+/// Forgets `fd`; returns its description.
+pub fn remove(fd: i64) -> Option<Arc<Desc>> {
+    if !is_ours(fd) {
+        return None;
+    }
+    let i = fd as usize;
+    let mut t = table();
+    BITS[i / 64].fetch_and(!(1 << (i % 64)), Release);
+    t.get_mut(i).and_then(Option::take)
+}
+
+/// Every description (once each) with its fds.
+pub fn all() -> Vec<Arc<Desc>> {
+    let t = table();
+    let mut out: Vec<Arc<Desc>> = Vec::new();
+    for d in t.iter().flatten() {
+        if !out.iter().any(|o| Arc::ptr_eq(o, d)) {
+            out.push(d.clone());
+        }
+    }
+    out
+}
+
+/// After exec: finds inherited madfs fds (memfds named `madfs`) and registers them,
+/// one description per memfd inode.
+pub fn adopt_inherited() {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let mut seen: Vec<(u64, Arc<Desc>)> = Vec::new();
+    for ent in dir.flatten() {
+        let Some(fd) = ent.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(target) = std::fs::read_link(ent.path()) else {
+            continue;
+        };
+        if !target
+            .as_os_str()
+            .as_encoded_bytes()
+            .starts_with(b"/memfd:madfs")
+            || fd as usize >= MAX_FD
+        {
+            continue;
+        }
+        // SAFETY: fstat into a zeroed buffer.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(fd, &mut st) } != 0 {
+            continue;
+        }
+        let d = match seen.iter().find(|(ino, _)| *ino == st.st_ino) {
+            Some((_, d)) => d.clone(),
+            None => match Desc::adopt(fd) {
+                Some(d) => {
+                    seen.push((st.st_ino, d.clone()));
+                    d
+                }
+                None => continue,
+            },
+        };
+        insert(fd, d);
+    }
+}

@@ -1,0 +1,1155 @@
+//! One handler per syscall. Each returns `None` to pass the syscall through to the kernel or
+//! `Some(ret)` with the syscall's return value (`-errno` on failure). Handlers only run for
+//! syscall numbers the entry layer routes here, under the re-entrancy guard.
+
+use crate::abi;
+use crate::conn;
+use crate::fdtable::{self, Desc, KIND_DIR, KIND_FILE};
+use crate::path::{external, internal, is_under_mount, resolve_in, Resolved};
+use madfs_client::{Client, FileSystem, OpenFile, OpenFlags};
+use madfs_proto::{Attr, Errno, FsResult, TimeSpec};
+use std::ffi::CStr;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
+use std::sync::{Arc, Mutex, OnceLock};
+use syscall_intercept::syscall_no_intercept as raw;
+
+type Ret = Option<isize>;
+
+static MOUNT: OnceLock<Vec<u8>> = OnceLock::new();
+static CWD: Mutex<Option<String>> = Mutex::new(None);
+static CWD_IN: AtomicBool = AtomicBool::new(false);
+static UMASK: AtomicU32 = AtomicU32::new(0o022);
+/// Environment variable that carries a madfs working directory across `exec`.
+pub const CWD_ENV: &str = "MADFS_CWD";
+
+/// Load-time set-up (before the hook is installed).
+pub fn init() {
+    let mount = std::env::var("MADFS_MOUNT").unwrap_or_else(|_| "/madfs".into());
+    let mount = mount.trim_end_matches('/');
+    let mount = if mount.is_empty() { "/madfs" } else { mount };
+    let _ = MOUNT.set(mount.as_bytes().to_vec());
+    // SAFETY: umask only swaps a process attribute; restored at once.
+    let old = unsafe { libc::umask(0o022) };
+    unsafe { libc::umask(old) };
+    UMASK.store(old, Relaxed);
+    if let Ok(cwd) = std::env::var(CWD_ENV) {
+        if let Ok(p) = madfs_placement::normalize(&cwd) {
+            set_cwd(Some(p));
+        }
+    }
+}
+
+fn mount() -> &'static [u8] {
+    MOUNT
+        .get()
+        .map(Vec::as_slice)
+        .unwrap_or(crate::path::DEFAULT_MOUNT)
+}
+
+fn set_cwd(p: Option<String>) {
+    let mut c = CWD.lock().unwrap_or_else(|e| e.into_inner());
+    CWD_IN.store(p.is_some(), Release);
+    *c = p;
+}
+
+fn cwd() -> Option<String> {
+    CWD.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+fn neg(e: Errno) -> isize {
+    e.as_neg() as isize
+}
+
+fn ret<T>(r: FsResult<T>, ok: impl FnOnce(T) -> isize) -> Ret {
+    Some(match r {
+        Ok(v) => ok(v),
+        Err(e) => neg(e),
+    })
+}
+
+fn zero<T>(r: FsResult<T>) -> Ret {
+    ret(r, |_| 0)
+}
+
+/// # Safety
+/// `p` must be null or point to a NUL-terminated string.
+unsafe fn cstr<'a>(p: isize) -> Option<&'a [u8]> {
+    if p == 0 {
+        None
+    } else {
+        // SAFETY: per the contract.
+        Some(unsafe { CStr::from_ptr(p as *const libc::c_char) }.to_bytes())
+    }
+}
+
+/// What a (dirfd, path) pair refers to.
+enum Target {
+    External,
+    Ours(String),
+    Fail(Errno),
+}
+
+fn from(r: Result<Resolved, Errno>) -> Target {
+    match r {
+        Ok(Resolved::Internal(p)) => Target::Ours(p),
+        Ok(Resolved::External) => Target::External,
+        Err(e) => Target::Fail(e),
+    }
+}
+
+/// Resolves a path argument. The check for absolute paths outside the mount touches only the
+/// caller's bytes: no allocation, no lock.
+fn target(dirfd: i64, path: isize) -> Target {
+    // SAFETY: syscall path arguments are C strings (or null, which the kernel rejects).
+    let Some(bytes) = (unsafe { cstr(path) }) else {
+        return Target::External;
+    };
+    if bytes.first() == Some(&b'/') {
+        if !is_under_mount(bytes, mount()) {
+            return Target::External;
+        }
+        return from(internal(mount(), bytes));
+    }
+    let base = if dirfd == libc::AT_FDCWD as i64 {
+        if !CWD_IN.load(Acquire) {
+            return Target::External;
+        }
+        match cwd() {
+            Some(c) => c,
+            None => return Target::External,
+        }
+    } else {
+        if !fdtable::is_ours(dirfd) {
+            return Target::External;
+        }
+        match fdtable::get(dirfd) {
+            Some(d) if d.is_dir() => d.path().to_owned(),
+            Some(_) => return Target::Fail(Errno::ENOTDIR),
+            None => return Target::Fail(Errno::EBADF),
+        }
+    };
+    if bytes.is_empty() {
+        return Target::Fail(Errno::ENOENT);
+    }
+    from(resolve_in(&base, bytes))
+}
+
+macro_rules! ours {
+    ($t:expr) => {
+        match $t {
+            Target::External => return None,
+            Target::Fail(e) => return Some(neg(e)),
+            Target::Ours(p) => p,
+        }
+    };
+}
+
+/// `(dirfd, "")` with `AT_EMPTY_PATH`: the fd itself.
+fn empty_path(path: isize, flags: i64) -> bool {
+    // SAFETY: C string argument.
+    flags & libc::AT_EMPTY_PATH as i64 != 0 && unsafe { cstr(path) }.is_some_and(|b| b.is_empty())
+}
+
+fn file(c: &Client, d: &Desc) -> OpenFile {
+    c.handle(d.path().to_owned(), d.attr())
+}
+
+fn acc(d: &Desc) -> i32 {
+    d.flags() & libc::O_ACCMODE
+}
+
+/// Size as this process knows it: the server's, or more if an open description of ours wrote
+/// beyond it and has not published yet (same-process stat after write).
+fn local_size(path: &str, server: u64) -> u64 {
+    fdtable::all()
+        .iter()
+        .filter(|d| !d.is_dir() && d.path() == path)
+        .map(|d| d.attr().size)
+        .fold(server, u64::max)
+}
+
+fn stat_path(p: &str) -> FsResult<Attr> {
+    let mut a = conn::with(|c| c.stat(p))?;
+    if a.is_file() {
+        a.size = local_size(p, a.size);
+    }
+    Ok(a)
+}
+
+fn stat_fd(d: &Desc) -> FsResult<Attr> {
+    let mut a = conn::with(|c| c.stat(d.path()))?;
+    if a.is_file() {
+        a.size = a.size.max(d.attr().size);
+    }
+    Ok(a)
+}
+
+fn publish(d: &Desc) -> FsResult<()> {
+    if let Some(size) = d.take_dirty() {
+        conn::with(|c| c.publish_size(d.path(), size))?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- open, close, dup, fcntl
+
+fn open_path(p: String, flags: i32, mode: u32) -> FsResult<i32> {
+    let access = flags & libc::O_ACCMODE;
+    let create = flags & libc::O_CREAT != 0;
+    let excl = flags & libc::O_EXCL != 0;
+    let trunc = flags & libc::O_TRUNC != 0 && access != libc::O_RDONLY;
+    let mode = mode & !UMASK.load(Relaxed) & 0o7777;
+    let keep = !(libc::O_CREAT
+        | libc::O_EXCL
+        | libc::O_TRUNC
+        | libc::O_CLOEXEC
+        | libc::O_NOCTTY
+        | libc::O_DIRECTORY
+        | libc::O_NOFOLLOW);
+    let status = flags & keep;
+    let (kind, attr) = conn::with(|c| {
+        if create {
+            if flags & libc::O_DIRECTORY != 0 {
+                return Err(Errno::EINVAL);
+            }
+            let f = c.open(
+                &p,
+                OpenFlags {
+                    create,
+                    excl,
+                    trunc,
+                    mode,
+                },
+            )?;
+            return Ok((KIND_FILE, f.attr));
+        }
+        let a = c.stat(&p)?;
+        if a.is_dir() {
+            if access != libc::O_RDONLY {
+                return Err(Errno::EISDIR);
+            }
+            return Ok((KIND_DIR, a));
+        }
+        if flags & libc::O_DIRECTORY != 0 {
+            return Err(Errno::ENOTDIR);
+        }
+        if trunc && a.size > 0 {
+            c.truncate(&p, 0)?;
+            return Ok((KIND_FILE, Attr { size: 0, ..a }));
+        }
+        Ok((KIND_FILE, a))
+    })?;
+    let (fd, d) = Desc::create(kind, status, &p, &attr, flags & libc::O_CLOEXEC != 0)?;
+    fdtable::insert(fd, d);
+    Ok(fd)
+}
+
+fn sys_openat(dirfd: i64, path: isize, flags: i64, mode: i64) -> Ret {
+    let p = ours!(target(dirfd, path));
+    ret(open_path(p, flags as i32, mode as u32), |fd| fd as isize)
+}
+
+/// Forgets `fd` in this process and publishes the size of its description if dirty.
+fn forget(fd: i64) -> FsResult<()> {
+    match fdtable::remove(fd) {
+        Some(d) => publish(&d),
+        None => Ok(()),
+    }
+}
+
+fn sys_close(fd: i64) -> Ret {
+    if !fdtable::is_ours(fd) || conn::in_vfork_child() {
+        return None;
+    }
+    let r = forget(fd);
+    // SAFETY: closing the kernel fd that backed the madfs fd.
+    let k = unsafe { raw(libc::SYS_close as isize, fd as isize) };
+    Some(if r.is_err() && k == 0 {
+        neg(Errno::EIO)
+    } else {
+        k
+    })
+}
+
+fn sys_close_range(first: i64, last: i64, flags: i64) -> Ret {
+    if flags & libc::CLOSE_RANGE_CLOEXEC as i64 == 0 && !conn::in_vfork_child() {
+        let last = last.min(fdtable::MAX_FD as i64 - 1);
+        let mut fd = first.max(0);
+        while fd <= last {
+            if fdtable::is_ours(fd) {
+                let _ = forget(fd);
+            }
+            fd += 1;
+        }
+    }
+    None
+}
+
+fn adopt_dup(new: isize, d: Arc<Desc>) -> isize {
+    if new >= 0 {
+        if new as usize >= fdtable::MAX_FD {
+            // SAFETY: closing the fd we just got.
+            unsafe { raw(libc::SYS_close as isize, new) };
+            return neg(Errno::EMFILE);
+        }
+        fdtable::insert(new as i32, d);
+    }
+    new
+}
+
+fn sys_dup(fd: i64) -> Ret {
+    if !fdtable::is_ours(fd) || conn::in_vfork_child() {
+        return None;
+    }
+    let d = fdtable::get(fd)?;
+    // SAFETY: dup of a valid fd.
+    let new = unsafe { raw(libc::SYS_dup as isize, fd as isize) };
+    Some(adopt_dup(new, d))
+}
+
+fn sys_dup3(old: i64, new: i64, flags: i64, is_dup2: bool) -> Ret {
+    let old_ours = fdtable::is_ours(old);
+    let new_ours = fdtable::is_ours(new);
+    if (!old_ours && !new_ours) || conn::in_vfork_child() {
+        return None;
+    }
+    if old == new {
+        return if is_dup2 {
+            None
+        } else {
+            Some(neg(Errno::EINVAL))
+        };
+    }
+    if new_ours {
+        let _ = forget(new);
+    }
+    if !old_ours {
+        return None;
+    }
+    let d = fdtable::get(old)?;
+    // SAFETY: dup3 on fds the caller named.
+    let r = unsafe {
+        raw(
+            libc::SYS_dup3 as isize,
+            old as isize,
+            new as isize,
+            flags as isize,
+        )
+    };
+    Some(adopt_dup(r, d))
+}
+
+fn sys_fcntl(fd: i64, cmd: i64, arg: i64) -> Ret {
+    if !fdtable::is_ours(fd) {
+        return None;
+    }
+    let d = fdtable::get(fd)?;
+    match cmd as i32 {
+        libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
+            if conn::in_vfork_child() {
+                return None;
+            }
+            // SAFETY: fcntl dup on a valid fd.
+            let r = unsafe {
+                raw(
+                    libc::SYS_fcntl as isize,
+                    fd as isize,
+                    cmd as isize,
+                    arg as isize,
+                )
+            };
+            Some(adopt_dup(r, d))
+        }
+        libc::F_GETFD | libc::F_SETFD => None,
+        libc::F_GETFL => Some(d.flags() as isize),
+        libc::F_SETFL => {
+            let settable = libc::O_APPEND
+                | libc::O_NONBLOCK
+                | libc::O_DIRECT
+                | libc::O_NOATIME
+                | libc::O_ASYNC;
+            let new = (d.flags() & !settable) | (arg as i32 & settable);
+            d.hdr().flags.store(new as u32, Release);
+            Some(0)
+        }
+        // record locks cannot be honoured across madfs clients: say so
+        libc::F_GETLK
+        | libc::F_SETLK
+        | libc::F_SETLKW
+        | libc::F_OFD_GETLK
+        | libc::F_OFD_SETLK
+        | libc::F_OFD_SETLKW => Some(neg(Errno::ENOLCK)),
+        _ => Some(neg(Errno::EINVAL)),
+    }
+}
+
+// ---------------------------------------------------------------- data
+
+/// # Safety
+/// `buf` must be valid for `len` bytes (the kernel's EFAULT check is the caller's promise).
+unsafe fn slice_mut<'a>(buf: isize, len: usize) -> &'a mut [u8] {
+    if len == 0 {
+        return &mut [];
+    }
+    // SAFETY: per the contract.
+    unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, len) }
+}
+
+/// # Safety
+/// As [`slice_mut`].
+unsafe fn slice<'a>(buf: isize, len: usize) -> &'a [u8] {
+    if len == 0 {
+        return &[];
+    }
+    // SAFETY: per the contract.
+    unsafe { std::slice::from_raw_parts(buf as *const u8, len) }
+}
+
+fn file_desc(fd: i64) -> Result<Arc<Desc>, Errno> {
+    let d = fdtable::get(fd).ok_or(Errno::EBADF)?;
+    if d.is_dir() {
+        return Err(Errno::EISDIR);
+    }
+    Ok(d)
+}
+
+fn do_read(d: &Desc, off: Option<u64>, buf: &mut [u8]) -> FsResult<usize> {
+    if acc(d) == libc::O_WRONLY {
+        return Err(Errno::EBADF);
+    }
+    let _serial = d.local();
+    let pos = off.unwrap_or_else(|| d.hdr().offset.load(Acquire));
+    let n = conn::with(|c| c.read(&file(c, d), pos, buf))?;
+    if off.is_none() {
+        d.hdr().offset.store(pos + n as u64, Release);
+    }
+    Ok(n)
+}
+
+fn do_write(d: &Desc, off: Option<u64>, data: &[u8]) -> FsResult<usize> {
+    if acc(d) == libc::O_RDONLY {
+        return Err(Errno::EBADF);
+    }
+    let _serial = d.local();
+    conn::with(|c| {
+        let mut f = file(c, d);
+        let pos = match off {
+            Some(o) => o,
+            None if d.flags() & libc::O_APPEND != 0 => c.stat(d.path())?.size.max(d.attr().size),
+            None => d.hdr().offset.load(Acquire),
+        };
+        let n = c.write(&mut f, pos, data)?;
+        d.wrote(pos + n as u64);
+        if off.is_none() {
+            d.hdr().offset.store(pos + n as u64, Release);
+        }
+        Ok(n)
+    })
+}
+
+fn sys_read(fd: i64, buf: isize, len: i64, off: Option<i64>) -> Ret {
+    if !fdtable::is_ours(fd) {
+        return None;
+    }
+    if off.is_some_and(|o| o < 0) {
+        return Some(neg(Errno::EINVAL));
+    }
+    // SAFETY: the caller's buffer of `len` bytes.
+    let buf = unsafe { slice_mut(buf, len as usize) };
+    ret(
+        file_desc(fd).and_then(|d| do_read(&d, off.map(|o| o as u64), buf)),
+        |n| n as isize,
+    )
+}
+
+fn sys_write(fd: i64, buf: isize, len: i64, off: Option<i64>) -> Ret {
+    if !fdtable::is_ours(fd) {
+        return None;
+    }
+    if off.is_some_and(|o| o < 0) {
+        return Some(neg(Errno::EINVAL));
+    }
+    // SAFETY: the caller's buffer of `len` bytes.
+    let data = unsafe { slice(buf, len as usize) };
+    ret(
+        file_desc(fd).and_then(|d| do_write(&d, off.map(|o| o as u64), data)),
+        |n| n as isize,
+    )
+}
+
+/// # Safety
+/// `iov` must point to `cnt` iovecs.
+unsafe fn iovecs<'a>(iov: isize, cnt: i64) -> Result<&'a [libc::iovec], Errno> {
+    if !(0..=1024).contains(&cnt) {
+        return Err(Errno::EINVAL);
+    }
+    if cnt == 0 {
+        return Ok(&[]);
+    }
+    // SAFETY: per the contract.
+    Ok(unsafe { std::slice::from_raw_parts(iov as *const libc::iovec, cnt as usize) })
+}
+
+fn sys_readv(fd: i64, iov: isize, cnt: i64, off: Option<i64>) -> Ret {
+    if !fdtable::is_ours(fd) {
+        return None;
+    }
+    let run = || -> FsResult<usize> {
+        if off.is_some_and(|o| o < 0) {
+            return Err(Errno::EINVAL);
+        }
+        let d = file_desc(fd)?;
+        // SAFETY: the caller's iovec array.
+        let v = unsafe { iovecs(iov, cnt) }?;
+        let mut total = 0usize;
+        for e in v {
+            // SAFETY: each iovec names a caller buffer.
+            let buf = unsafe { slice_mut(e.iov_base as isize, e.iov_len) };
+            let n = do_read(&d, off.map(|o| o as u64 + total as u64), buf)?;
+            total += n;
+            if n < e.iov_len {
+                break;
+            }
+        }
+        Ok(total)
+    };
+    ret(run(), |n| n as isize)
+}
+
+fn sys_writev(fd: i64, iov: isize, cnt: i64, off: Option<i64>) -> Ret {
+    if !fdtable::is_ours(fd) {
+        return None;
+    }
+    let run = || -> FsResult<usize> {
+        if off.is_some_and(|o| o < 0) {
+            return Err(Errno::EINVAL);
+        }
+        let d = file_desc(fd)?;
+        // SAFETY: the caller's iovec array.
+        let v = unsafe { iovecs(iov, cnt) }?;
+        let mut all = Vec::with_capacity(v.iter().map(|e| e.iov_len).sum());
+        for e in v {
+            // SAFETY: each iovec names a caller buffer.
+            all.extend_from_slice(unsafe { slice(e.iov_base as isize, e.iov_len) });
+        }
+        do_write(&d, off.map(|o| o as u64), &all)
+    };
+    ret(run(), |n| n as isize)
+}
+
+fn sys_lseek(fd: i64, off: i64, whence: i64) -> Ret {
+    if !fdtable::is_ours(fd) {
+        return None;
+    }
+    let d = fdtable::get(fd)?;
+    let h = d.hdr();
+    let cur = h.offset.load(Acquire) as i64;
+    let r = (|| -> FsResult<i64> {
+        let new = match whence as i32 {
+            libc::SEEK_SET => off,
+            libc::SEEK_CUR => cur.checked_add(off).ok_or(Errno::EOVERFLOW)?,
+            libc::SEEK_END | libc::SEEK_DATA | libc::SEEK_HOLE if d.is_dir() => {
+                return Err(Errno::EINVAL)
+            }
+            libc::SEEK_END => (stat_fd(&d)?.size as i64)
+                .checked_add(off)
+                .ok_or(Errno::EOVERFLOW)?,
+            libc::SEEK_DATA | libc::SEEK_HOLE => {
+                let size = stat_fd(&d)?.size as i64;
+                if off < 0 || off >= size {
+                    return Err(Errno::ENXIO);
+                }
+                if whence as i32 == libc::SEEK_DATA {
+                    off
+                } else {
+                    size
+                }
+            }
+            _ => return Err(Errno::EINVAL),
+        };
+        if new < 0 {
+            return Err(Errno::EINVAL);
+        }
+        Ok(new)
+    })();
+    if let Ok(new) = r {
+        if d.is_dir() && new == 0 {
+            d.local().dir = None;
+        }
+        h.offset.store(new as u64, Release);
+    }
+    ret(r, |n| n as isize)
+}
+
+fn sys_ftruncate(fd: i64, len: i64) -> Ret {
+    if !fdtable::is_ours(fd) {
+        return None;
+    }
+    let r = (|| {
+        let d = file_desc(fd).map_err(|_| Errno::EINVAL)?;
+        if len < 0 || acc(&d) == libc::O_RDONLY {
+            return Err(Errno::EINVAL);
+        }
+        truncate_path(d.path(), len as u64)
+    })();
+    zero(r)
+}
+
+fn truncate_path(p: &str, len: u64) -> FsResult<()> {
+    conn::with(|c| c.truncate(p, len))?;
+    for d in fdtable::all() {
+        if !d.is_dir() && d.path() == p {
+            d.truncated(len);
+        }
+    }
+    Ok(())
+}
+
+fn sys_truncate(path: isize, len: i64) -> Ret {
+    let p = ours!(target(libc::AT_FDCWD as i64, path));
+    if len < 0 {
+        return Some(neg(Errno::EINVAL));
+    }
+    zero(truncate_path(&p, len as u64))
+}
+
+fn sys_fsync(fd: i64) -> Ret {
+    if !fdtable::is_ours(fd) {
+        return None;
+    }
+    let d = fdtable::get(fd)?;
+    if d.is_dir() {
+        return Some(0);
+    }
+    zero(publish(&d).and_then(|_| conn::with(|c| c.fsync(&mut file(c, &d)))))
+}
+
+fn sys_fallocate(fd: i64, mode: i64, off: i64, len: i64) -> Ret {
+    if !fdtable::is_ours(fd) {
+        return None;
+    }
+    let r = (|| {
+        let d = file_desc(fd)?;
+        if mode != 0 {
+            return Err(Errno::ENOTSUP);
+        }
+        if off < 0 || len <= 0 {
+            return Err(Errno::EINVAL);
+        }
+        if acc(&d) == libc::O_RDONLY {
+            return Err(Errno::EBADF);
+        }
+        let end = (off as u64).checked_add(len as u64).ok_or(Errno::EFBIG)?;
+        if end > d.attr().size {
+            d.wrote(end);
+        }
+        Ok(())
+    })();
+    zero(r)
+}
+
+// ---------------------------------------------------------------- metadata
+
+fn sys_stat_at(dirfd: i64, path: isize, buf: isize, flags: i64) -> Ret {
+    let a = if empty_path(path, flags) {
+        if !fdtable::is_ours(dirfd) {
+            return None;
+        }
+        fdtable::get(dirfd)
+            .ok_or(Errno::EBADF)
+            .and_then(|d| stat_fd(&d))
+    } else {
+        stat_path(&ours!(target(dirfd, path)))
+    };
+    // SAFETY: the caller's stat buffer.
+    zero(a.map(|a| unsafe { abi::fill_stat(buf as *mut libc::stat, &a) }))
+}
+
+fn sys_fstat(fd: i64, buf: isize) -> Ret {
+    if !fdtable::is_ours(fd) {
+        return None;
+    }
+    let a = fdtable::get(fd)
+        .ok_or(Errno::EBADF)
+        .and_then(|d| stat_fd(&d));
+    // SAFETY: the caller's stat buffer.
+    zero(a.map(|a| unsafe { abi::fill_stat(buf as *mut libc::stat, &a) }))
+}
+
+fn sys_statx(dirfd: i64, path: isize, flags: i64, buf: isize) -> Ret {
+    let a = if empty_path(path, flags) {
+        if !fdtable::is_ours(dirfd) {
+            return None;
+        }
+        fdtable::get(dirfd)
+            .ok_or(Errno::EBADF)
+            .and_then(|d| stat_fd(&d))
+    } else {
+        stat_path(&ours!(target(dirfd, path)))
+    };
+    // SAFETY: the caller's statx buffer.
+    zero(a.map(|a| unsafe { abi::fill_statx(buf as *mut libc::statx, &a) }))
+}
+
+fn sys_access(dirfd: i64, path: isize, flags: i64) -> Ret {
+    if empty_path(path, flags) {
+        return if fdtable::is_ours(dirfd) {
+            Some(0)
+        } else {
+            None
+        };
+    }
+    zero(stat_path(&ours!(target(dirfd, path))))
+}
+
+fn sys_mkdirat(dirfd: i64, path: isize, mode: i64) -> Ret {
+    let p = ours!(target(dirfd, path));
+    let mode = mode as u32 & !UMASK.load(Relaxed) & 0o7777;
+    zero(conn::with(|c| c.mkdir(&p, mode)))
+}
+
+fn sys_unlinkat(dirfd: i64, path: isize, flags: i64) -> Ret {
+    let p = ours!(target(dirfd, path));
+    if flags & libc::AT_REMOVEDIR as i64 != 0 {
+        if cwd().as_deref() == Some(p.as_str()) {
+            return Some(neg(Errno::EBUSY));
+        }
+        zero(conn::with(|c| c.rmdir(&p)))
+    } else {
+        zero(conn::with(|c| c.unlink(&p)))
+    }
+}
+
+fn sys_renameat(olddir: i64, old: isize, newdir: i64, new: isize, flags: i64) -> Ret {
+    let (a, b) = (target(olddir, old), target(newdir, new));
+    let (a, b) = match (a, b) {
+        (Target::External, Target::External) => return None,
+        (Target::Fail(e), _) | (_, Target::Fail(e)) => return Some(neg(e)),
+        (Target::Ours(a), Target::Ours(b)) => (a, b),
+        _ => return Some(neg(Errno::EXDEV)),
+    };
+    if flags & !(libc::RENAME_NOREPLACE as i64) != 0 {
+        return Some(neg(Errno::EINVAL));
+    }
+    zero(conn::with(|c| {
+        c.rename(&a, &b, flags & libc::RENAME_NOREPLACE as i64 != 0)
+    }))
+}
+
+fn times(ts: isize) -> (TimeSpec, TimeSpec) {
+    if ts == 0 {
+        return (TimeSpec::Now, TimeSpec::Now);
+    }
+    // SAFETY: utimensat's times argument is two timespecs.
+    let t = unsafe { std::slice::from_raw_parts(ts as *const libc::timespec, 2) };
+    let one = |t: &libc::timespec| match t.tv_nsec {
+        libc::UTIME_NOW => TimeSpec::Now,
+        libc::UTIME_OMIT => TimeSpec::Omit,
+        n => TimeSpec::At(t.tv_sec * 1_000_000_000 + n),
+    };
+    (one(&t[0]), one(&t[1]))
+}
+
+fn fd_or_path(dirfd: i64, path: isize, flags: i64) -> Target {
+    if path == 0 || empty_path(path, flags) {
+        if !fdtable::is_ours(dirfd) {
+            return Target::External;
+        }
+        return match fdtable::get(dirfd) {
+            Some(d) => Target::Ours(d.path().to_owned()),
+            None => Target::Fail(Errno::EBADF),
+        };
+    }
+    target(dirfd, path)
+}
+
+fn sys_utimensat(dirfd: i64, path: isize, ts: isize, flags: i64) -> Ret {
+    let p = ours!(fd_or_path(dirfd, path, flags));
+    let (a, m) = times(ts);
+    zero(conn::with(|c| c.utimens(&p, a, m)))
+}
+
+fn sys_chmod(dirfd: i64, path: isize, mode: i64) -> Ret {
+    let p = ours!(fd_or_path(dirfd, path, 0));
+    zero(conn::with(|c| c.chmod(&p, mode as u32)))
+}
+
+fn sys_chown(dirfd: i64, path: isize, uid: i64, gid: i64, flags: i64) -> Ret {
+    let p = ours!(fd_or_path(dirfd, path, flags));
+    zero(conn::with(|c| c.chown(&p, uid as u32, gid as u32)))
+}
+
+fn sys_statfs(t: Target, buf: isize) -> Ret {
+    let _ = ours!(t);
+    let s = conn::with(|c| c.statfs());
+    // SAFETY: the caller's statfs buffer.
+    zero(s.map(|s| unsafe { abi::fill_statfs(buf as *mut libc::statfs, &s) }))
+}
+
+fn sys_readlinkat(dirfd: i64, path: isize) -> Ret {
+    let p = ours!(target(dirfd, path));
+    // madfs stores no symbolic links: an existing entry is "not a link"
+    Some(match stat_path(&p) {
+        Ok(_) => neg(Errno::EINVAL),
+        Err(e) => neg(e),
+    })
+}
+
+fn refuse_path(dirfd: i64, path: isize, e: Errno) -> Ret {
+    let _ = ours!(target(dirfd, path));
+    Some(neg(e))
+}
+
+fn sys_linkat(olddir: i64, old: isize, newdir: i64, new: isize) -> Ret {
+    match (target(olddir, old), target(newdir, new)) {
+        (Target::External, Target::External) => None,
+        (Target::Ours(_), Target::Ours(_)) => Some(neg(Errno::EPERM)),
+        (Target::Fail(e), _) | (_, Target::Fail(e)) => Some(neg(e)),
+        _ => Some(neg(Errno::EXDEV)),
+    }
+}
+
+fn refuse_fd(fd: i64, e: Errno) -> Ret {
+    fdtable::is_ours(fd).then(|| neg(e))
+}
+
+// ---------------------------------------------------------------- directories
+
+fn sys_getdents64(fd: i64, buf: isize, len: i64) -> Ret {
+    if !fdtable::is_ours(fd) {
+        return None;
+    }
+    let d = fdtable::get(fd)?;
+    if !d.is_dir() {
+        return Some(neg(Errno::ENOTDIR));
+    }
+    let mut local = d.local();
+    if local.dir.is_none() {
+        let list = match conn::with(|c| c.readdir(d.path())) {
+            Ok(l) => l,
+            Err(e) => return Some(neg(e)),
+        };
+        let mut v = Vec::with_capacity(list.len() + 2);
+        v.push((".".to_string(), d.attr().id, libc::DT_DIR));
+        v.push(("..".to_string(), 1, libc::DT_DIR));
+        v.extend(
+            list.into_iter()
+                .map(|e| (e.name, e.ino, abi::dtype(e.kind))),
+        );
+        local.dir = Some(v);
+    }
+    let entries = local.dir.as_deref().unwrap_or(&[]);
+    // SAFETY: the caller's buffer of `len` bytes.
+    let out = unsafe { slice_mut(buf, len.max(0) as usize) };
+    let mut pos = d.hdr().offset.load(Acquire) as usize;
+    let mut used = 0usize;
+    while pos < entries.len() {
+        let (name, ino, t) = &entries[pos];
+        match abi::put_dirent(&mut out[used..], *ino, pos as i64 + 1, *t, name) {
+            Some(n) => {
+                used += n;
+                pos += 1;
+            }
+            None if used == 0 => return Some(neg(Errno::EINVAL)),
+            None => break,
+        }
+    }
+    d.hdr().offset.store(pos as u64, Release);
+    Some(used as isize)
+}
+
+fn sys_chdir(t: Target, raw_call: impl FnOnce() -> isize) -> Ret {
+    match t {
+        Target::Ours(p) => {
+            if conn::in_vfork_child() {
+                return Some(neg(Errno::ENOTSUP));
+            }
+            match stat_path(&p) {
+                Ok(a) if a.is_dir() => {
+                    set_cwd(Some(p));
+                    Some(0)
+                }
+                Ok(_) => Some(neg(Errno::ENOTDIR)),
+                Err(e) => Some(neg(e)),
+            }
+        }
+        Target::Fail(e) => Some(neg(e)),
+        Target::External if CWD_IN.load(Acquire) && !conn::in_vfork_child() => {
+            let r = raw_call();
+            if r == 0 {
+                set_cwd(None);
+            }
+            Some(r)
+        }
+        Target::External => None,
+    }
+}
+
+fn sys_getcwd(buf: isize, size: i64) -> Ret {
+    if !CWD_IN.load(Acquire) {
+        return None;
+    }
+    let c = cwd()?;
+    let mut bytes = external(mount(), &c);
+    bytes.push(0);
+    if (size as usize) < bytes.len() {
+        return Some(neg(Errno::ERANGE));
+    }
+    // SAFETY: the caller's buffer of `size` bytes.
+    unsafe { slice_mut(buf, bytes.len()) }.copy_from_slice(&bytes);
+    Some(bytes.len() as isize)
+}
+
+// ---------------------------------------------------------------- process life
+
+/// Publishes every dirty description before the process image goes away.
+pub fn flush_all() {
+    for d in fdtable::all() {
+        let _ = publish(&d);
+    }
+}
+
+/// `execve`: carries a madfs working directory into the new image (`MADFS_CWD`), removing a
+/// stale one. Leaves the call alone when neither applies.
+fn sys_execve(path: isize, argv: isize, envp: isize, extra: Option<(i64, i64)>) -> Ret {
+    let key = CWD_ENV.as_bytes();
+    let mut has_key = false;
+    let mut n = 0usize;
+    if envp != 0 {
+        // SAFETY: envp is a NULL-terminated array of C strings.
+        unsafe {
+            let mut p = envp as *const *const libc::c_char;
+            while !(*p).is_null() {
+                let s = CStr::from_ptr(*p).to_bytes();
+                if s.len() > key.len() && s.starts_with(key) && s[key.len()] == b'=' {
+                    has_key = true;
+                }
+                n += 1;
+                p = p.add(1);
+            }
+        }
+    }
+    let cwd_in = CWD_IN.load(Acquire);
+    if (!cwd_in && !has_key) || conn::in_vfork_child() {
+        return None;
+    }
+    flush_all();
+    let mut owned: Vec<std::ffi::CString> = Vec::new();
+    let mut ptrs: Vec<*const libc::c_char> = Vec::with_capacity(n + 2);
+    if envp != 0 {
+        // SAFETY: as above.
+        unsafe {
+            let mut p = envp as *const *const libc::c_char;
+            while !(*p).is_null() {
+                let s = CStr::from_ptr(*p).to_bytes();
+                if !(s.len() > key.len() && s.starts_with(key) && s[key.len()] == b'=') {
+                    ptrs.push(*p);
+                }
+                p = p.add(1);
+            }
+        }
+    }
+    if cwd_in {
+        if let Some(c) = cwd() {
+            if let Ok(s) = std::ffi::CString::new(format!("{CWD_ENV}={c}")) {
+                owned.push(s);
+            }
+        }
+    }
+    ptrs.extend(owned.iter().map(|s| s.as_ptr()));
+    ptrs.push(std::ptr::null());
+    // SAFETY: execve with the caller's path/argv and our NULL-terminated envp.
+    let r = unsafe {
+        match extra {
+            None => raw(
+                libc::SYS_execve as isize,
+                path,
+                argv,
+                ptrs.as_ptr() as isize,
+            ),
+            Some((dirfd, flags)) => raw(
+                libc::SYS_execveat as isize,
+                dirfd as isize,
+                path,
+                argv,
+                ptrs.as_ptr() as isize,
+                flags as isize,
+            ),
+        }
+    };
+    Some(r)
+}
+
+// ---------------------------------------------------------------- dispatch
+
+/// An `int` argument (fd, flags, mode) as the kernel reads it: the low 32 bits, sign-extended.
+fn fd(a: isize) -> i64 {
+    a as i32 as i64
+}
+
+/// Routes one syscall. `None`: not ours, let the kernel do it.
+pub fn dispatch(nr: i64, a: [isize; 6]) -> Ret {
+    let [a0, a1, a2, a3, a4, a5] = a;
+    // integer arguments as the kernel reads them (64-bit values) ...
+    let (i1, i2, i3) = (a1 as i64, a2 as i64, a3 as i64);
+    // ... and fd/int arguments (the upper 32 bits of an `int` register are not defined)
+    let (f0, f1, f2, f3, f4) = (fd(a0), fd(a1), fd(a2), fd(a3), fd(a4));
+    let cwd_fd = libc::AT_FDCWD as i64;
+    match nr {
+        libc::SYS_openat => sys_openat(f0, a1, f2, f3),
+        libc::SYS_close => sys_close(f0),
+        libc::SYS_close_range => sys_close_range(f0, f1 as u32 as i64, i2),
+        libc::SYS_read => sys_read(f0, a1, i2, None),
+        libc::SYS_write => sys_write(f0, a1, i2, None),
+        libc::SYS_pread64 => sys_read(f0, a1, i2, Some(i3)),
+        libc::SYS_pwrite64 => sys_write(f0, a1, i2, Some(i3)),
+        libc::SYS_readv => sys_readv(f0, a1, f2, None),
+        libc::SYS_writev => sys_writev(f0, a1, f2, None),
+        libc::SYS_preadv => sys_readv(f0, a1, f2, Some(i3)),
+        libc::SYS_pwritev => sys_writev(f0, a1, f2, Some(i3)),
+        libc::SYS_preadv2 => sys_readv(f0, a1, f2, (i3 != -1).then_some(i3)),
+        libc::SYS_pwritev2 => sys_writev(f0, a1, f2, (i3 != -1).then_some(i3)),
+        libc::SYS_lseek => sys_lseek(f0, i1, f2),
+        libc::SYS_newfstatat => sys_stat_at(f0, a1, a2, f3),
+        libc::SYS_fstat => sys_fstat(f0, a1),
+        libc::SYS_statx => sys_statx(f0, a1, f2, a4),
+        libc::SYS_faccessat => sys_access(f0, a1, 0),
+        libc::SYS_faccessat2 => sys_access(f0, a1, f3),
+        libc::SYS_mkdirat => sys_mkdirat(f0, a1, f2),
+        libc::SYS_unlinkat => sys_unlinkat(f0, a1, f2),
+        libc::SYS_renameat => sys_renameat(f0, a1, f2, a3, 0),
+        libc::SYS_renameat2 => sys_renameat(f0, a1, f2, a3, f4),
+        libc::SYS_truncate => sys_truncate(a0, i1),
+        libc::SYS_ftruncate => sys_ftruncate(f0, i1),
+        libc::SYS_fsync | libc::SYS_fdatasync => sys_fsync(f0),
+        libc::SYS_sync_file_range => sys_fsync(f0),
+        libc::SYS_fallocate => sys_fallocate(f0, f1, i2, i3),
+        libc::SYS_fadvise64 | libc::SYS_readahead => fdtable::is_ours(f0).then_some(0),
+        libc::SYS_getdents64 => sys_getdents64(f0, a1, f2),
+        libc::SYS_dup => sys_dup(f0),
+        libc::SYS_dup3 => sys_dup3(f0, f1, f2, false),
+        libc::SYS_fcntl => sys_fcntl(f0, f1, i2),
+        libc::SYS_chdir => sys_chdir(target(cwd_fd, a0), || unsafe {
+            raw(libc::SYS_chdir as isize, a0)
+        }),
+        libc::SYS_fchdir => {
+            let t = if fdtable::is_ours(f0) {
+                match fdtable::get(f0) {
+                    Some(d) => Target::Ours(d.path().to_owned()),
+                    None => Target::Fail(Errno::EBADF),
+                }
+            } else {
+                Target::External
+            };
+            sys_chdir(t, || unsafe { raw(libc::SYS_fchdir as isize, a0) })
+        }
+        libc::SYS_getcwd => sys_getcwd(a0, i1),
+        libc::SYS_utimensat => sys_utimensat(f0, a1, a2, f3),
+        libc::SYS_fchmodat => sys_chmod(f0, a1, f2),
+        libc::SYS_fchmod => fdtable::is_ours(f0).then(|| sys_chmod(f0, 0, f1)).flatten(),
+        libc::SYS_fchownat => sys_chown(f0, a1, f2, f3, f4),
+        libc::SYS_fchown => fdtable::is_ours(f0)
+            .then(|| sys_chown(f0, 0, f1, f2, 0))
+            .flatten(),
+        libc::SYS_statfs => sys_statfs(target(cwd_fd, a0), a1),
+        libc::SYS_fstatfs => {
+            let t = if fdtable::is_ours(f0) {
+                Target::Ours(String::new())
+            } else {
+                Target::External
+            };
+            sys_statfs(t, a1)
+        }
+        libc::SYS_readlinkat => sys_readlinkat(f0, a1),
+        libc::SYS_symlinkat => refuse_path(f1, a2, Errno::EPERM),
+        libc::SYS_linkat => sys_linkat(f0, a1, f2, a3),
+        libc::SYS_mknodat => refuse_path(f0, a1, Errno::EPERM),
+        libc::SYS_getxattr
+        | libc::SYS_lgetxattr
+        | libc::SYS_setxattr
+        | libc::SYS_lsetxattr
+        | libc::SYS_listxattr
+        | libc::SYS_llistxattr
+        | libc::SYS_removexattr
+        | libc::SYS_lremovexattr => refuse_path(cwd_fd, a0, Errno::ENOTSUP),
+        libc::SYS_fgetxattr
+        | libc::SYS_fsetxattr
+        | libc::SYS_flistxattr
+        | libc::SYS_fremovexattr => refuse_fd(f0, Errno::ENOTSUP),
+        libc::SYS_copy_file_range => {
+            (fdtable::is_ours(f0) || fdtable::is_ours(f2)).then(|| neg(Errno::EXDEV))
+        }
+        libc::SYS_sendfile => {
+            (fdtable::is_ours(f0) || fdtable::is_ours(f1)).then(|| neg(Errno::EINVAL))
+        }
+        libc::SYS_splice => {
+            (fdtable::is_ours(f0) || fdtable::is_ours(f2)).then(|| neg(Errno::EINVAL))
+        }
+        libc::SYS_tee => (fdtable::is_ours(f0) || fdtable::is_ours(f1)).then(|| neg(Errno::EINVAL)),
+        libc::SYS_mmap => (f3 & libc::MAP_ANONYMOUS as i64 == 0 && fdtable::is_ours(f4))
+            .then(|| neg(Errno::ENODEV)),
+        libc::SYS_ioctl => refuse_fd(f0, Errno::ENOTTY),
+        libc::SYS_flock => refuse_fd(f0, Errno::ENOLCK),
+        libc::SYS_umask => {
+            // SAFETY: umask cannot fail.
+            let old = unsafe { raw(libc::SYS_umask as isize, a0) };
+            UMASK.store(f0 as u32 & 0o777, Relaxed);
+            Some(old)
+        }
+        libc::SYS_exit_group => {
+            flush_all();
+            None
+        }
+        libc::SYS_execve => sys_execve(a0, a1, a2, None),
+        libc::SYS_execveat => sys_execve(a1, a2, a3, Some((f0, f4))),
+        _ => arch_dispatch(nr, a, a5),
+    }
+}
+
+/// Legacy syscalls that exist on x86_64 only (aarch64 has just the `*at` forms).
+#[cfg(target_arch = "x86_64")]
+fn arch_dispatch(nr: i64, a: [isize; 6], _a5: isize) -> Ret {
+    let [a0, a1, a2, a3, ..] = a;
+    let (i0, i1, i2) = (fd(a0), fd(a1), fd(a2));
+    let cwd_fd = libc::AT_FDCWD as i64;
+    match nr {
+        libc::SYS_open => sys_openat(cwd_fd, a0, i1, i2),
+        libc::SYS_creat => sys_openat(
+            cwd_fd,
+            a0,
+            (libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC) as i64,
+            i1,
+        ),
+        libc::SYS_stat => sys_stat_at(cwd_fd, a0, a1, 0),
+        libc::SYS_lstat => sys_stat_at(cwd_fd, a0, a1, libc::AT_SYMLINK_NOFOLLOW as i64),
+        libc::SYS_access => sys_access(cwd_fd, a0, 0),
+        libc::SYS_mkdir => sys_mkdirat(cwd_fd, a0, i1),
+        libc::SYS_rmdir => sys_unlinkat(cwd_fd, a0, libc::AT_REMOVEDIR as i64),
+        libc::SYS_unlink => sys_unlinkat(cwd_fd, a0, 0),
+        libc::SYS_rename => sys_renameat(cwd_fd, a0, cwd_fd, a1, 0),
+        libc::SYS_dup2 => sys_dup3(i0, i1, 0, true),
+        libc::SYS_chmod => sys_chmod(cwd_fd, a0, i1),
+        libc::SYS_chown | libc::SYS_lchown => sys_chown(cwd_fd, a0, i1, i2, 0),
+        libc::SYS_readlink => sys_readlinkat(cwd_fd, a0),
+        libc::SYS_symlink => refuse_path(cwd_fd, a1, Errno::EPERM),
+        libc::SYS_link => sys_linkat(cwd_fd, a0, cwd_fd, a1),
+        libc::SYS_mknod => refuse_path(cwd_fd, a0, Errno::EPERM),
+        libc::SYS_utimes | libc::SYS_utime | libc::SYS_futimesat => {
+            // legacy time calls: glibc uses utimensat; refuse rather than guess
+            let path = if nr == libc::SYS_futimesat { a1 } else { a0 };
+            let dirfd = if nr == libc::SYS_futimesat {
+                i0
+            } else {
+                cwd_fd
+            };
+            let _ = a3;
+            refuse_path(dirfd, path, Errno::ENOSYS)
+        }
+        _ => None,
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn arch_dispatch(_nr: i64, _a: [isize; 6], _a5: isize) -> Ret {
+    None
+}

@@ -1,0 +1,113 @@
+//! Path decisions of the hook, on raw bytes: is a path ours, and which madfs path is it?
+//! Pure functions, unit-tested alone (GekkoFS-style resolution status).
+
+use madfs_proto::Errno;
+
+/// Mount prefix used when `MADFS_MOUNT` is not set.
+pub const DEFAULT_MOUNT: &[u8] = b"/madfs";
+
+/// Is `path` (raw bytes, no NUL) the mount point or inside it? `mount` has no trailing `/`.
+/// No allocation, no locks: safe to call first thing in a syscall hook.
+pub fn is_under_mount(path: &[u8], mount: &[u8]) -> bool {
+    path.starts_with(mount) && (path.len() == mount.len() || path[mount.len()] == b'/')
+}
+
+/// What a path argument refers to.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Resolved {
+    /// Not ours: pass the syscall through.
+    External,
+    /// A madfs path (absolute inside madfs, normalised, `..` resolved lexically).
+    Internal(String),
+}
+
+/// Resolves `rel` lexically against the madfs directory `base` (an internal absolute path).
+/// `..` above the madfs root leaves madfs: then the path is `External`.
+pub fn resolve_in(base: &str, rel: &[u8]) -> Result<Resolved, Errno> {
+    let rel = std::str::from_utf8(rel).map_err(|_| Errno::EINVAL)?;
+    let mut parts: Vec<&str> = if rel.starts_with('/') {
+        Vec::new()
+    } else {
+        base.split('/').filter(|c| !c.is_empty()).collect()
+    };
+    for comp in rel.split('/') {
+        match comp {
+            "" | "." => {}
+            ".." => {
+                if parts.pop().is_none() {
+                    return Ok(Resolved::External);
+                }
+            }
+            c => parts.push(c),
+        }
+    }
+    let mut out = String::with_capacity(rel.len() + base.len() + 1);
+    for p in &parts {
+        out.push('/');
+        out.push_str(p);
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    madfs_placement::normalize(&out).map(Resolved::Internal)
+}
+
+/// Resolves an absolute path under `mount` to its madfs path (`/madfs/a/../b` → `/b`).
+pub fn internal(mount: &[u8], abs: &[u8]) -> Result<Resolved, Errno> {
+    if !is_under_mount(abs, mount) {
+        return Ok(Resolved::External);
+    }
+    resolve_in("/", &abs[mount.len()..])
+}
+
+/// The user-visible absolute path of a madfs path (for `getcwd`).
+pub fn external(mount: &[u8], internal: &str) -> Vec<u8> {
+    let mut v = mount.to_vec();
+    if internal != "/" {
+        v.extend_from_slice(internal.as_bytes());
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn int(s: &str) -> Resolved {
+        Resolved::Internal(s.into())
+    }
+
+    #[test]
+    fn prefix_check() {
+        assert!(is_under_mount(b"/madfs", DEFAULT_MOUNT));
+        assert!(is_under_mount(b"/madfs/", DEFAULT_MOUNT));
+        assert!(is_under_mount(b"/madfs/a/b", DEFAULT_MOUNT));
+        assert!(!is_under_mount(b"/madfsx", DEFAULT_MOUNT));
+        assert!(!is_under_mount(b"/mad", DEFAULT_MOUNT));
+        assert!(!is_under_mount(b"/etc/madfs", DEFAULT_MOUNT));
+        assert!(!is_under_mount(b"madfs/a", DEFAULT_MOUNT));
+    }
+
+    #[test]
+    fn absolute() {
+        let m = DEFAULT_MOUNT;
+        assert_eq!(internal(m, b"/madfs").unwrap(), int("/"));
+        assert_eq!(internal(m, b"/madfs//a/./b/").unwrap(), int("/a/b"));
+        assert_eq!(internal(m, b"/madfs/a/../b").unwrap(), int("/b"));
+        assert_eq!(internal(m, b"/madfs/..").unwrap(), Resolved::External);
+        assert_eq!(internal(m, b"/etc/passwd").unwrap(), Resolved::External);
+        assert_eq!(internal(m, b"/madfs/\xff").unwrap_err(), Errno::EINVAL);
+        let long = [b"/madfs/".as_slice(), &[b'x'; 300]].concat();
+        assert_eq!(internal(m, &long).unwrap_err(), Errno::ENAMETOOLONG);
+    }
+
+    #[test]
+    fn relative() {
+        assert_eq!(resolve_in("/d", b"f").unwrap(), int("/d/f"));
+        assert_eq!(resolve_in("/d/e", b"../f").unwrap(), int("/d/f"));
+        assert_eq!(resolve_in("/", b".").unwrap(), int("/"));
+        assert_eq!(resolve_in("/d", b"../..").unwrap(), Resolved::External);
+        assert_eq!(external(DEFAULT_MOUNT, "/"), b"/madfs");
+        assert_eq!(external(DEFAULT_MOUNT, "/a/b"), b"/madfs/a/b");
+    }
+}
