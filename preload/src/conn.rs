@@ -8,15 +8,48 @@ use madfs_proto::{Errno, FsResult};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::*};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 
 static GEN: AtomicU64 = AtomicU64::new(0);
 static MY_PID: AtomicI32 = AtomicI32::new(0);
 static CONFIG: OnceLock<Result<ClientConfig, String>> = OnceLock::new();
 static WARNED: AtomicBool = AtomicBool::new(false);
+/// Set once this library's destructor has run: UCX's own destructors come next, so no new
+/// client may be created after it.
+pub static FINISHED: AtomicBool = AtomicBool::new(false);
+
+/// One UCX context per process (per fork generation), shared by the threads' workers.
+static CONTEXT: Mutex<Option<(u64, Arc<madfs_rpc::Context>)>> = Mutex::new(None);
 
 thread_local! {
     static CLIENT: RefCell<Option<(u64, Rc<Client>)>> = const { RefCell::new(None) };
+    /// Registered after CLIENT, so its destructor runs first at thread exit (and in `exit()`
+    /// for the main thread): files still open are published while the client still works.
+    static FLUSHER: Flusher = const { Flusher };
+}
+
+struct Flusher;
+
+impl Drop for Flusher {
+    fn drop(&mut self) {
+        crate::hooks::flush_all();
+    }
+}
+
+fn context(gen: u64) -> FsResult<Arc<madfs_rpc::Context>> {
+    let mut slot = CONTEXT.try_lock().map_err(|_| Errno::EAGAIN)?;
+    if let Some((g, c)) = &*slot {
+        if *g == gen {
+            return Ok(c.clone());
+        }
+    }
+    if let Some(old) = slot.take() {
+        // the parent's context after fork: never destroyed here
+        std::mem::forget(old);
+    }
+    let c = madfs_rpc::new_context().map_err(|_| Errno::EIO)?;
+    *slot = Some((gen, c.clone()));
+    Ok(c)
 }
 
 /// Called at load time and in the child after `fork`.
@@ -53,8 +86,19 @@ fn config() -> FsResult<&'static ClientConfig> {
 }
 
 fn new_client() -> FsResult<Rc<Client>> {
+    if FINISHED.load(Acquire) {
+        return Err(Errno::EIO);
+    }
     let cfg = config()?;
-    Client::new(cfg).map(Rc::new).map_err(|_| Errno::EIO)
+    let ctx = context(GEN.load(Acquire))?;
+    Client::with_context(ctx, cfg).map(Rc::new).map_err(|e| {
+        if crate::entry::TRACE.load(Relaxed) {
+            let msg = format!("[madfs] client: {e}\n");
+            // SAFETY: plain write to stderr.
+            unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+        }
+        Errno::EIO
+    })
 }
 
 /// Runs `f` with this thread's client.
@@ -73,6 +117,7 @@ pub fn with<R>(f: impl FnOnce(&Client) -> FsResult<R>) -> FsResult<R> {
         }
         let c = new_client()?;
         *s = Some((gen, c.clone()));
+        let _ = FLUSHER.try_with(|_| {});
         Ok(c)
     });
     match c {

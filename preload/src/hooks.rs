@@ -186,7 +186,24 @@ fn stat_fd(d: &Desc) -> FsResult<Attr> {
 
 fn publish(d: &Desc) -> FsResult<()> {
     if let Some(size) = d.take_dirty() {
-        conn::with(|c| c.publish_size(d.path(), size))?;
+        let r = conn::with(|c| c.publish_size(d.path(), size));
+        if crate::entry::TRACE.load(Relaxed) {
+            let msg = format!("[madfs] publish {} size={size}: {r:?}\n", d.path());
+            // SAFETY: raw write to stderr.
+            unsafe {
+                raw(
+                    libc::SYS_write as isize,
+                    2,
+                    msg.as_ptr() as isize,
+                    msg.len() as isize,
+                )
+            };
+        }
+        if r.is_err() {
+            // keep it dirty: another holder of the description may still publish it
+            d.wrote(size);
+        }
+        r?;
     }
     Ok(())
 }
@@ -439,6 +456,23 @@ fn do_write(d: &Desc, off: Option<u64>, data: &[u8]) -> FsResult<usize> {
             None => d.hdr().offset.load(Acquire),
         };
         let n = c.write(&mut f, pos, data)?;
+        if crate::entry::TRACE.load(Relaxed) {
+            let msg = format!(
+                "[madfs] write {} id={} pos={pos} n={n} size={}\n",
+                d.path(),
+                d.attr().id,
+                d.attr().size
+            );
+            // SAFETY: raw write to stderr.
+            unsafe {
+                raw(
+                    libc::SYS_write as isize,
+                    2,
+                    msg.as_ptr() as isize,
+                    msg.len() as isize,
+                )
+            };
+        }
         d.wrote(pos + n as u64);
         if off.is_none() {
             d.hdr().offset.store(pos + n as u64, Release);

@@ -34,12 +34,30 @@ extern "C" fn init() {
     );
     conn::set_pid();
     fdtable::adopt_inherited();
-    // SAFETY: registering a plain extern "C" function as the child handler.
-    unsafe { libc::pthread_atfork(None, None, Some(conn::after_fork_child)) };
+    // SAFETY: registering plain extern "C" functions.
+    unsafe {
+        libc::pthread_atfork(None, None, Some(conn::after_fork_child));
+        libc::atexit(at_exit);
+    }
     // SAFETY: installs our hook; syscall_intercept has patched libc in its own constructor.
     unsafe { syscall_intercept::set_hook_fn(entry::hook) };
+}
+
+/// `exit()`: publish the sizes of files still open while the client library can still be
+/// used (thread-local clients may already be gone; UCX's destructors have not run yet).
+extern "C" fn at_exit() {
+    hooks::flush_all();
+}
+
+/// Library destructor: from here on UCX is being torn down; create no client any more.
+extern "C" fn fini() {
+    conn::FINISHED.store(true, std::sync::atomic::Ordering::Release);
 }
 
 #[used]
 #[link_section = ".init_array"]
 static INIT: extern "C" fn() = init;
+
+#[used]
+#[link_section = ".fini_array"]
+static FINI: extern "C" fn() = fini;
