@@ -119,6 +119,25 @@ impl Client {
         })
     }
 
+    /// A client that talks plain TCP to the servers' fallback ports (no UCX): for processes
+    /// where UCX cannot run, such as the child of a `fork` whose parent had UCX running.
+    pub fn new_tcp(cfg: &ClientConfig) -> std::io::Result<Client> {
+        let addrs = cfg.tcp_servers.clone().ok_or_else(|| {
+            std::io::Error::other("the cluster file lists no TCP port for some server")
+        })?;
+        let t = Transport::new_tcp(addrs, cfg.cluster_file.clone());
+        t.set_timeout(cfg.timeout);
+        // SAFETY: getuid/getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        Ok(Client {
+            n: t.servers(),
+            t,
+            known_dirs: RefCell::default(),
+            uid,
+            gid,
+        })
+    }
+
     /// From `MADFS_CLUSTER` and friends.
     pub fn from_env() -> std::io::Result<Client> {
         let cfg = ClientConfig::from_env().map_err(std::io::Error::other)?;

@@ -15,6 +15,8 @@ pub struct ClientConfig {
     pub timeout: Duration,
     /// UCX settings.
     pub ucx: UcxSettings,
+    /// Plain-TCP ports of the servers (fallback transport), when every server has one.
+    pub tcp_servers: Option<Vec<SocketAddr>>,
 }
 
 impl ClientConfig {
@@ -23,6 +25,7 @@ impl ClientConfig {
         let path = path.into();
         let entries = cluster_file::read(&path)?;
         Ok(ClientConfig {
+            tcp_servers: entries.iter().map(|e| e.tcp).collect(),
             servers: entries.iter().map(|e| e.ucx).collect(),
             cluster_file: Some(path),
             timeout: madfs_rpc::DEFAULT_TIMEOUT,

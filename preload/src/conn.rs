@@ -11,6 +11,11 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex, OnceLock};
 
 static GEN: AtomicU64 = AtomicU64::new(0);
+/// A UCX context was created in this process image (or inherited through `fork`).
+static UCX_STARTED: AtomicBool = AtomicBool::new(false);
+/// UCX cannot be used here: we are a `fork` child of a process that had UCX running (UCX's
+/// global async thread does not exist in the child). Plain TCP is used instead.
+static TCP_ONLY: AtomicBool = AtomicBool::new(false);
 static MY_PID: AtomicI32 = AtomicI32::new(0);
 static CONFIG: OnceLock<Result<ClientConfig, String>> = OnceLock::new();
 static WARNED: AtomicBool = AtomicBool::new(false);
@@ -48,6 +53,7 @@ fn context(gen: u64) -> FsResult<Arc<madfs_rpc::Context>> {
         std::mem::forget(old);
     }
     let c = madfs_rpc::new_context().map_err(|_| Errno::EIO)?;
+    UCX_STARTED.store(true, Release);
     *slot = Some((gen, c.clone()));
     Ok(c)
 }
@@ -60,6 +66,9 @@ pub fn set_pid() {
 
 /// `pthread_atfork` child handler: new process, new clients.
 pub extern "C" fn after_fork_child() {
+    if UCX_STARTED.load(Acquire) {
+        TCP_ONLY.store(true, Release);
+    }
     GEN.fetch_add(1, AcqRel);
     set_pid();
 }
@@ -90,8 +99,14 @@ fn new_client() -> FsResult<Rc<Client>> {
         return Err(Errno::EIO);
     }
     let cfg = config()?;
-    let ctx = context(GEN.load(Acquire))?;
-    Client::with_context(ctx, cfg).map(Rc::new).map_err(|e| {
+    let made = if TCP_ONLY.load(Acquire)
+        || std::env::var_os("MADFS_TRANSPORT").is_some_and(|v| v == "tcp")
+    {
+        Client::new_tcp(cfg)
+    } else {
+        Client::with_context(context(GEN.load(Acquire))?, cfg)
+    };
+    made.map(Rc::new).map_err(|e| {
         if crate::entry::TRACE.load(Relaxed) {
             let msg = format!("[madfs] client: {e}\n");
             // SAFETY: plain write to stderr.

@@ -28,6 +28,8 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Control port address (port 0: any free port).
     pub control: SocketAddr,
+    /// Plain-TCP request port (fallback transport; port 0: any free port).
+    pub tcp: SocketAddr,
     /// Data directory (RocksDB in `db/`, chunks in `chunks/`).
     pub data_dir: PathBuf,
     /// Cluster file to register in (optional).
@@ -107,20 +109,24 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         },
     };
     let control_addr = control::start(cfg.control, status, stats, stop.clone())?;
+    let tcp = std::net::TcpListener::bind(cfg.tcp)
+        .map_err(|e| anyhow::anyhow!("TCP port {}: {e}", cfg.tcp))?;
+    let tcp_addr = tcp.local_addr()?;
     let entry = ServerEntry {
         id: cfg.id,
         ucx: ucx_addr,
         control: control_addr,
+        tcp: Some(tcp_addr),
     };
     std::fs::write(
         cfg.data_dir.join("address"),
-        format!("{} {} {}\n", entry.id, entry.ucx, entry.control),
+        format!("{}\n", cluster_file::line(&entry)),
     )?;
     if let Some(f) = &cfg.cluster_file {
         cluster_file::register(f, entry)?;
     }
     println!(
-        "madfs-server {} ucx={ucx_addr} control={control_addr} data={}",
+        "madfs-server {} ucx={ucx_addr} control={control_addr} tcp={tcp_addr} data={}",
         cfg.id,
         cfg.data_dir.display()
     );
@@ -141,7 +147,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     };
     local.block_on(
         &rt,
-        net::run(worker, listener, net_cfg, ops.clone(), sync_tx, stop),
+        net::run(worker, listener, tcp, net_cfg, ops.clone(), sync_tx, stop),
     )?;
     drop(local);
     drop(rt);

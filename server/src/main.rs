@@ -19,6 +19,10 @@ struct Args {
     /// tarpc control port address (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:0")]
     control: SocketAddr,
+    /// Plain-TCP request port, the fallback transport for clients that cannot use UCX
+    /// (port 0 picks a free port; default: the --listen host).
+    #[arg(long)]
+    tcp: Option<SocketAddr>,
     /// Data directory (created if missing).
     #[arg(long)]
     data_dir: PathBuf,
@@ -75,6 +79,7 @@ fn main() {
         id: a.id,
         listen: a.listen,
         control: a.control,
+        tcp: a.tcp.unwrap_or_else(|| SocketAddr::new(a.listen.ip(), 0)),
         data_dir: a.data_dir,
         cluster_file: a.cluster_file,
         chunk_size: a.chunk_size,

@@ -169,11 +169,14 @@ pub fn bind(
 pub async fn run(
     worker: Rc<Worker>,
     listener: Listener,
+    tcp: std::net::TcpListener,
     cfg: NetConfig,
     ops: Arc<Ops>,
     sync_tx: mpsc::Sender<SyncJob>,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<()> {
+    tcp.set_nonblocking(true)?;
+    let tcp = tokio::net::TcpListener::from_std(tcp)?;
     let conns = Rc::new(Conns::default());
     let cfg = Rc::new(cfg);
     let s = stop.clone();
@@ -188,6 +191,12 @@ pub async fn run(
         cfg.clone(),
         ops.clone(),
     ))];
+    tasks.push(tokio::task::spawn_local(tcp_loop(
+        tcp,
+        cfg.clone(),
+        ops.clone(),
+        sync_tx.clone(),
+    )));
     for _ in 0..cfg.handlers {
         tasks.push(tokio::task::spawn_local(handler(
             worker.clone(),
@@ -411,5 +420,119 @@ async fn fsync_handler(
                 }
             }
         });
+    }
+}
+
+/// Plain-TCP fallback transport: the same frames over a stream, `[u32 LE len][kind][frame]`
+/// in, `[u32 LE len][reply frame]` out, one request at a time per connection. Used by clients
+/// that cannot run UCX (children of `fork` whose parent had UCX running). Buffers come from a
+/// shared pool, so memory follows requests in flight, not connections.
+async fn tcp_loop(
+    listener: tokio::net::TcpListener,
+    cfg: Rc<NetConfig>,
+    ops: Arc<Ops>,
+    sync_tx: mpsc::Sender<SyncJob>,
+) {
+    let pool: Rc<RefCell<Vec<Bufs>>> = Rc::default();
+    loop {
+        let Ok((s, _)) = listener.accept().await else {
+            continue;
+        };
+        let _ = s.set_nodelay(true);
+        ops.stats.connections.fetch_add(1, Relaxed);
+        let (cfg, ops, sync_tx, pool) = (cfg.clone(), ops.clone(), sync_tx.clone(), pool.clone());
+        tokio::task::spawn_local(async move {
+            if let Err(e) = tcp_conn(s, &cfg, &ops, &sync_tx, &pool).await {
+                tracing::debug!("tcp connection ended: {e}");
+            }
+        });
+    }
+}
+
+async fn tcp_conn(
+    mut s: tokio::net::TcpStream,
+    cfg: &NetConfig,
+    ops: &Arc<Ops>,
+    sync_tx: &mpsc::Sender<SyncJob>,
+    pool: &Rc<RefCell<Vec<Bufs>>>,
+) -> std::io::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let welcome = Welcome {
+        conn: 0,
+        server: cfg.server_id,
+        max_frame: cfg.max_frame as u32,
+        chunk_size: cfg.chunk_size,
+    };
+    let bytes = flexbuffers::to_vec(welcome).unwrap_or_default();
+    s.write_all(&(bytes.len() as u32).to_le_bytes()).await?;
+    s.write_all(&bytes).await?;
+    loop {
+        let len = match s.read_u32_le().await {
+            Ok(l) => l as usize,
+            Err(_) => return Ok(()),
+        };
+        if len == 0 || len > cfg.max_frame + 1 {
+            ops.stats.bad_frames.fetch_add(1, Relaxed);
+            return Ok(());
+        }
+        let kind = s.read_u8().await?;
+        let mut b = pool.borrow_mut().pop().unwrap_or_else(|| Bufs {
+            recv: Vec::new(),
+            data: vec![0u8; cfg.max_frame.saturating_sub(HEADER_ROOM)],
+            hdr: Vec::new(),
+            enc: Encoder::default(),
+        });
+        b.recv.resize(len - 1, 0);
+        s.read_exact(&mut b.recv).await?;
+        let (b, prefix, n) = if kind == 2 {
+            let result = match frame::decode_request(&b.recv) {
+                Ok((Request::Fsync { id }, _)) => {
+                    ops.stats.request("fsync");
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    match sync_tx.send((id, tx)) {
+                        Ok(()) => rx.await.unwrap_or(Err(Errno::EIO)),
+                        Err(_) => Err(Errno::EIO),
+                    }
+                }
+                _ => Err(Errno::EINVAL),
+            };
+            let mut b = b;
+            b.hdr.clear();
+            let prefix = match result {
+                Ok(()) => {
+                    let (p, h) = b.enc.reply(&Reply::Unit);
+                    let h = h.to_vec();
+                    b.hdr.extend_from_slice(&h);
+                    p
+                }
+                Err(e) => frame::error_prefix(e),
+            };
+            (b, prefix, 0)
+        } else {
+            let inline = match frame::decode_request(&b.recv) {
+                Ok((req, _)) => runs_inline(&req, cfg.meta_inline),
+                Err(_) => true,
+            };
+            if inline {
+                let mut b = b;
+                let (p, n) = serve_frame(ops, &mut b);
+                (b, p, n)
+            } else {
+                let ops2 = ops.clone();
+                let mut b = b;
+                tokio::task::spawn_blocking(move || {
+                    let (p, n) = serve_frame(&ops2, &mut b);
+                    (b, p, n)
+                })
+                .await
+                .map_err(std::io::Error::other)?
+            }
+        };
+        let total = PREFIX + b.hdr.len() + n;
+        s.write_all(&(total as u32).to_le_bytes()).await?;
+        s.write_all(&prefix).await?;
+        s.write_all(&b.hdr).await?;
+        s.write_all(&b.data[..n]).await?;
+        pool.borrow_mut().push(b);
     }
 }

@@ -1,9 +1,11 @@
-//! The cluster file: one line per server, `ID UCX_ADDR CONTROL_ADDR`, in id order.
+//! The cluster file: one line per server, `ID UCX_ADDR CONTROL_ADDR [TCP_ADDR]`, in id order.
+//! `TCP_ADDR` is the server's plain-TCP port, used by clients that cannot use UCX (the child of
+//! a `fork` whose parent had UCX running).
 //!
 //! ```text
 //! # madfs cluster
-//! 0 127.0.0.1:41000 127.0.0.1:42000
-//! 1 127.0.0.1:41001 127.0.0.1:42001
+//! 0 127.0.0.1:41000 127.0.0.1:42000 127.0.0.1:43000
+//! 1 127.0.0.1:41001 127.0.0.1:42001 127.0.0.1:43001
 //! ```
 //! Servers register themselves into it (under an exclusive `flock`, written by rename, so a
 //! reader never sees half a file); clients read it from `MADFS_CLUSTER`.
@@ -22,6 +24,8 @@ pub struct ServerEntry {
     pub ucx: SocketAddr,
     /// tarpc control address.
     pub control: SocketAddr,
+    /// Plain-TCP request port (fallback transport), if the server has one.
+    pub tcp: Option<SocketAddr>,
 }
 
 fn bad(msg: String) -> std::io::Error {
@@ -36,20 +40,9 @@ pub fn parse(text: &str) -> std::io::Result<Vec<ServerEntry>> {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let parsed = (|| {
-            if f.len() != 3 {
-                return None;
-            }
-            Some(ServerEntry {
-                id: f[0].parse().ok()?,
-                ucx: f[1].parse().ok()?,
-                control: f[2].parse().ok()?,
-            })
-        })();
-        let e = parsed.ok_or_else(|| {
+        let e = parse_line(line).map_err(|_| {
             bad(format!(
-                "cluster file line {}: expected `ID UCX_ADDR CONTROL_ADDR`, got {line:?}",
+                "cluster file line {}: expected `ID UCX_ADDR CONTROL_ADDR [TCP_ADDR]`, got {line:?}",
                 no + 1
             ))
         })?;
@@ -79,10 +72,18 @@ pub fn read(path: &Path) -> std::io::Result<Vec<ServerEntry>> {
     Ok(v)
 }
 
+/// One cluster-file line for `e` (also the content of a server's `address` file).
+pub fn line(e: &ServerEntry) -> String {
+    match e.tcp {
+        Some(t) => format!("{} {} {} {t}", e.id, e.ucx, e.control),
+        None => format!("{} {} {}", e.id, e.ucx, e.control),
+    }
+}
+
 fn render(entries: &[ServerEntry]) -> String {
-    let mut s = String::from("# madfs cluster: ID UCX_ADDR CONTROL_ADDR\n");
+    let mut s = String::from("# madfs cluster: ID UCX_ADDR CONTROL_ADDR TCP_ADDR\n");
     for e in entries {
-        s.push_str(&format!("{} {} {}\n", e.id, e.ucx, e.control));
+        s.push_str(&format!("{}\n", line(e)));
     }
     s
 }
@@ -131,12 +132,24 @@ fn parse_loose(line: &str) -> std::io::Result<Vec<ServerEntry>> {
     parse_line(line).map(|e| vec![e])
 }
 
-/// Parses one `ID UCX_ADDR CONTROL_ADDR` line (e.g. a server's `address` file).
+/// Parses one `ID UCX_ADDR CONTROL_ADDR [TCP_ADDR]` line (e.g. a server's `address` file).
 pub fn parse_line(line: &str) -> std::io::Result<ServerEntry> {
     let f: Vec<&str> = line.split_whitespace().collect();
-    if f.len() == 3 {
+    if f.len() == 3 || f.len() == 4 {
+        let tcp = match f.get(3) {
+            Some(t) => Some(
+                t.parse()
+                    .map_err(|_| bad(format!("bad TCP address in {line:?}")))?,
+            ),
+            None => None,
+        };
         if let (Ok(id), Ok(ucx), Ok(control)) = (f[0].parse(), f[1].parse(), f[2].parse()) {
-            return Ok(ServerEntry { id, ucx, control });
+            return Ok(ServerEntry {
+                id,
+                ucx,
+                control,
+                tcp,
+            });
         }
     }
     Err(bad(format!("bad line {line:?}")))
@@ -154,6 +167,7 @@ mod tests {
             id,
             ucx: format!("127.0.0.1:{port}").parse().unwrap(),
             control: format!("127.0.0.1:{}", port + 1000).parse().unwrap(),
+            tcp: (id == 1).then(|| format!("127.0.0.1:{}", port + 2000).parse().unwrap()),
         };
         register(&p, e(1, 2)).unwrap();
         register(&p, e(0, 1)).unwrap();

@@ -15,8 +15,8 @@ use madfs_proto::frame::{self, Encoder, PREFIX};
 use madfs_proto::{tag, Errno, Reply, Request, Welcome};
 use std::cell::{Cell, RefCell};
 use std::future::Future;
-use std::io::{IoSlice, IoSliceMut};
-use std::net::SocketAddr;
+use std::io::{IoSlice, IoSliceMut, Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::pin::pin;
 use std::rc::Rc;
@@ -48,17 +48,81 @@ impl RawReply {
     }
 }
 
+/// A plain-TCP connection (fallback transport): one request at a time, in order.
+struct TcpConn {
+    stream: RefCell<TcpStream>,
+    welcome: Welcome,
+}
+
+/// What the transport talks over.
+enum Net {
+    /// UCX tag matching (normal case).
+    Ucx {
+        _context: Arc<Context>,
+        worker: Rc<Worker>,
+        conns: RefCell<Vec<Option<Conn>>>,
+    },
+    /// Plain TCP: for processes that cannot use UCX (a `fork` child of a process that had UCX
+    /// running: UCX's global async thread does not exist in the child).
+    Tcp {
+        conns: RefCell<Vec<Option<Rc<TcpConn>>>>,
+    },
+}
+
 /// Connections from this thread to every server of a cluster.
 pub struct Transport {
-    _context: Arc<Context>,
-    worker: Rc<Worker>,
+    net: Net,
     settings: UcxSettings,
     timeout: Cell<Duration>,
     addrs: RefCell<Vec<SocketAddr>>,
     cluster_file: Option<PathBuf>,
-    conns: RefCell<Vec<Option<Conn>>>,
     seq: Cell<u32>,
     enc: RefCell<Encoder>,
+}
+
+/// Writes `[u32 LE length][kind][pieces…]` (requests) on a TCP stream.
+fn tcp_send(s: &mut TcpStream, kind: u8, pieces: &[&[u8]]) -> std::io::Result<()> {
+    let len: usize = pieces.iter().map(|p| p.len()).sum::<usize>() + 1;
+    let mut head = [0u8; 5];
+    head[..4].copy_from_slice(&(len as u32).to_le_bytes());
+    head[4] = kind;
+    let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(pieces.len() + 1);
+    iov.push(IoSlice::new(&head));
+    iov.extend(
+        pieces
+            .iter()
+            .filter(|p| !p.is_empty())
+            .map(|p| IoSlice::new(p)),
+    );
+    write_all_vectored(s, &mut iov)
+}
+
+fn write_all_vectored(s: &mut TcpStream, mut iov: &mut [IoSlice<'_>]) -> std::io::Result<()> {
+    while !iov.is_empty() {
+        let n = s.write_vectored(iov)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        IoSlice::advance_slices(&mut iov, n);
+    }
+    Ok(())
+}
+
+/// Reads one `[u32 LE length][payload]` message; returns the payload length, which may exceed
+/// `out` (then only `out.len()` bytes are kept and the rest is discarded).
+fn tcp_recv(s: &mut TcpStream, out: &mut [u8]) -> std::io::Result<usize> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len)?;
+    let len = u32::from_le_bytes(len) as usize;
+    let keep = len.min(out.len());
+    s.read_exact(&mut out[..keep])?;
+    if len > keep {
+        std::io::copy(
+            &mut (&mut *s).take((len - keep) as u64),
+            &mut std::io::sink(),
+        )?;
+    }
+    Ok(len)
 }
 
 impl std::fmt::Debug for Transport {
@@ -89,17 +153,43 @@ impl Transport {
             .create_worker()
             .map_err(|e| std::io::Error::other(format!("UCX worker: {e}")))?;
         let n = addrs.len();
-        Ok(Transport {
+        let net = Net::Ucx {
             _context: context,
             worker,
+            conns: RefCell::new(vec![None; n]),
+        };
+        Ok(Self::with_net(net, addrs, cluster_file, settings))
+    }
+
+    /// A transport over plain TCP to the servers' TCP ports `addrs` (no UCX at all).
+    pub fn new_tcp(addrs: Vec<SocketAddr>, cluster_file: Option<PathBuf>) -> Transport {
+        let n = addrs.len();
+        let net = Net::Tcp {
+            conns: RefCell::new((0..n).map(|_| None).collect()),
+        };
+        Self::with_net(net, addrs, cluster_file, UcxSettings::default())
+    }
+
+    fn with_net(
+        net: Net,
+        addrs: Vec<SocketAddr>,
+        cluster_file: Option<PathBuf>,
+        settings: UcxSettings,
+    ) -> Transport {
+        Transport {
+            net,
             settings,
             timeout: Cell::new(DEFAULT_TIMEOUT),
             addrs: RefCell::new(addrs),
             cluster_file,
-            conns: RefCell::new(vec![None; n]),
             seq: Cell::new(0),
             enc: RefCell::new(Encoder::default()),
-        })
+        }
+    }
+
+    /// Is this the plain-TCP fallback transport?
+    pub fn is_tcp(&self) -> bool {
+        matches!(self.net, Net::Tcp { .. })
     }
 
     /// Number of servers.
@@ -117,14 +207,20 @@ impl Transport {
         self.timeout.get()
     }
 
-    /// The UCX worker of this transport.
-    pub fn worker(&self) -> &Rc<Worker> {
-        &self.worker
+    /// The UCX worker of this transport (None over TCP).
+    pub fn worker(&self) -> Option<&Rc<Worker>> {
+        match &self.net {
+            Net::Ucx { worker, .. } => Some(worker),
+            Net::Tcp { .. } => None,
+        }
     }
 
     /// What server `server` said when we connected (connects if needed).
     pub fn welcome(&self, server: u32) -> Result<Welcome, Errno> {
-        Ok(self.conn(server)?.welcome)
+        match &self.net {
+            Net::Ucx { .. } => Ok(self.conn(server)?.welcome),
+            Net::Tcp { .. } => Ok(self.tcp_conn(server)?.welcome),
+        }
     }
 
     fn next_seq(&self) -> u32 {
@@ -135,29 +231,86 @@ impl Transport {
 
     /// Drops the connection to `server`; the next call reconnects.
     pub fn invalidate(&self, server: u32) {
-        if let Some(c) = self.conns.borrow_mut().get_mut(server as usize) {
-            *c = None;
-        }
-    }
-
-    fn conn(&self, server: u32) -> Result<Conn, Errno> {
-        let idx = server as usize;
-        if let Some(Some(c)) = self.conns.borrow().get(idx) {
-            return Ok(c.clone());
-        }
-        if idx >= self.conns.borrow().len() {
-            return Err(Errno::EINVAL);
-        }
-        if let Some(path) = &self.cluster_file {
-            if let Ok(entries) = cluster_file::read(path) {
-                if entries.len() == self.conns.borrow().len() {
-                    *self.addrs.borrow_mut() = entries.iter().map(|e| e.ucx).collect();
+        match &self.net {
+            Net::Ucx { conns, .. } => {
+                if let Some(c) = conns.borrow_mut().get_mut(server as usize) {
+                    *c = None;
+                }
+            }
+            Net::Tcp { conns } => {
+                if let Some(c) = conns.borrow_mut().get_mut(server as usize) {
+                    *c = None;
                 }
             }
         }
+    }
+
+    /// Re-reads the cluster file (a restarted server may listen elsewhere).
+    fn refresh_addrs(&self) {
+        if let Some(path) = &self.cluster_file {
+            if let Ok(entries) = cluster_file::read(path) {
+                if entries.len() == self.addrs.borrow().len() {
+                    let tcp = self.is_tcp();
+                    let new: Option<Vec<SocketAddr>> = entries
+                        .iter()
+                        .map(|e| if tcp { e.tcp } else { Some(e.ucx) })
+                        .collect();
+                    if let Some(new) = new {
+                        *self.addrs.borrow_mut() = new;
+                    }
+                }
+            }
+        }
+    }
+
+    fn tcp_conn(&self, server: u32) -> Result<Rc<TcpConn>, Errno> {
+        let Net::Tcp { conns } = &self.net else {
+            return Err(Errno::EINVAL);
+        };
+        let idx = server as usize;
+        if let Some(Some(c)) = conns.borrow().get(idx) {
+            return Ok(c.clone());
+        }
+        if idx >= conns.borrow().len() {
+            return Err(Errno::EINVAL);
+        }
+        self.refresh_addrs();
+        let addr = self.addrs.borrow()[idx];
+        let t = self.timeout.get();
+        let mut s = TcpStream::connect_timeout(&addr, t).map_err(|_| Errno::EIO)?;
+        let _ = s.set_nodelay(true);
+        s.set_read_timeout(Some(t)).map_err(|_| Errno::EIO)?;
+        s.set_write_timeout(Some(t)).map_err(|_| Errno::EIO)?;
+        let mut buf = [0u8; 256];
+        let n = tcp_recv(&mut s, &mut buf).map_err(|_| Errno::EIO)?;
+        let welcome: Welcome =
+            flexbuffers::from_slice(&buf[..n.min(buf.len())]).map_err(|_| Errno::EPROTO)?;
+        if welcome.server != server {
+            return Err(Errno::EPROTO);
+        }
+        let c = Rc::new(TcpConn {
+            stream: RefCell::new(s),
+            welcome,
+        });
+        conns.borrow_mut()[idx] = Some(c.clone());
+        Ok(c)
+    }
+
+    fn conn(&self, server: u32) -> Result<Conn, Errno> {
+        let Net::Ucx { conns, worker, .. } = &self.net else {
+            return Err(Errno::EINVAL);
+        };
+        let idx = server as usize;
+        if let Some(Some(c)) = conns.borrow().get(idx) {
+            return Ok(c.clone());
+        }
+        if idx >= conns.borrow().len() {
+            return Err(Errno::EINVAL);
+        }
+        self.refresh_addrs();
         let addr = self.addrs.borrow()[idx];
         let deadline = Instant::now() + self.timeout.get();
-        let worker = self.worker.clone();
+        let worker = worker.clone();
         let mode = self.settings.err_mode;
         let fut = async move {
             let mut buf = Vec::<u8>::with_capacity(256);
@@ -183,18 +336,21 @@ impl Transport {
                 welcome,
             })
         };
-        let conn =
-            block_on(&self.worker, fut, self.settings.spin, deadline).ok_or(Errno::EIO)??;
+        let conn = block_on(worker_ref(&self.net), fut, self.settings.spin, deadline)
+            .ok_or(Errno::EIO)??;
         if conn.welcome.server != server {
             return Err(Errno::EPROTO);
         }
-        self.conns.borrow_mut()[idx] = Some(conn.clone());
+        conns.borrow_mut()[idx] = Some(conn.clone());
         Ok(conn)
     }
 
     /// Connects to `server` now if not connected yet.
     pub fn ensure(&self, server: u32) -> Result<(), Errno> {
-        self.conn(server).map(|_| ())
+        match &self.net {
+            Net::Ucx { .. } => self.conn(server).map(|_| ()),
+            Net::Tcp { .. } => self.tcp_conn(server).map(|_| ()),
+        }
     }
 
     /// Runs `fut` (calls to the servers in `involved`, already connected with [`Self::ensure`])
@@ -206,7 +362,12 @@ impl Transport {
         fut: impl Future<Output = Result<T, Errno>>,
     ) -> Result<T, Errno> {
         let deadline = Instant::now() + self.timeout.get();
-        match block_on(&self.worker, fut, self.settings.spin, deadline) {
+        let done = match &self.net {
+            Net::Ucx { worker, .. } => block_on(worker, fut, self.settings.spin, deadline),
+            // TCP calls do their (blocking, time-limited) IO inside their first poll
+            Net::Tcp { .. } => poll_to_end(fut),
+        };
+        match done {
             Some(r) => {
                 if r.as_ref().err() == Some(&Errno::EIO) {
                     for s in involved {
@@ -250,10 +411,39 @@ impl Transport {
     }
 
     fn endpoint(&self, server: u32) -> Result<(Rc<Endpoint>, u32), Errno> {
-        match self.conns.borrow().get(server as usize) {
+        let Net::Ucx { conns, .. } = &self.net else {
+            return Err(Errno::EINVAL);
+        };
+        match conns.borrow().get(server as usize) {
             Some(Some(c)) => Ok((c.ep.clone(), c.welcome.conn)),
             _ => Err(Errno::ENOTCONN),
         }
+    }
+
+    fn tcp_exchange(
+        &self,
+        server: u32,
+        kind: u64,
+        pieces: &[&[u8]],
+        out: &mut [u8],
+    ) -> Result<usize, Errno> {
+        let c = match &self.net {
+            Net::Tcp { conns } => conns
+                .borrow()
+                .get(server as usize)
+                .cloned()
+                .flatten()
+                .ok_or(Errno::ENOTCONN)?,
+            Net::Ucx { .. } => return Err(Errno::EINVAL),
+        };
+        let mut s = c.stream.borrow_mut();
+        let k = if kind == tag::FSYNC { 2 } else { 1 };
+        tcp_send(&mut s, k, pieces).map_err(|_| Errno::EIO)?;
+        let n = tcp_recv(&mut s, out).map_err(|_| Errno::EIO)?;
+        if n > out.len() {
+            return Err(Errno::EMSGSIZE);
+        }
+        Ok(n)
     }
 
     /// Sends `req` (+ `bulk`) to a connected server on the tag of `kind` (`tag::REQUEST` or
@@ -290,9 +480,15 @@ impl Transport {
         pieces: &[&[u8]],
         out: &mut [std::mem::MaybeUninit<u8>],
     ) -> Result<usize, Errno> {
+        if self.is_tcp() {
+            // SAFETY: u8 has no invalid bit patterns; the bytes are only written, then the
+            // written prefix is what the caller reads.
+            let out = unsafe { &mut *(out as *mut [std::mem::MaybeUninit<u8>] as *mut [u8]) };
+            return self.tcp_exchange(server, kind, pieces, out);
+        }
         let (ep, conn) = self.endpoint(server)?;
         let seq = self.next_seq();
-        let mut recv = pin!(self.worker.tag_recv(tag::reply(seq), out));
+        let mut recv = pin!(worker_ref(&self.net).tag_recv(tag::reply(seq), out));
         if let Poll::Ready(r) = futures::poll!(recv.as_mut()) {
             r.map_err(ucx_errno)?;
             return Err(Errno::EPROTO);
@@ -316,13 +512,26 @@ impl Transport {
         req: &Request<'_>,
         buf: &mut [u8],
     ) -> Result<usize, Errno> {
-        let (ep, conn) = self.endpoint(server)?;
         let (prefix, hdr) = self.encode(req);
+        if self.is_tcp() {
+            let mut frame = vec![0u8; PREFIX + buf.len()];
+            let n = self.tcp_exchange(server, tag::REQUEST, &[&prefix, &hdr], &mut frame)?;
+            if n < PREFIX {
+                return Err(Errno::EPROTO);
+            }
+            let rprefix: [u8; PREFIX] = frame[..PREFIX].try_into().unwrap();
+            if frame::reply_status(&rprefix)? != 0 {
+                return Err(Errno::EPROTO);
+            }
+            buf[..n - PREFIX].copy_from_slice(&frame[PREFIX..n]);
+            return Ok(n - PREFIX);
+        }
+        let (ep, conn) = self.endpoint(server)?;
         let seq = self.next_seq();
         let mut rprefix = [0u8; PREFIX];
         let n = {
             let mut iov = [IoSliceMut::new(&mut rprefix), IoSliceMut::new(buf)];
-            let mut recv = pin!(self.worker.tag_recv_vectored(tag::reply(seq), &mut iov));
+            let mut recv = pin!(worker_ref(&self.net).tag_recv_vectored(tag::reply(seq), &mut iov));
             if let Poll::Ready(r) = futures::poll!(recv.as_mut()) {
                 r.map_err(ucx_errno)?;
                 return Err(Errno::EPROTO);
@@ -339,6 +548,25 @@ impl Transport {
         match frame::reply_status(&rprefix)? {
             0 => Ok(n - PREFIX),
             _ => Err(Errno::EPROTO),
+        }
+    }
+}
+
+fn worker_ref(net: &Net) -> &Worker {
+    match net {
+        Net::Ucx { worker, .. } => worker,
+        Net::Tcp { .. } => unreachable!("UCX path on a TCP transport"),
+    }
+}
+
+/// Polls a future whose work is all synchronous (TCP transport) until it is ready.
+fn poll_to_end<F: Future>(fut: F) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    let waker = futures::task::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    loop {
+        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return Some(v);
         }
     }
 }

@@ -38,7 +38,11 @@ fn errno_name(e: i32) -> String {
         (libc::ERANGE, "ERANGE"),
         (libc::ENXIO, "ENXIO"),
     ];
-    names.iter().find(|(n, _)| *n == e).map(|(_, s)| s.to_string()).unwrap_or_else(|| format!("errno{e}"))
+    names
+        .iter()
+        .find(|(n, _)| *n == e)
+        .map(|(_, s)| s.to_string())
+        .unwrap_or_else(|| format!("errno{e}"))
 }
 
 fn flags(spec: &str) -> i32 {
@@ -78,7 +82,11 @@ fn main() {
         let r: i64 = unsafe {
             match a[0] {
                 "open" => {
-                    let r = libc::open(cs(a[1]).as_ptr(), flags(a.get(2).copied().unwrap_or("r")), 0o644) as i64;
+                    let r = libc::open(
+                        cs(a[1]).as_ptr(),
+                        flags(a.get(2).copied().unwrap_or("r")),
+                        0o644,
+                    ) as i64;
                     if r >= 0 {
                         fds.push(r as i32);
                     }
@@ -167,14 +175,28 @@ fn main() {
                 "symlink" => libc::symlink(cs(a[1]).as_ptr(), cs(a[2]).as_ptr()) as i64,
                 "link" => libc::link(cs(a[1]).as_ptr(), cs(a[2]).as_ptr()) as i64,
                 "mmap" => {
-                    let p = libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ, libc::MAP_SHARED, fd(a[1]), 0);
+                    let p = libc::mmap(
+                        std::ptr::null_mut(),
+                        4096,
+                        libc::PROT_READ,
+                        libc::MAP_SHARED,
+                        fd(a[1]),
+                        0,
+                    );
                     if p == libc::MAP_FAILED {
                         -1
                     } else {
                         0
                     }
                 }
-                "copy-range" => libc::copy_file_range(fd(a[1]), std::ptr::null_mut(), fd(a[2]), std::ptr::null_mut(), 10, 0) as i64,
+                "copy-range" => libc::copy_file_range(
+                    fd(a[1]),
+                    std::ptr::null_mut(),
+                    fd(a[2]),
+                    std::ptr::null_mut(),
+                    10,
+                    0,
+                ) as i64,
                 "ioctl" => libc::ioctl(fd(a[1]), libc::FIONREAD, &mut 0i32) as i64,
                 "readdir" => {
                     let d = libc::opendir(cs(a[1]).as_ptr());
@@ -187,7 +209,11 @@ fn main() {
                             if e.is_null() {
                                 break;
                             }
-                            names.push(std::ffi::CStr::from_ptr((*e).d_name.as_ptr()).to_string_lossy().into_owned());
+                            names.push(
+                                std::ffi::CStr::from_ptr((*e).d_name.as_ptr())
+                                    .to_string_lossy()
+                                    .into_owned(),
+                            );
                         }
                         libc::closedir(d);
                         names.sort();
