@@ -1,0 +1,345 @@
+//! Real programs under `LD_PRELOAD=libmadfs.so` against 3 real servers on loopback:
+//! coreutils, tar, python, fio, shell redirections through exec, and errno-exact syscalls.
+
+use madfs_cluster::{find_bin, LocalCluster, Options};
+use std::process::{Command, Output};
+
+const MOUNT: &str = "/madfs";
+
+fn cluster() -> LocalCluster {
+    // the mount point as a real directory makes `/madfs/..` resolve like on any mount
+    let _ = std::fs::create_dir_all(MOUNT);
+    LocalCluster::start(Options {
+        servers: 3,
+        ..Default::default()
+    })
+    .expect("start servers")
+}
+
+/// Runs a bash script with the preload library; returns its output (asserting success).
+fn bash(cl: &LocalCluster, script: &str) -> String {
+    let out = run(cl, &["/bin/bash", "-euo", "pipefail", "-c", script]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "script failed ({}):\n{script}\n--- stdout\n{stdout}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn run(cl: &LocalCluster, argv: &[&str]) -> Output {
+    Command::new(argv[0])
+        .args(&argv[1..])
+        .env("LD_PRELOAD", find_bin("libmadfs.so"))
+        .env("MADFS_CLUSTER", cl.cluster_file())
+        .env("MADFS_MOUNT", MOUNT)
+        .env("MADFS_TIMEOUT_MS", "20000")
+        .env("UCX_NET_DEVICES", "lo")
+        .env("T", cl.root())
+        .output()
+        .expect("spawn")
+}
+
+#[test]
+fn coreutils() {
+    let cl = cluster();
+    let out = bash(
+        &cl,
+        r#"
+        head -c 52428800 /dev/urandom > "$T/rand50"
+        mkdir /madfs/cu
+        cp "$T/rand50" /madfs/cu/rand50
+        cp /madfs/cu/rand50 "$T/rand50.back"
+        a=$(sha256sum < "$T/rand50"); b=$(sha256sum < /madfs/cu/rand50); c=$(sha256sum < "$T/rand50.back")
+        [ "$a" = "$b" ] && [ "$a" = "$c" ] && echo "cp-sha256 ok"
+        cat /etc/services > /madfs/cu/services
+        cmp /etc/services /madfs/cu/services && echo "cat ok"
+        dd if="$T/rand50" of=/madfs/cu/dd bs=47008 count=300 status=none
+        dd if=/madfs/cu/dd bs=47008 status=none | cmp - <(head -c $((47008*300)) "$T/rand50") && echo "dd ok"
+        ls -la /madfs/cu | grep -c ' services$'
+        stat -c '%s %F' /madfs/cu/services
+        mkdir -p /madfs/cu/a/b/c && [ -d /madfs/cu/a/b/c ] && echo "mkdir-p ok"
+        touch /madfs/cu/a/b/c/t && [ -f /madfs/cu/a/b/c/t ] && echo "touch ok"
+        touch -d '2001-02-03 04:05:06' /madfs/cu/a/b/c/t && stat -c %Y /madfs/cu/a/b/c/t
+        mv /madfs/cu/services /madfs/cu/a/svc && [ ! -e /madfs/cu/services ] && cmp /etc/services /madfs/cu/a/svc && echo "mv ok"
+        find /madfs/cu | sort
+        du -s /madfs/cu | awk '{ print ($1 > 50000) ? "du ok" : "du small" }'
+        wc -l < /madfs/cu/a/svc
+        head -n 1 /madfs/cu/a/svc
+        tail -n 1 /madfs/cu/a/svc | cmp - <(tail -n 1 /etc/services) && echo "tail ok"
+        truncate -s 100 /madfs/cu/a/svc && stat -c %s /madfs/cu/a/svc
+        truncate -s 1M /madfs/cu/a/svc && stat -c %s /madfs/cu/a/svc
+        if ln -s /madfs/cu/a/svc /madfs/cu/link 2> "$T/ln.err"; then echo "ln unexpectedly worked"; else cat "$T/ln.err"; fi
+        rm -rf /madfs/cu/a && [ ! -e /madfs/cu/a ] && echo "rm-rf ok"
+        ls /madfs/cu
+        cd /madfs/cu && pwd && ls dd && cd / && rm -rf /madfs/cu && ls /madfs
+        "#,
+    );
+    let expect = [
+        "cp-sha256 ok",
+        "cat ok",
+        "dd ok",
+        "1\n",
+        "12813 regular file",
+        "mkdir-p ok",
+        "touch ok",
+        "981173106",
+        "mv ok",
+        "/madfs/cu/a/b/c/t",
+        "du ok",
+        "361\n",
+        "# Network services, Internet style",
+        "tail ok",
+        "100\n",
+        "1048576\n",
+        "ln: failed to create symbolic link '/madfs/cu/link': Operation not permitted",
+        "rm-rf ok",
+        "dd\nrand50\n",
+        "/madfs/cu\ndd\n",
+    ];
+    for e in expect {
+        assert!(out.contains(e), "missing {e:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn tar_tree_in_and_out() {
+    let cl = cluster();
+    let out = bash(
+        &cl,
+        r#"
+        mkdir -p /madfs/tar/x "$T/out"
+        tar chf /madfs/tar/include.tar --hard-dereference -C /usr include
+        tar xf /madfs/tar/include.tar -C /madfs/tar/x
+        tar cf - -C /madfs/tar/x include | tar xf - -C "$T/out"
+        diff -r /usr/include "$T/out/include" && echo "trees identical"
+        find /madfs/tar/x -type f | wc -l
+        find -L /usr/include -type f | wc -l
+        "#,
+    );
+    assert!(out.contains("trees identical"), "{out}");
+    let counts: Vec<&str> = out.lines().skip(1).collect();
+    assert_eq!(counts[0], counts[1], "{out}");
+}
+
+#[test]
+fn python_walk_replace_threads_subprocess_fork() {
+    let cl = cluster();
+    let script = cl.root().join("t.py");
+    std::fs::write(
+        &script,
+        r#"
+import os, threading, subprocess
+base = "/madfs/py"
+os.makedirs(base + "/d1/d2")
+with open(base + "/d1/f.txt", "w") as f:
+    f.write("hello world\n" * 100)
+with open(base + "/d1/f.txt", "r+") as f:
+    f.seek(6); assert f.read(5) == "world"
+    f.seek(0, 2); f.write("end\n")
+assert os.path.getsize(base + "/d1/f.txt") == 1204
+with open(base + "/tmp", "w") as f: f.write("new")
+os.replace(base + "/tmp", base + "/d1/f.txt")
+assert open(base + "/d1/f.txt").read() == "new"
+assert not os.path.exists(base + "/tmp")
+def worker(i):
+    with open(f"{base}/d1/d2/t{i}", "wb") as f:
+        for k in range(50): f.write(bytes([i]) * 1000)
+ts = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+[t.start() for t in ts]; [t.join() for t in ts]
+for i in range(8):
+    assert open(f"{base}/d1/d2/t{i}", "rb").read() == bytes([i]) * 50000, i
+walk = [(r, sorted(d), sorted(f)) for r, d, f in os.walk(base)]
+assert walk == [(base, ["d1"], []), (base + "/d1", ["d2"], ["f.txt"]),
+                (base + "/d1/d2", [], [f"t{i}" for i in range(8)])], walk
+with open(base + "/sub.txt", "w") as f:
+    f.write("parent\n"); f.flush()
+    subprocess.run(["/usr/bin/python3", "-c", "import os; os.write(%d, b'child\\n')" % f.fileno()],
+                   pass_fds=[f.fileno()], check=True)
+    f.write("parent again\n")
+assert open(base + "/sub.txt").read() == "parent\nchild\nparent again\n"
+with open(base + "/out.txt", "w") as f:
+    subprocess.run(["/bin/echo", "via stdout"], stdout=f, check=True)
+assert open(base + "/out.txt").read() == "via stdout\n"
+pid = os.fork()
+if pid == 0:
+    with open(base + "/forked", "w") as f: f.write("from the fork child")
+    os._exit(0)
+assert os.waitpid(pid, 0)[1] == 0
+assert open(base + "/forked").read() == "from the fork child"
+print("PY-OK")
+"#,
+    )
+    .unwrap();
+    let out = run(&cl, &["/usr/bin/python3", script.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("PY-OK"),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn fio_psync_and_sync_verify() {
+    let cl = cluster();
+    let job = cl.root().join("job.fio");
+    std::fs::write(
+        &job,
+        "[global]\ndirectory=/madfs/fio\nsize=16m\nverify=crc32c\ndo_verify=1\n\
+         [psync]\nioengine=psync\nrw=randwrite\nbs=64k\n\
+         [sync]\nioengine=sync\nrw=write\nbs=47008\n",
+    )
+    .unwrap();
+    let out = bash(
+        &cl,
+        &format!(
+            "mkdir /madfs/fio && cd $T && fio --output-format=terse {} ; echo rc=$?",
+            job.display()
+        ),
+    );
+    assert!(out.contains("rc=0"), "{out}");
+    for line in out.lines().filter(|l| l.starts_with("3;fio")) {
+        let f: Vec<&str> = line.split(';').collect();
+        assert_eq!(f[4], "0", "fio job {} reported error: {line}", f[2]);
+    }
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("3;fio")).count(),
+        2,
+        "{out}"
+    );
+}
+
+#[test]
+fn shell_redirections_through_exec() {
+    let cl = cluster();
+    let out = bash(
+        &cl,
+        r#"
+        mkdir /madfs/sh
+        sh -c 'cat /etc/services > /madfs/sh/x'
+        cmp /etc/services /madfs/sh/x && echo "redirect ok"
+        sh -c 'echo one >&2; echo two >&2' 2>>/madfs/sh/log
+        sh -c 'echo three >&2' 2>>/madfs/sh/log
+        cat /madfs/sh/log
+        { cat /etc/hostname; cat /etc/hostname; } > /madfs/sh/two
+        cat /etc/hostname /etc/hostname | cmp - /madfs/sh/two && echo "shared offset ok"
+        exec 3>/madfs/sh/fd3
+        echo via-builtin >&3
+        sh -c 'echo via-child >&3'
+        /usr/bin/python3 -c 'import os; os.write(3, b"via-python\n")'
+        exec 3>&-
+        cat /madfs/sh/fd3
+        cd /madfs/sh && ls && sh -c 'pwd; cat x | wc -l'
+        "#,
+    );
+    for e in [
+        "redirect ok",
+        "one\ntwo\nthree\n",
+        "shared offset ok",
+        "via-builtin\nvia-child\nvia-python\n",
+        "fd3\nlog\ntwo\nx\n",
+        "/madfs/sh\n361\n",
+    ] {
+        assert!(out.contains(e), "missing {e:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn syscalls_errno_exact() {
+    let cl = cluster();
+    let steps = [
+        "mkdir,/madfs/e",
+        "open,/madfs/e/f,creat+excl+rw",
+        "write,#0,hello",
+        "lseek,#0,0,set",
+        "read,#0,5",
+        "lseek,#0,-1,set",
+        "lseek,#0,0,bad",
+        "lseek,#0,0,end",
+        "pread,#0,3,-1",
+        "fstat,#0",
+        "close,#0",
+        "close,#0",
+        "open,/madfs/e/f,creat+excl+w",
+        "open,/madfs/e,w",
+        "open,/madfs/e/f,dir",
+        "open,/madfs/nope",
+        "rmdir,/madfs/e",
+        "rmdir,/madfs/e/f",
+        "unlink,/madfs/e",
+        "mkdir,/madfs/e/f/g",
+        "stat,/madfs/e/f/g",
+        "open,/madfs/e/f,r",
+        "write,#1,x",
+        "fcntl-lock,#1",
+        "mmap,#1",
+        "ioctl,#1",
+        "symlink,/x,/madfs/e/l",
+        "link,/madfs/e/f,/madfs/e/h",
+        "rename,/madfs/e/f,/tmp/elsewhere",
+        "dup,#1",
+        "fcntl-getfl,#2",
+        "read,#2,100",
+        "chdir,/madfs/e",
+        "getcwd",
+        "stat,f",
+        "unlink,/madfs/e/f",
+        "chdir,/",
+        "rmdir,/madfs/e",
+    ];
+    let mut argv = vec![find_bin("madfs-syscall").to_str().unwrap().to_owned()];
+    argv.extend(steps.iter().map(|s| s.to_string()));
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let out = String::from_utf8_lossy(&run(&cl, &argv).stdout).into_owned();
+    let want = "mkdir OK 0\nopen OK *\nwrite OK 5\nlseek OK 0\ndata hello\nread OK 5\nlseek ERR EINVAL\n\
+lseek ERR EINVAL\nlseek OK 5\npread ERR EINVAL\nsize 5 mode 100644\nfstat OK 0\nclose OK 0\nclose ERR EBADF\n\
+open ERR EEXIST\nopen ERR EISDIR\nopen ERR ENOTDIR\nopen ERR ENOENT\nrmdir ERR ENOTEMPTY\nrmdir ERR ENOTDIR\n\
+unlink ERR EISDIR\nmkdir ERR ENOTDIR\nstat ERR ENOTDIR\nopen OK *\nwrite ERR EBADF\nfcntl-lock ERR ENOLCK\n\
+mmap ERR ENODEV\nioctl ERR ENOTTY\nsymlink ERR EPERM\nlink ERR EPERM\nrename ERR EXDEV\ndup OK *\n\
+fcntl-getfl OK 0\ndata hello\nread OK 5\nchdir OK 0\ncwd /madfs/e\ngetcwd OK 0\nsize 5 mode 100644\nstat OK 0\n\
+unlink OK 0\nchdir OK 0\nrmdir OK 0\n";
+    let got: Vec<&str> = out.lines().collect();
+    let exp: Vec<&str> = want.lines().collect();
+    assert_eq!(got.len(), exp.len(), "{out}");
+    for (g, e) in got.iter().zip(&exp) {
+        match e.strip_suffix('*') {
+            Some(prefix) => assert!(g.starts_with(prefix), "{g} vs {e}\n{out}"),
+            None => assert_eq!(g, e, "\n{out}"),
+        }
+    }
+}
+
+#[test]
+fn lazy_start_and_config_errors() {
+    let cl = cluster();
+    // a process that never touches the mount never reads the cluster file
+    let out = Command::new("/bin/ls")
+        .arg("/")
+        .env("LD_PRELOAD", find_bin("libmadfs.so"))
+        .env("MADFS_CLUSTER", "/nonexistent/cluster")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // a bad configuration: one clear line, ENOTCONN, no crash
+    let out = Command::new("/bin/ls")
+        .arg("/madfs")
+        .env("LD_PRELOAD", find_bin("libmadfs.so"))
+        .env_remove("MADFS_CLUSTER")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("MADFS_CLUSTER is not set"), "{err}");
+    assert!(err.contains("Transport endpoint is not connected"), "{err}");
+    assert_eq!(err.matches("libmadfs:").count(), 1, "{err}");
+    // and the cluster itself is fine
+    assert!(bash(&cl, "ls -d /madfs").contains("/madfs"));
+}
