@@ -2,6 +2,7 @@
 //! request and of a `stat` over UCX, on TCP and on shared memory, with 1 and with several
 //! client processes against a local cluster. (The IO500-style phases grow here.)
 
+mod preload;
 mod rpc;
 
 use clap::{Parser, Subcommand};
@@ -20,6 +21,12 @@ enum Cmd {
     /// (internal) one measuring client process of `rpc`.
     #[command(hide = true)]
     RpcWorker(rpc::WorkerArgs),
+    /// Cost of the LD_PRELOAD layer: stat and open+close through libmadfs.so vs the client
+    /// library, and the overhead on programs that never touch the mount.
+    Preload(preload::PreloadArgs),
+    /// (internal) the measured process of `preload`.
+    #[command(hide = true)]
+    PreloadWorker(preload::PreloadWorkerArgs),
 }
 
 fn main() {
@@ -27,6 +34,8 @@ fn main() {
     let r = match cli.cmd {
         Cmd::Rpc(a) => rpc::run(a),
         Cmd::RpcWorker(a) => rpc::worker(a),
+        Cmd::Preload(a) => preload::run(a),
+        Cmd::PreloadWorker(a) => preload::worker(a),
     };
     if let Err(e) = r {
         eprintln!("madfs-bench: {e:#}");

@@ -230,6 +230,8 @@ fn map(fd: i32) -> Option<NonNull<Header>> {
 const ZERO: AtomicU64 = AtomicU64::new(0);
 static BITS: [AtomicU64; MAX_FD / 64] = [ZERO; MAX_FD / 64];
 static TABLE: Mutex<Vec<Option<Arc<Desc>>>> = Mutex::new(Vec::new());
+/// Number of madfs fds in the table.
+static OPEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 fn table() -> MutexGuard<'static, Vec<Option<Arc<Desc>>>> {
     TABLE.lock().unwrap_or_else(|e| e.into_inner())
@@ -257,6 +259,9 @@ pub fn insert(fd: i32, d: Arc<Desc>) -> Option<Arc<Desc>> {
         t.resize(i + 1, None);
     }
     let old = t[i].replace(d);
+    if old.is_none() {
+        OPEN.fetch_add(1, AcqRel);
+    }
     BITS[i / 64].fetch_or(1 << (i % 64), Release);
     old
 }
@@ -269,7 +274,16 @@ pub fn remove(fd: i64) -> Option<Arc<Desc>> {
     let i = fd as usize;
     let mut t = table();
     BITS[i / 64].fetch_and(!(1 << (i % 64)), Release);
-    t.get_mut(i).and_then(Option::take)
+    let d = t.get_mut(i).and_then(Option::take);
+    if d.is_some() {
+        OPEN.fetch_sub(1, AcqRel);
+    }
+    d
+}
+
+/// Are there any madfs fds in this process? (Lock-free fast path.)
+pub fn is_empty() -> bool {
+    OPEN.load(Acquire) == 0
 }
 
 /// Every description (once each) with its fds.

@@ -161,6 +161,9 @@ fn acc(d: &Desc) -> i32 {
 /// Size as this process knows it: the server's, or more if an open description of ours wrote
 /// beyond it and has not published yet (same-process stat after write).
 fn local_size(path: &str, server: u64) -> u64 {
+    if fdtable::is_empty() {
+        return server;
+    }
     fdtable::all()
         .iter()
         .filter(|d| !d.is_dir() && d.path() == path)

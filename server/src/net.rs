@@ -286,10 +286,12 @@ async fn send_reply(
     if !data.is_empty() {
         iov.push(IoSlice::new(data));
     }
-    matches!(
-        tokio::time::timeout(timeout, ep.tag_send_vectored(tag::reply(seq), &iov)).await,
-        Ok(Ok(_))
-    )
+    // most replies complete at once (eager protocol): only arm a timer for those that do not
+    let mut send = std::pin::pin!(ep.tag_send_vectored(tag::reply(seq), &iov));
+    if let std::task::Poll::Ready(r) = futures::poll!(send.as_mut()) {
+        return r.is_ok();
+    }
+    matches!(tokio::time::timeout(timeout, send).await, Ok(Ok(_)))
 }
 
 async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: Arc<Ops>) {

@@ -12,7 +12,10 @@ pub const S_IFREG: u32 = libc::S_IFREG;
 pub const S_IFLNK: u32 = libc::S_IFLNK;
 
 /// Attributes of an entry, as stored on its metadata server and returned by `stat`.
+/// On the wire a tuple (a flexbuffers vector): no field names to write, sort and look up on
+/// the hottest reply.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(into = "AttrWire", from = "AttrWire")]
 pub struct Attr {
     /// File id (immutable, assigned at creation); also the inode number.
     pub id: u64,
@@ -34,6 +37,44 @@ pub struct Attr {
     pub mtime: i64,
     /// Status change time, ns since the epoch.
     pub ctime: i64,
+}
+
+/// Wire form of [`Attr`], in field order.
+type AttrWire = (u64, u32, u32, u32, u32, u64, u32, i64, i64, i64);
+
+impl From<Attr> for AttrWire {
+    fn from(a: Attr) -> AttrWire {
+        (
+            a.id,
+            a.mode,
+            a.nlink,
+            a.uid,
+            a.gid,
+            a.size,
+            a.chunk_size,
+            a.atime,
+            a.mtime,
+            a.ctime,
+        )
+    }
+}
+
+impl From<AttrWire> for Attr {
+    fn from(w: AttrWire) -> Attr {
+        let (id, mode, nlink, uid, gid, size, chunk_size, atime, mtime, ctime) = w;
+        Attr {
+            id,
+            mode,
+            nlink,
+            uid,
+            gid,
+            size,
+            chunk_size,
+            atime,
+            mtime,
+            ctime,
+        }
+    }
 }
 
 impl Attr {

@@ -75,9 +75,12 @@ pub async fn run(
     // whole life of `afd`, so the fd stays open and unchanged while it is registered.
     let afd = unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }?;
     let mut idle_since: Option<Instant> = None;
+    let mut idle_polls = 0u32;
     while !stop() {
         if worker.progress() != 0 {
+            // callbacks woke handler tasks: let them run
             idle_since = None;
+            idle_polls = 0;
             tokio::task::yield_now().await;
             continue;
         }
@@ -85,7 +88,12 @@ pub async fn run(
         let since = *idle_since.get_or_insert(now);
         if now - since < spin {
             std::thread::yield_now();
-            tokio::task::yield_now().await;
+            // hand the thread to other tasks (IO-thread completions, timers) now and then;
+            // a tokio yield costs a driver poll, so not on every spin
+            idle_polls += 1;
+            if idle_polls % 8 == 0 {
+                tokio::task::yield_now().await;
+            }
             continue;
         }
         if let Ok(true) = worker.arm() {

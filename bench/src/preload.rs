@@ -1,0 +1,210 @@
+//! `madfs-bench preload`: what the LD_PRELOAD layer costs.
+//! * stat and open+close latency through `libmadfs.so` next to the same operations through the
+//!   client library directly, and a raw UCX round trip (`ping`), on shared memory;
+//! * the overhead on programs that never touch the mount (a syscall loop and `find`).
+
+use anyhow::{bail, Context};
+use madfs_client::{Client, ClientConfig, FileSystem, OpenFlags};
+use madfs_cluster::{find_bin, LocalCluster, Options};
+use std::ffi::CString;
+use std::process::Command;
+use std::time::Instant;
+
+#[derive(clap::Args, Debug)]
+pub struct PreloadArgs {
+    /// Timed operations per measurement.
+    #[arg(long, default_value_t = 20000)]
+    iters: usize,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct PreloadWorkerArgs {
+    /// `madfs` (stat/open+close of a madfs path) or `local` (syscalls on local paths).
+    mode: String,
+    #[arg(long)]
+    iters: usize,
+}
+
+fn median(mut v: Vec<u64>) -> f64 {
+    v.sort_unstable();
+    v[v.len() / 2] as f64 / 1000.0
+}
+
+fn timed(iters: usize, mut f: impl FnMut()) -> f64 {
+    for _ in 0..iters / 10 {
+        f();
+    }
+    let mut v = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let t = Instant::now();
+        f();
+        v.push(t.elapsed().as_nanos() as u64);
+    }
+    median(v)
+}
+
+/// Runs inside the measured process (with or without LD_PRELOAD): prints medians in µs.
+pub fn worker(a: PreloadWorkerArgs) -> anyhow::Result<()> {
+    match a.mode.as_str() {
+        "madfs" => {
+            let p = CString::new("/madfs/bench/f")?;
+            // SAFETY: plain libc calls on a valid path and buffer.
+            let stat = timed(a.iters, || unsafe {
+                let mut st: libc::stat = std::mem::zeroed();
+                assert_eq!(libc::stat(p.as_ptr(), &mut st), 0);
+            });
+            // SAFETY: as above.
+            let open = timed(a.iters, || unsafe {
+                let fd = libc::open(p.as_ptr(), libc::O_RDONLY);
+                assert!(fd >= 0);
+                libc::close(fd);
+            });
+            println!("{stat} {open}");
+        }
+        "local" => {
+            let p = CString::new("/tmp")?;
+            // SAFETY: as above.
+            let stat = timed(a.iters, || unsafe {
+                let mut st: libc::stat = std::mem::zeroed();
+                libc::stat(p.as_ptr(), &mut st);
+            });
+            println!("{stat}");
+        }
+        m => bail!("unknown worker mode {m}"),
+    }
+    Ok(())
+}
+
+fn measure(
+    lib: Option<&std::path::Path>,
+    cluster: &std::path::Path,
+    mode: &str,
+    iters: usize,
+) -> anyhow::Result<Vec<f64>> {
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.args(["preload-worker", mode, "--iters", &iters.to_string()])
+        .env("MADFS_CLUSTER", cluster)
+        .env("UCX_NET_DEVICES", "lo");
+    if let Some(l) = lib {
+        cmd.env("LD_PRELOAD", l);
+    }
+    let out = cmd.output()?;
+    if !out.status.success() {
+        bail!("worker failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|v| v.parse().ok())
+        .collect())
+}
+
+fn time_cmd(lib: Option<&std::path::Path>, argv: &[&str], runs: usize) -> anyhow::Result<f64> {
+    let mut v = vec![];
+    for _ in 0..runs {
+        let mut cmd = Command::new(argv[0]);
+        cmd.args(&argv[1..]).stdout(std::process::Stdio::null());
+        if let Some(l) = lib {
+            cmd.env("LD_PRELOAD", l)
+                .env("MADFS_CLUSTER", "/nonexistent");
+        }
+        let t = Instant::now();
+        let st = cmd.status()?;
+        if !st.success() {
+            bail!("{argv:?} failed");
+        }
+        v.push(t.elapsed().as_nanos() as u64);
+    }
+    // ms
+    Ok(median(v) / 1000.0)
+}
+
+pub fn run(a: PreloadArgs) -> anyhow::Result<()> {
+    let lib = find_bin("libmadfs.so");
+    let cl = LocalCluster::start(Options {
+        servers: 2,
+        ..Default::default()
+    })
+    .context("starting servers")?;
+    let mut cfg = ClientConfig::from_cluster_file(cl.cluster_file())?;
+    cfg.ucx.err_mode = madfs_rpc::ErrorMode::None;
+    let c = Client::new(&cfg)?;
+    let _ = c.mkdir("/bench", 0o755);
+    let f = c.open(
+        "/bench/f",
+        OpenFlags {
+            create: true,
+            mode: 0o644,
+            ..Default::default()
+        },
+    )?;
+    c.close(f)?;
+    let meta = c.meta_of("/bench/f");
+    let ping = timed(a.iters, || c.ping(meta).unwrap());
+    let stat = timed(a.iters, || {
+        c.stat("/bench/f").unwrap();
+    });
+    let open = timed(a.iters, || {
+        let f = c.open("/bench/f", OpenFlags::default()).unwrap();
+        c.close(f).unwrap();
+    });
+    let pre = measure(Some(&lib), &cl.cluster_file(), "madfs", a.iters)?;
+    let local_plain = measure(None, &cl.cluster_file(), "local", a.iters * 5)?;
+    let local_pre = measure(Some(&lib), &cl.cluster_file(), "local", a.iters * 5)?;
+    println!(
+        "madfs-bench preload: 2 servers, shared memory, medians of {} operations",
+        a.iters
+    );
+    println!("{:<34} {:>10} {:>10}", "operation", "µs", "× ping");
+    println!(
+        "{:<34} {:>10.2} {:>10.2}",
+        "UCX round trip (ping, client lib)", ping, 1.0
+    );
+    println!(
+        "{:<34} {:>10.2} {:>10.2}",
+        "stat, client library",
+        stat,
+        stat / ping
+    );
+    println!(
+        "{:<34} {:>10.2} {:>10.2}",
+        "stat(2) through libmadfs.so",
+        pre[0],
+        pre[0] / ping
+    );
+    println!(
+        "{:<34} {:>10.2} {:>10.2}",
+        "open+close, client library",
+        open,
+        open / ping
+    );
+    println!(
+        "{:<34} {:>10.2} {:>10.2}",
+        "open(2)+close(2) through libmadfs.so",
+        pre[1],
+        pre[1] / ping
+    );
+    println!();
+    println!("programs that never touch the mount:");
+    println!(
+        "{:<34} {:>10.3} µs plain, {:.3} µs preloaded ({:+.1} %)",
+        "stat(\"/tmp\") syscall",
+        local_plain[0],
+        local_pre[0],
+        (local_pre[0] / local_plain[0] - 1.0) * 100.0
+    );
+    for argv in [
+        &["/usr/bin/find", "/usr/include"][..],
+        &["/bin/tar", "-C", "/usr", "-cf", "/dev/null", "include"][..],
+    ] {
+        let plain = time_cmd(None, argv, 7)?;
+        let pre = time_cmd(Some(&lib), argv, 7)?;
+        println!(
+            "{:<34} {:>10.1} ms plain, {:.1} ms preloaded ({:+.1} %)",
+            argv.join(" "),
+            plain,
+            pre,
+            (pre / plain - 1.0) * 100.0
+        );
+    }
+    Ok(())
+}
