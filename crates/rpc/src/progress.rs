@@ -91,7 +91,7 @@ pub async fn run(
             // hand the thread to other tasks (IO-thread completions, timers) now and then;
             // a tokio yield costs a driver poll, so not on every spin
             idle_polls += 1;
-            if idle_polls % 8 == 0 {
+            if idle_polls.is_multiple_of(8) {
                 tokio::task::yield_now().await;
             }
             continue;
