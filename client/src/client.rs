@@ -49,6 +49,7 @@ impl OpenFile {
 
 /// The madfs client of one thread.
 pub struct Client {
+    close_sync: bool,
     t: Transport,
     n: u32,
     known_dirs: RefCell<HashSet<String>>,
@@ -111,6 +112,7 @@ impl Client {
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         Ok(Client {
+            close_sync: cfg.close_sync,
             n: t.servers(),
             t,
             known_dirs: RefCell::default(),
@@ -130,6 +132,7 @@ impl Client {
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         Ok(Client {
+            close_sync: cfg.close_sync,
             n: t.servers(),
             t,
             known_dirs: RefCell::default(),
@@ -147,6 +150,11 @@ impl Client {
     /// The underlying transport (raw calls for benchmarks and tests).
     pub fn transport(&self) -> &Transport {
         &self.t
+    }
+
+    /// Does `close` of a written file fsync (the close-sync setting)?
+    pub fn close_sync(&self) -> bool {
+        self.close_sync
     }
 
     /// Number of servers.
@@ -177,6 +185,7 @@ impl Client {
             },
             Reply::Bool(b) => Reply::Bool(b),
             Reply::Written(n) => Reply::Written(n),
+            Reply::Offset(o) => Reply::Offset(o),
             Reply::StatFs(s) => Reply::StatFs(s),
             Reply::Replaced(a) => Reply::Replaced(a),
             Reply::Dirents { .. } => return Err(Errno::EPROTO),
@@ -493,7 +502,24 @@ impl FileSystem for Client {
     }
 
     fn close(&self, mut f: OpenFile) -> FsResult<()> {
-        self.publish(&mut f)
+        if self.close_sync && (f.dirty || !f.touched.is_empty()) {
+            self.fsync(&mut f)
+        } else {
+            self.publish(&mut f)
+        }
+    }
+
+    fn append(&self, f: &mut OpenFile, data: &[u8]) -> FsResult<u64> {
+        let req = Request::Append {
+            path: &f.path,
+            len: data.len() as u64,
+        };
+        let off = match self.call(f.meta, &req)? {
+            Reply::Offset(o) => o,
+            _ => return Err(Errno::EPROTO),
+        };
+        self.write(f, off, data)?;
+        Ok(off)
     }
 
     fn truncate(&self, path: &str, size: u64) -> FsResult<()> {

@@ -17,6 +17,9 @@ pub struct ClientConfig {
     pub ucx: UcxSettings,
     /// Plain-TCP ports of the servers (fallback transport), when every server has one.
     pub tcp_servers: Option<Vec<SocketAddr>>,
+    /// `close` of a file written through the handle also makes its data durable (fsync), as
+    /// IO500's rules require. `MADFS_CLOSE_SYNC=0` turns it off.
+    pub close_sync: bool,
 }
 
 impl ClientConfig {
@@ -26,6 +29,7 @@ impl ClientConfig {
         let entries = cluster_file::read(&path)?;
         Ok(ClientConfig {
             tcp_servers: entries.iter().map(|e| e.tcp).collect(),
+            close_sync: true,
             servers: entries.iter().map(|e| e.ucx).collect(),
             cluster_file: Some(path),
             timeout: madfs_rpc::DEFAULT_TIMEOUT,
@@ -42,6 +46,13 @@ impl ClientConfig {
         })?;
         let mut cfg = Self::from_cluster_file(PathBuf::from(path)).map_err(|e| e.to_string())?;
         cfg.ucx = UcxSettings::from_env()?;
+        if let Ok(v) = std::env::var("MADFS_CLOSE_SYNC") {
+            cfg.close_sync = match v.as_str() {
+                "0" | "off" | "no" | "false" => false,
+                "1" | "on" | "yes" | "true" => true,
+                _ => return Err(format!("MADFS_CLOSE_SYNC={v:?}: expected 0 or 1")),
+            };
+        }
         if let Ok(v) = std::env::var("MADFS_TIMEOUT_MS") {
             let ms: u64 = v
                 .parse()

@@ -63,11 +63,17 @@ pub trait FileSystem {
     fn write(&self, file: &mut Self::File, offset: u64, data: &[u8]) -> FsResult<usize> {
         Err(Errno::ENOSYS)
     }
+    /// `O_APPEND` write: reserves `data.len()` bytes at the end of the file atomically on the
+    /// metadata server and writes there. Returns the offset written at.
+    fn append(&self, file: &mut Self::File, data: &[u8]) -> FsResult<u64> {
+        Err(Errno::ENOSYS)
+    }
     /// Publishes the size and makes the file's data durable.
     fn fsync(&self, file: &mut Self::File) -> FsResult<()> {
         Err(Errno::ENOSYS)
     }
-    /// Publishes the size (close-to-open consistency) and forgets the file.
+    /// Publishes the size (close-to-open consistency) and forgets the file; with the
+    /// close-sync setting (default) a file written through this handle is also made durable.
     fn close(&self, file: Self::File) -> FsResult<()> {
         Err(Errno::ENOSYS)
     }

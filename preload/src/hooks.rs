@@ -269,12 +269,17 @@ fn sys_openat(dirfd: i64, path: isize, flags: i64, mode: i64) -> Ret {
     ret(open_path(p, flags as i32, mode as u32), |fd| fd as isize)
 }
 
-/// Forgets `fd` in this process and publishes the size of its description if dirty.
+/// Forgets `fd` in this process and publishes the size of its description if dirty; with
+/// the close-sync setting, a description written to is made durable first.
 fn forget(fd: i64) -> FsResult<()> {
-    match fdtable::remove(fd) {
-        Some(d) => publish(&d),
-        None => Ok(()),
+    let Some(d) = fdtable::remove(fd) else {
+        return Ok(());
+    };
+    if !d.is_dir() && d.hdr().dirty.load(Acquire) == 1 && conn::with(|c| Ok(c.close_sync()))? {
+        publish(&d)?;
+        return conn::with(|c| c.fsync(&mut file(c, &d)));
     }
+    publish(&d)
 }
 
 fn sys_close(fd: i64) -> Ret {

@@ -122,6 +122,7 @@ fn serve_frame(ops: &Ops, b: &mut Bufs) -> ([u8; PREFIX], usize) {
                 Answer::Bool(v) => Reply::Bool(*v),
                 Answer::Replaced(a) => Reply::Replaced(*a),
                 Answer::Written(n) => Reply::Written(*n),
+                Answer::Offset(o) => Reply::Offset(*o),
                 Answer::StatFs(s) => Reply::StatFs(*s),
                 Answer::Dirents(v, next) => {
                     dirents = v

@@ -35,6 +35,8 @@ pub enum Answer {
     Replaced(Option<Attr>),
     /// Bytes written.
     Written(u32),
+    /// Reserved append offset.
+    Offset(u64),
     /// Totals.
     StatFs(StatFs),
     /// Directory slice.
@@ -89,6 +91,7 @@ pub fn runs_inline(req: &Request<'_>, meta_inline: bool) -> bool {
         | Request::Chmod { .. }
         | Request::Utimens { .. }
         | Request::Chown { .. }
+        | Request::Append { .. }
         | Request::Attach { .. }
         | Request::Detach { .. } => meta_inline,
         Request::Read { chunk, .. } | Request::Write { chunk, .. } => *chunk == 0 && meta_inline,
@@ -282,6 +285,12 @@ impl Ops {
                 a.ctime = now;
                 self.meta.put(path, &a)?;
                 Ok(Answer::Attr(a))
+            }
+            Request::Append { path, len } => {
+                not_root(path, Errno::EISDIR)?;
+                self.meta
+                    .reserve_append(path, len, now_ns())
+                    .map(Answer::Offset)
             }
             Request::Chown { path, uid, gid } => {
                 not_root(path, Errno::EPERM)?;

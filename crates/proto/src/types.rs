@@ -151,6 +151,9 @@ pub enum Request<'a> {
         size: u64,
         mode: SizeMode,
     },
+    /// `O_APPEND`: reserve `len` bytes at the end of the file atomically (the size grows by
+    /// `len` at once); the reply `Written(offset)`-like `Offset` says where to write.
+    Append { path: &'a str, len: u64 },
     /// Change permission bits.
     Chmod { path: &'a str, mode: u32 },
     /// Change times.
@@ -207,6 +210,7 @@ impl Request<'_> {
             Request::HasChildren { .. } => "has_children",
             Request::Readdir { .. } => "readdir",
             Request::SetSize { .. } => "set_size",
+            Request::Append { .. } => "append",
             Request::Chmod { .. } => "chmod",
             Request::Utimens { .. } => "utimens",
             Request::Chown { .. } => "chown",
@@ -292,6 +296,8 @@ pub enum Reply<'a> {
     Replaced(Option<Attr>),
     /// Bytes written.
     Written(u32),
+    /// Offset reserved by `Append`.
+    Offset(u64),
     /// File-system totals.
     StatFs(StatFs),
 }

@@ -34,6 +34,9 @@ pub trait MetadataStore: Send + Sync {
     fn attach(&self, path: &str, attr: &Attr, data: &[u8], drop_id: Option<u64>) -> FsResult<()>;
     /// `size = max(size, new)`, `mtime = max(mtime, new)`; no read-modify-write.
     fn merge_size(&self, path: &str, size: u64, mtime: i64) -> FsResult<()>;
+    /// Atomically (among appenders) takes the current end of file `path` as the offset of a
+    /// `len`-byte append and grows the size past it. Returns the offset.
+    fn reserve_append(&self, path: &str, len: u64, mtime: i64) -> FsResult<u64>;
     /// Entries of `dir` with hash ≥ `start`, in hash order, until about `max_bytes` of names;
     /// entries sharing a hash are never split. Returns the entries and the hash to go on from.
     fn list(&self, dir: &str, start: u64, max_bytes: usize) -> FsResult<(Vec<Entry>, Option<u64>)>;

@@ -223,6 +223,19 @@ impl MetadataStore for RocksDbMeta {
         self.db.write(b).map_err(io)
     }
 
+    fn reserve_append(&self, path: &str, len: u64, mtime: i64) -> FsResult<u64> {
+        // appenders to one path serialise on a stripe; concurrent size publications are merges
+        // (max), so they can only move the end further, never back
+        let _g = self.stripe(madfs_placement::hash64(path.as_bytes(), 0));
+        let a = self.get(path)?.ok_or(Errno::ENOENT)?;
+        if a.is_dir() {
+            return Err(Errno::EISDIR);
+        }
+        let end = a.size.checked_add(len).ok_or(Errno::EFBIG)?;
+        self.merge_size(path, end, mtime)?;
+        Ok(a.size)
+    }
+
     fn merge_size(&self, path: &str, size: u64, mtime: i64) -> FsResult<()> {
         self.db
             .merge(entry_key(path), size_operand(size, mtime))
