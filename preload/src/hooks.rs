@@ -458,29 +458,15 @@ fn do_write(d: &Desc, off: Option<u64>, data: &[u8]) -> FsResult<usize> {
     let _serial = d.local();
     conn::with(|c| {
         let mut f = file(c, d);
-        let pos = match off {
-            Some(o) => o,
-            None if d.flags() & libc::O_APPEND != 0 => c.stat(d.path())?.size.max(d.attr().size),
-            None => d.hdr().offset.load(Acquire),
+        let (pos, n) = match off {
+            Some(o) => (o, c.write(&mut f, o, data)?),
+            // O_APPEND: the metadata server reserves the range atomically among appenders
+            None if d.flags() & libc::O_APPEND != 0 && !data.is_empty() => (c.append(&mut f, data)?, data.len()),
+            None => {
+                let o = d.hdr().offset.load(Acquire);
+                (o, c.write(&mut f, o, data)?)
+            }
         };
-        let n = c.write(&mut f, pos, data)?;
-        if crate::entry::TRACE.load(Relaxed) {
-            let msg = format!(
-                "[madfs] write {} id={} pos={pos} n={n} size={}\n",
-                d.path(),
-                d.attr().id,
-                d.attr().size
-            );
-            // SAFETY: raw write to stderr.
-            unsafe {
-                raw(
-                    libc::SYS_write as isize,
-                    2,
-                    msg.as_ptr() as isize,
-                    msg.len() as isize,
-                )
-            };
-        }
         d.wrote(pos + n as u64);
         if off.is_none() {
             d.hdr().offset.store(pos + n as u64, Release);
