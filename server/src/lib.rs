@@ -118,13 +118,14 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         control: control_addr,
         tcp: Some(tcp_addr),
     };
+    if let Some(f) = &cfg.cluster_file {
+        cluster_file::register(f, entry)?;
+    }
+    // the address file is the readiness signal (tests, scripts): written last
     std::fs::write(
         cfg.data_dir.join("address"),
         format!("{}\n", cluster_file::line(&entry)),
     )?;
-    if let Some(f) = &cfg.cluster_file {
-        cluster_file::register(f, entry)?;
-    }
     println!(
         "madfs-server {} ucx={ucx_addr} control={control_addr} tcp={tcp_addr} data={}",
         cfg.id,
