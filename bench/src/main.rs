@@ -2,6 +2,7 @@
 //! request and of a `stat` over UCX, on TCP and on shared memory, with 1 and with several
 //! client processes against a local cluster. (The IO500-style phases grow here.)
 
+mod data;
 mod preload;
 mod rpc;
 
@@ -21,6 +22,12 @@ enum Cmd {
     /// (internal) one measuring client process of `rpc`.
     #[command(hide = true)]
     RpcWorker(rpc::WorkerArgs),
+    /// Data path vs a local directory: ior-easy-like, mdtest-hard-like, fsync group commit,
+    /// server memory with many clients.
+    Data(data::DataArgs),
+    /// (internal) one rank of `data`.
+    #[command(hide = true)]
+    DataWorker(data::DataWorkerArgs),
     /// Cost of the LD_PRELOAD layer: stat and open+close through libmadfs.so vs the client
     /// library, and the overhead on programs that never touch the mount.
     Preload(preload::PreloadArgs),
@@ -35,6 +42,8 @@ fn main() {
         Cmd::Rpc(a) => rpc::run(a),
         Cmd::RpcWorker(a) => rpc::worker(a),
         Cmd::Preload(a) => preload::run(a),
+        Cmd::Data(a) => data::run(a),
+        Cmd::DataWorker(a) => data::worker(a),
         Cmd::PreloadWorker(a) => preload::worker(a),
     };
     if let Err(e) = r {

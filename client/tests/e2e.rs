@@ -344,7 +344,9 @@ fn sigkill_mid_stream_keeps_every_fsynced_record() {
         let c = madfs_client::Client::new(&cfg).unwrap();
         let mut f = c.open("/crash/f", OpenFlags::create_trunc()).unwrap();
         for i in 0..3000 {
-            let r = c.write(&mut f, (i * REC) as u64, &data(REC, i as u64)).and_then(|_| c.fsync(&mut f));
+            let r = c
+                .write(&mut f, (i * REC) as u64, &data(REC, i as u64))
+                .and_then(|_| c.fsync(&mut f));
             match r {
                 Ok(()) => tx.send(Ok(i + 1)).unwrap(),
                 Err(e) => {
@@ -368,16 +370,26 @@ fn sigkill_mid_stream_keeps_every_fsynced_record() {
         }
     }
     writer.join().unwrap();
-    assert_eq!(failure, Some(Errno::EIO), "the writer must see the failure, not a false success");
+    assert_eq!(
+        failure,
+        Some(Errno::EIO),
+        "the writer must see the failure, not a false success"
+    );
     cl.restart(victim).unwrap();
     let c = client(&cl, Duration::from_secs(20), "none");
     let size = c.stat("/crash/f").unwrap().size as usize;
-    assert!(size >= acked * REC, "size {size} < {acked} acknowledged records");
+    assert!(
+        size >= acked * REC,
+        "size {size} < {acked} acknowledged records"
+    );
     let f = c.open("/crash/f", OpenFlags::default()).unwrap();
     let mut buf = vec![0u8; REC];
     for i in 0..acked {
         assert_eq!(c.read(&f, (i * REC) as u64, &mut buf).unwrap(), REC);
-        assert!(buf == data(REC, i as u64), "acknowledged record {i} of {acked} lost or torn");
+        assert!(
+            buf == data(REC, i as u64),
+            "acknowledged record {i} of {acked} lost or torn"
+        );
     }
     eprintln!("{acked} records acknowledged before the failure; all intact after restart");
 }

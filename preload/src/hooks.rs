@@ -461,7 +461,9 @@ fn do_write(d: &Desc, off: Option<u64>, data: &[u8]) -> FsResult<usize> {
         let (pos, n) = match off {
             Some(o) => (o, c.write(&mut f, o, data)?),
             // O_APPEND: the metadata server reserves the range atomically among appenders
-            None if d.flags() & libc::O_APPEND != 0 && !data.is_empty() => (c.append(&mut f, data)?, data.len()),
+            None if d.flags() & libc::O_APPEND != 0 && !data.is_empty() => {
+                (c.append(&mut f, data)?, data.len())
+            }
             None => {
                 let o = d.hdr().offset.load(Acquire);
                 (o, c.write(&mut f, o, data)?)

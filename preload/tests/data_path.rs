@@ -64,7 +64,19 @@ fn interleaved_records_in_one_shared_file() {
     let file = "/madfs/ior-hard".to_string();
     for phase in ["write", "read"] {
         let kids = (0..ranks)
-            .map(|r| python(&cl, SHARED, &[file.clone(), r.to_string(), ranks.to_string(), records.to_string(), phase.into()]))
+            .map(|r| {
+                python(
+                    &cl,
+                    SHARED,
+                    &[
+                        file.clone(),
+                        r.to_string(),
+                        ranks.to_string(),
+                        records.to_string(),
+                        phase.into(),
+                    ],
+                )
+            })
             .collect();
         all_ok(kids);
     }
@@ -85,7 +97,9 @@ fn concurrent_appends_lose_nothing() {
     let cl = cluster();
     let (procs, n) = (4, 10_000);
     let file = "/madfs/appended".to_string();
-    let kids = (0..procs).map(|r| python(&cl, APPEND, &[file.clone(), r.to_string(), n.to_string()])).collect();
+    let kids = (0..procs)
+        .map(|r| python(&cl, APPEND, &[file.clone(), r.to_string(), n.to_string()]))
+        .collect();
     all_ok(kids);
     let out = Command::new("/bin/cat")
         .arg(&file)
@@ -109,7 +123,14 @@ fn concurrent_appends_lose_nothing() {
     }
     assert!(seen.iter().all(|v| v.iter().all(|b| *b)));
     for r in 0..procs {
-        let mine: Vec<usize> = lines.iter().filter(|l| l[0..2].parse::<usize>().unwrap() == r).map(|l| l[3..9].parse().unwrap()).collect();
-        assert!(mine.windows(2).all(|w| w[0] < w[1]), "rank {r} out of order");
+        let mine: Vec<usize> = lines
+            .iter()
+            .filter(|l| l[0..2].parse::<usize>().unwrap() == r)
+            .map(|l| l[3..9].parse().unwrap())
+            .collect();
+        assert!(
+            mine.windows(2).all(|w| w[0] < w[1]),
+            "rank {r} out of order"
+        );
     }
 }

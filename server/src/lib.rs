@@ -46,6 +46,8 @@ pub struct Config {
     pub meta_inline: bool,
     /// Reply send timeout.
     pub send_timeout: Duration,
+    /// Batch concurrent fsyncs into one WAL sync (default); off = one sync per request.
+    pub group_commit: bool,
 }
 
 fn check_identity(cfg: &Config) -> anyhow::Result<()> {
@@ -86,7 +88,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         stats: stats.clone(),
     });
     let ctx = madfs_rpc::new_context()?;
-    let sync_tx = sync::start(ops.clone())?;
+    let sync_tx = sync::start(ops.clone(), cfg.group_commit)?;
     let stop = Arc::new(AtomicBool::new(false));
 
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -47,6 +47,9 @@ struct Args {
     /// Run metadata operations on IO threads instead of the net thread.
     #[arg(long)]
     meta_on_io_threads: bool,
+    /// One WAL sync per fsync request instead of group commit (for benchmarks).
+    #[arg(long)]
+    no_group_commit: bool,
     /// Milliseconds to wait for a reply to go out before dropping the connection.
     #[arg(long, default_value_t = 5000)]
     send_timeout_ms: u64,
@@ -91,6 +94,7 @@ fn main() {
         },
         meta_inline: !a.meta_on_io_threads,
         send_timeout: Duration::from_millis(a.send_timeout_ms),
+        group_commit: !a.no_group_commit,
     };
     if let Err(e) = madfs_server::run(cfg) {
         eprintln!("madfs-server: {e:#}");

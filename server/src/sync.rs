@@ -14,16 +14,20 @@ use tokio::sync::oneshot;
 /// One waiter: the file to make durable and where to say it is done.
 pub type SyncJob = (u64, oneshot::Sender<FsResult<()>>);
 
-/// Starts the sync thread; it ends when every sender is dropped.
-pub fn start(ops: Arc<Ops>) -> std::io::Result<mpsc::Sender<SyncJob>> {
+/// Starts the sync thread; it ends when every sender is dropped. `group_commit: false` makes
+/// one WAL sync per request (the baseline the benchmark compares against).
+pub fn start(ops: Arc<Ops>, group_commit: bool) -> std::io::Result<mpsc::Sender<SyncJob>> {
     let (tx, rx) = mpsc::channel::<SyncJob>();
     std::thread::Builder::new()
         .name("madfs-sync".into())
         .spawn(move || {
             while let Ok(first) = rx.recv() {
                 let mut batch = vec![first];
-                while let Ok(more) = rx.try_recv() {
-                    batch.push(more);
+                while group_commit {
+                    match rx.try_recv() {
+                        Ok(more) => batch.push(more),
+                        Err(_) => break,
+                    }
                 }
                 let ids: BTreeSet<u64> = batch.iter().map(|(id, _)| *id).collect();
                 let mut result = ops.meta.sync();
