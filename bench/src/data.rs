@@ -188,34 +188,48 @@ struct Ctx {
     cluster: PathBuf,
 }
 
-impl Ctx {
-    fn spawn(
-        &self,
-        phase: &str,
-        target: &str,
-        dir: &str,
-        rank: usize,
-        n: usize,
-        size: usize,
-        close_sync: Option<bool>,
-        cluster: &Path,
-    ) -> anyhow::Result<Child> {
-        let mut cmd = Command::new(&self.me);
-        cmd.args([
-            "data-worker",
+/// One phase run: what every rank does.
+struct Job<'a> {
+    phase: &'a str,
+    target: &'a str,
+    dir: &'a str,
+    n: usize,
+    size: usize,
+    close_sync: Option<bool>,
+    cluster: Option<&'a Path>,
+}
+
+impl Job<'_> {
+    fn new<'a>(phase: &'a str, target: &'a str, dir: &'a str, n: usize) -> Job<'a> {
+        Job {
             phase,
             target,
             dir,
+            n,
+            size: 0,
+            close_sync: None,
+            cluster: None,
+        }
+    }
+}
+
+impl Ctx {
+    fn spawn(&self, j: &Job<'_>, rank: usize) -> anyhow::Result<Child> {
+        let mut cmd = Command::new(&self.me);
+        cmd.args([
+            "data-worker",
+            j.phase,
+            j.target,
+            j.dir,
             &rank.to_string(),
-            &n.to_string(),
-            "--size",
-            &size.to_string(),
+            &j.n.to_string(),
         ])
+        .args(["--size", &j.size.to_string()])
         .arg("--cluster")
-        .arg(cluster)
+        .arg(j.cluster.unwrap_or(&self.cluster))
         .stdout(Stdio::piped())
         .stdin(Stdio::piped());
-        if let Some(cs) = close_sync {
+        if let Some(cs) = j.close_sync {
             cmd.arg("--close-sync").arg(cs.to_string());
         }
         if std::env::var_os("UCX_NET_DEVICES").is_none() {
@@ -225,26 +239,20 @@ impl Ctx {
     }
 
     /// Runs `ranks` workers of a phase at once; returns the slowest rank's seconds.
-    fn phase(
-        &self,
-        phase: &str,
-        target: &str,
-        dir: &str,
-        ranks: usize,
-        n: usize,
-        size: usize,
-        close_sync: Option<bool>,
-        cluster: Option<&Path>,
-    ) -> anyhow::Result<f64> {
-        let cluster = cluster.unwrap_or(&self.cluster);
+    fn phase(&self, j: &Job<'_>, ranks: usize) -> anyhow::Result<f64> {
         let kids: Vec<Child> = (0..ranks)
-            .map(|r| self.spawn(phase, target, dir, r, n, size, close_sync, cluster))
+            .map(|r| self.spawn(j, r))
             .collect::<anyhow::Result<_>>()?;
         let mut worst: f64 = 0.0;
         for k in kids {
             let out = k.wait_with_output()?;
             if !out.status.success() {
-                bail!("{phase} on {target}: a rank failed ({})", out.status);
+                bail!(
+                    "{} on {}: a rank failed ({})",
+                    j.phase,
+                    j.target,
+                    out.status
+                );
             }
             let secs: f64 = String::from_utf8_lossy(&out.stdout)
                 .trim()
@@ -315,30 +323,33 @@ pub fn run(a: DataArgs) -> anyhow::Result<()> {
         ),
         ("ior-easy read", "easy-read", transfers, xfer, gib, "GiB/s"),
     ] {
-        let m = ctx.phase(phase, "madfs", "/bench", a.ranks, n, size, None, None)?;
-        let l = ctx.phase(phase, "local", &local, a.ranks, n, size, None, None)?;
+        let m = ctx.phase(
+            &Job {
+                size,
+                ..Job::new(phase, "madfs", "/bench", n)
+            },
+            a.ranks,
+        )?;
+        let l = ctx.phase(
+            &Job {
+                size,
+                ..Job::new(phase, "local", &local, n)
+            },
+            a.ranks,
+        )?;
         rows.push((name.into(), unit_amount / m, unit_amount / l, unit));
     }
     // mdtest-hard: close without fsync on both sides (a local close does not fsync either)
     let m = ctx.phase(
-        "hard-write",
-        "madfs",
-        "/bench",
+        &Job {
+            close_sync: Some(false),
+            ..Job::new("hard-write", "madfs", "/bench", a.hard_files)
+        },
         a.ranks,
-        a.hard_files,
-        0,
-        Some(false),
-        None,
     )?;
     let l = ctx.phase(
-        "hard-write",
-        "local",
-        &local,
+        &Job::new("hard-write", "local", &local, a.hard_files),
         a.ranks,
-        a.hard_files,
-        0,
-        None,
-        None,
     )?;
     rows.push((
         "mdtest-hard create+3901B+close".into(),
@@ -349,14 +360,8 @@ pub fn run(a: DataArgs) -> anyhow::Result<()> {
     // fsync-heavy: group commit vs one sync per request (a second cluster)
     let fs_ops = (a.fsync_clients * a.fsyncs) as f64;
     let g = ctx.phase(
-        "fsync",
-        "madfs",
-        "/bench",
+        &Job::new("fsync", "madfs", "/bench", a.fsyncs),
         a.fsync_clients,
-        a.fsyncs,
-        0,
-        None,
-        None,
     )?;
     let single = LocalCluster::start(Options {
         servers,
@@ -364,25 +369,17 @@ pub fn run(a: DataArgs) -> anyhow::Result<()> {
         ..Default::default()
     })?;
     client(&single.cluster_file(), None)?.mkdir("/bench", 0o755)?;
+    let single_file = single.cluster_file();
     let s = ctx.phase(
-        "fsync",
-        "madfs",
-        "/bench",
+        &Job {
+            cluster: Some(&single_file),
+            ..Job::new("fsync", "madfs", "/bench", a.fsyncs)
+        },
         a.fsync_clients,
-        a.fsyncs,
-        0,
-        None,
-        Some(&single.cluster_file()),
     )?;
     let lf = ctx.phase(
-        "fsync",
-        "local",
-        &local,
+        &Job::new("fsync", "local", &local, a.fsyncs),
         a.fsync_clients,
-        a.fsyncs,
-        0,
-        None,
-        None,
     )?;
     drop(single);
     println!();
@@ -405,7 +402,7 @@ pub fn run(a: DataArgs) -> anyhow::Result<()> {
     let before = server_rss(&cl, servers)?;
     let mut idle = vec![];
     for r in 0..a.idle_clients {
-        let mut k = ctx.spawn("idle", "madfs", "/", r, 0, 0, None, &cl.cluster_file())?;
+        let mut k = ctx.spawn(&Job::new("idle", "madfs", "/", 0), r)?;
         let mut line = String::new();
         BufReader::new(k.stdout.as_mut().unwrap()).read_line(&mut line)?;
         if line.trim() != "ready" {

@@ -23,10 +23,9 @@ pub fn start(ops: Arc<Ops>, group_commit: bool) -> std::io::Result<mpsc::Sender<
         .spawn(move || {
             while let Ok(first) = rx.recv() {
                 let mut batch = vec![first];
-                while group_commit {
-                    match rx.try_recv() {
-                        Ok(more) => batch.push(more),
-                        Err(_) => break,
+                if group_commit {
+                    while let Ok(more) = rx.try_recv() {
+                        batch.push(more);
                     }
                 }
                 let ids: BTreeSet<u64> = batch.iter().map(|(id, _)| *id).collect();
