@@ -45,6 +45,11 @@ impl OpenFile {
     pub fn written(&self) -> u64 {
         self.written
     }
+
+    /// Has this handle written beyond the size it last published?
+    pub fn is_dirty(&self) -> bool {
+        self.dirty
+    }
 }
 
 /// The madfs client of one thread.
@@ -444,6 +449,9 @@ impl FileSystem for Client {
             calls.push((server, chunk, in_chunk, &data[range]));
         }
         let id = f.attr.id;
+        // a write that stays in chunk 0 publishes the file's size in the same request
+        let all_inline = calls.iter().all(|c| c.1 == 0);
+        let path = f.path.clone();
         for group in calls.chunks(WINDOW) {
             let involved: Vec<u32> = group.iter().map(|g| g.0).collect();
             let futs = group.iter().map(|(server, chunk, in_chunk, bulk)| {
@@ -451,6 +459,7 @@ impl FileSystem for Client {
                     id,
                     chunk: *chunk,
                     offset: *in_chunk,
+                    size_of: (*chunk == 0).then_some(path.as_str()),
                 };
                 async move {
                     let raw = self
@@ -469,7 +478,11 @@ impl FileSystem for Client {
             }
         }
         f.written = f.written.max(end);
-        f.dirty = true;
+        if all_inline {
+            f.attr.size = f.attr.size.max(end);
+        } else {
+            f.dirty = true;
+        }
         Ok(data.len())
     }
 

@@ -118,6 +118,27 @@ fn malformed_frames_do_not_hurt_the_server() {
         id: 77,
         chunk: u64::MAX,
         offset: u32::MAX,
+        size_of: None,
+    });
+    assert_eq!(
+        raw(&c, s, tag::REQUEST, &[&p, h, b"data"]).unwrap(),
+        Err(Errno::EFBIG)
+    );
+    let (p, h) = enc.request(&Request::Write {
+        id: 77,
+        chunk: 0,
+        offset: 0,
+        size_of: Some("/../etc/passwd"),
+    });
+    assert_eq!(
+        raw(&c, s, tag::REQUEST, &[&p, h, b"data"]).unwrap(),
+        Err(Errno::EINVAL)
+    );
+    let (p, h) = enc.request(&Request::Write {
+        id: 77,
+        chunk: u64::MAX,
+        offset: u32::MAX,
+        size_of: None,
     });
     assert_eq!(
         raw(&c, s, tag::REQUEST, &[&p, h, b"data"]).unwrap(),
@@ -142,6 +163,7 @@ fn malformed_frames_do_not_hurt_the_server() {
         id: 78,
         chunk: 1,
         offset: 0,
+        size_of: None,
     });
     let big = vec![7u8; max + (1 << 20)];
     let t0 = Instant::now();

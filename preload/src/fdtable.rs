@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// fds at or above this are never madfs fds (we refuse to create them there).
 pub const MAX_FD: usize = 1 << 16;
-const MAGIC: u64 = u64::from_le_bytes(*b"MADFSFD1");
+const MAGIC: u64 = u64::from_le_bytes(*b"MADFSFD2");
 const PATH_CAP: usize = 4096;
 const MAP_BYTES: usize = 8192;
 /// Name of the backing memfds (`/proc/self/fd/N` → `/memfd:madfs (deleted)`).
@@ -38,6 +38,8 @@ pub struct Header {
     pub written: AtomicU64,
     /// `written` not yet published to the metadata server.
     pub dirty: AtomicU32,
+    /// Written since the last fsync (close-sync decides on this).
+    pub unsynced: AtomicU32,
     mode: u32,
     id: u64,
     chunk_size: u32,
@@ -112,10 +114,19 @@ impl Desc {
     pub fn local(&self) -> MutexGuard<'_, Local> {
         self.local.lock().unwrap_or_else(|e| e.into_inner())
     }
-    /// Records a write that ended at `end`.
-    pub fn wrote(&self, end: u64) {
+    /// Records a write that ended at `end`; `published`: the write already published its
+    /// end as the file's size (small files, chunk 0).
+    pub fn wrote(&self, end: u64, published: bool) {
         self.h().written.fetch_max(end, AcqRel);
-        self.h().dirty.store(1, Release);
+        self.h().unsynced.store(1, Release);
+        if !published {
+            self.h().dirty.store(1, Release);
+        }
+    }
+
+    /// Takes the "written since the last fsync" flag.
+    pub fn take_unsynced(&self) -> bool {
+        self.h().unsynced.swap(0, AcqRel) == 1
     }
     /// Takes the unpublished high-water mark, if any.
     pub fn take_dirty(&self) -> Option<u64> {

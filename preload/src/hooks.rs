@@ -204,7 +204,7 @@ fn publish(d: &Desc) -> FsResult<()> {
         }
         if r.is_err() {
             // keep it dirty: another holder of the description may still publish it
-            d.wrote(size);
+            d.wrote(size, false);
         }
         r?;
     }
@@ -275,7 +275,7 @@ fn forget(fd: i64) -> FsResult<()> {
     let Some(d) = fdtable::remove(fd) else {
         return Ok(());
     };
-    if !d.is_dir() && d.hdr().dirty.load(Acquire) == 1 && conn::with(|c| Ok(c.close_sync()))? {
+    if !d.is_dir() && d.take_unsynced() && conn::with(|c| Ok(c.close_sync()))? {
         publish(&d)?;
         return conn::with(|c| c.fsync(&mut file(c, &d)));
     }
@@ -469,7 +469,7 @@ fn do_write(d: &Desc, off: Option<u64>, data: &[u8]) -> FsResult<usize> {
                 (o, c.write(&mut f, o, data)?)
             }
         };
-        d.wrote(pos + n as u64);
+        d.wrote(pos + n as u64, !f.is_dirty());
         if off.is_none() {
             d.hdr().offset.store(pos + n as u64, Release);
         }
@@ -651,6 +651,7 @@ fn sys_fsync(fd: i64) -> Ret {
     if d.is_dir() {
         return Some(0);
     }
+    d.take_unsynced();
     zero(publish(&d).and_then(|_| conn::with(|c| c.fsync(&mut file(c, &d)))))
 }
 
@@ -671,7 +672,7 @@ fn sys_fallocate(fd: i64, mode: i64, off: i64, len: i64) -> Ret {
         }
         let end = (off as u64).checked_add(len as u64).ok_or(Errno::EFBIG)?;
         if end > d.attr().size {
-            d.wrote(end);
+            d.wrote(end, false);
         }
         Ok(())
     })();

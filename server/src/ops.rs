@@ -362,12 +362,24 @@ impl Ops {
                 };
                 Ok(Answer::Data(n))
             }
-            Request::Write { id, chunk, offset } => {
+            Request::Write {
+                id,
+                chunk,
+                offset,
+                size_of,
+            } => {
                 if offset as u64 + bulk.len() as u64 > MAX_CHUNK {
                     return Err(Errno::EFBIG);
                 }
                 if chunk == 0 {
+                    if let Some(p) = size_of {
+                        path_ok(p)?;
+                    }
                     self.meta.write_inline(id, offset as u64, bulk)?;
+                    if let Some(p) = size_of {
+                        self.meta
+                            .merge_size(p, offset as u64 + bulk.len() as u64, now_ns())?;
+                    }
                 } else {
                     self.chunks.write(id, chunk, offset as u64, bulk)?;
                 }
@@ -470,7 +482,8 @@ mod tests {
             run(Request::Write {
                 id: 1,
                 chunk: 0,
-                offset: u32::MAX
+                offset: u32::MAX,
+                size_of: None
             }),
             Err(Errno::EFBIG)
         );
@@ -498,6 +511,7 @@ mod tests {
                 id: attr.id,
                 chunk: 0,
                 offset: 2,
+                size_of: None,
             },
             b"hey",
             &mut d,

@@ -186,8 +186,15 @@ pub enum Request<'a> {
         offset: u32,
         len: u32,
     },
-    /// Write the request's bulk data into chunk `chunk` at `offset`.
-    Write { id: u64, chunk: u64, offset: u32 },
+    /// Write the request's bulk data into chunk `chunk` at `offset`. For chunk 0 (inline on
+    /// the metadata server) `size_of` may name the file's path: the end of the write is then
+    /// published as its size in the same request (a small file costs no extra size RPC).
+    Write {
+        id: u64,
+        chunk: u64,
+        offset: u32,
+        size_of: Option<&'a str>,
+    },
     /// Drop every byte at or past `size` of file `id` held by this server.
     TruncateChunks { id: u64, size: u64, chunk_size: u32 },
     /// Make every acknowledged write of file `id` on this server durable (WAL + chunk files).
