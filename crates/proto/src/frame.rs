@@ -148,8 +148,9 @@ mod tests {
             },
             Request::Write {
                 id: 42,
-                chunk: 3,
+                chunk: 0,
                 offset: 17,
+                size_of: Some("/f"),
             },
             Request::SetSize {
                 path: "/x",
