@@ -60,6 +60,45 @@ impl Drop for Guard {
     }
 }
 
+/// Syscalls whose only file argument is the fd in their first argument: not ours unless that
+/// fd is a madfs fd (one bit test, before any thread-local access).
+fn fd_only(nr: i64) -> bool {
+    matches!(
+        nr,
+        libc::SYS_read
+            | libc::SYS_write
+            | libc::SYS_pread64
+            | libc::SYS_pwrite64
+            | libc::SYS_readv
+            | libc::SYS_writev
+            | libc::SYS_preadv
+            | libc::SYS_pwritev
+            | libc::SYS_preadv2
+            | libc::SYS_pwritev2
+            | libc::SYS_lseek
+            | libc::SYS_fstat
+            | libc::SYS_ftruncate
+            | libc::SYS_fsync
+            | libc::SYS_fdatasync
+            | libc::SYS_sync_file_range
+            | libc::SYS_fallocate
+            | libc::SYS_fadvise64
+            | libc::SYS_readahead
+            | libc::SYS_getdents64
+            | libc::SYS_fcntl
+            | libc::SYS_fchmod
+            | libc::SYS_fchown
+            | libc::SYS_fstatfs
+            | libc::SYS_fgetxattr
+            | libc::SYS_fsetxattr
+            | libc::SYS_flistxattr
+            | libc::SYS_fremovexattr
+            | libc::SYS_ioctl
+            | libc::SYS_flock
+            | libc::SYS_close
+    )
+}
+
 /// Syscalls that can concern madfs (everything else is passed through at once).
 fn candidate(nr: i64) -> bool {
     matches!(
@@ -192,6 +231,12 @@ pub extern "C" fn hook(
         return InterceptResult::Hook;
     }
     if !candidate(nr) {
+        return InterceptResult::Forward;
+    }
+    if fd_only(nr) && !crate::fdtable::is_ours(a0 as i32 as i64) {
+        return InterceptResult::Forward;
+    }
+    if nr == libc::SYS_mmap && !crate::fdtable::is_ours(a4 as i32 as i64) {
         return InterceptResult::Forward;
     }
     let Some(_guard) = Guard::enter() else {

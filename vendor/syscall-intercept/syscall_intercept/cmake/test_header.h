@@ -1,0 +1,2 @@
+/* Used in toolchain_features.cmake */
+#pragma GCC system_header
