@@ -393,3 +393,36 @@ fn sigkill_mid_stream_keeps_every_fsynced_record() {
     }
     eprintln!("{acked} records acknowledged before the failure; all intact after restart");
 }
+
+#[test]
+fn rename_moves_entry_and_chunk0_between_servers() {
+    let cl = cluster(3, &[], "none");
+    let c = client(&cl, Duration::from_secs(20), "none");
+    c.mkdir("/r", 0o755).unwrap();
+    // larger than the inline part of chunk 0 (64 KiB) and than one chunk
+    let bytes = data(900_000, 77);
+    put(&c, "/r/a", &bytes, 1 << 20, false);
+    let mut name = "/r/a".to_string();
+    for i in 0..8 {
+        let next = format!("/r/b{i}");
+        c.rename(&name, &next, false).unwrap();
+        assert_eq!(c.stat(&name).unwrap_err(), Errno::ENOENT);
+        assert_eq!(
+            sum(&get(&c, &next)),
+            sum(&bytes),
+            "after rename to {next} (server {})",
+            c.meta_of(&next)
+        );
+        name = next;
+    }
+    // replacing an existing file; RENAME_NOREPLACE refuses
+    put(&c, "/r/other", b"other", 5, false);
+    assert_eq!(
+        c.rename(&name, "/r/other", true).unwrap_err(),
+        Errno::EEXIST
+    );
+    c.rename(&name, "/r/other", false).unwrap();
+    assert_eq!(sum(&get(&c, "/r/other")), sum(&bytes));
+    assert_eq!(c.readdir("/r").unwrap().len(), 1);
+    assert_eq!(c.rename("/r", "/q", false).unwrap_err(), Errno::EXDEV);
+}

@@ -48,6 +48,8 @@ pub struct Config {
     pub send_timeout: Duration,
     /// Batch concurrent fsyncs into one WAL sync (default); off = one sync per request.
     pub group_commit: bool,
+    /// Bytes of each file's chunk 0 kept inline in RocksDB (small-file threshold).
+    pub inline_max: u32,
 }
 
 fn check_identity(cfg: &Config) -> anyhow::Result<()> {
@@ -85,6 +87,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         chunks: store::chunks::FsChunks::open(&cfg.data_dir.join("chunks"))?,
         chunk_size: cfg.chunk_size,
         max_list_bytes: net::HEADER_ROOM / 2,
+        inline_max: cfg.inline_max as u64,
         stats: stats.clone(),
     });
     let ctx = madfs_rpc::new_context()?;

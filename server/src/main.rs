@@ -47,6 +47,10 @@ struct Args {
     /// Run metadata operations on IO threads instead of the net thread.
     #[arg(long)]
     meta_on_io_threads: bool,
+    /// Bytes of each file's chunk 0 stored inline in RocksDB (the small-file threshold; the rest
+    /// of chunk 0 goes to a chunk file on the same server). Keep it fixed for a data directory.
+    #[arg(long, default_value_t = 64 * 1024)]
+    inline_max: u32,
     /// One WAL sync per fsync request instead of group commit (for benchmarks).
     #[arg(long)]
     no_group_commit: bool,
@@ -95,6 +99,7 @@ fn main() {
         meta_inline: !a.meta_on_io_threads,
         send_timeout: Duration::from_millis(a.send_timeout_ms),
         group_commit: !a.no_group_commit,
+        inline_max: a.inline_max,
     };
     if let Err(e) = madfs_server::run(cfg) {
         eprintln!("madfs-server: {e:#}");

@@ -55,6 +55,10 @@ pub struct Ops {
     pub chunk_size: u32,
     /// Largest readdir reply this server builds, bytes of names.
     pub max_list_bytes: usize,
+    /// Bytes of chunk 0 kept inline in RocksDB; the rest of chunk 0 lives in a chunk file on
+    /// this (the metadata) server, so appending to a mid-size file never rewrites a large
+    /// RocksDB value.
+    pub inline_max: u64,
     /// Counters.
     pub stats: Arc<ServerStats>,
 }
@@ -94,7 +98,10 @@ pub fn runs_inline(req: &Request<'_>, meta_inline: bool) -> bool {
         | Request::Append { .. }
         | Request::Attach { .. }
         | Request::Detach { .. } => meta_inline,
-        Request::Read { chunk, .. } | Request::Write { chunk, .. } => *chunk == 0 && meta_inline,
+        // chunk 0 starts inline in RocksDB; deep into chunk 0 it is a chunk file: IO thread
+        Request::Read { chunk, offset, .. } | Request::Write { chunk, offset, .. } => {
+            *chunk == 0 && *offset < 64 * 1024 && meta_inline
+        }
         Request::Readdir { .. } | Request::TruncateChunks { .. } | Request::Fsync { .. } => false,
     }
 }
@@ -121,6 +128,47 @@ fn resolve(t: TimeSpec, old: i64, now: i64) -> i64 {
 }
 
 impl Ops {
+    /// Writes into chunk 0: the first `inline_max` bytes in RocksDB, the rest in a chunk file.
+    fn write_chunk0(&self, id: u64, off: u64, data: &[u8]) -> FsResult<()> {
+        let t = self.inline_max;
+        let end = off + data.len() as u64;
+        if off < t {
+            let n = (end.min(t) - off) as usize;
+            self.meta.write_inline(id, off, &data[..n])?;
+        }
+        if end > t {
+            let from = off.max(t);
+            self.chunks
+                .write(id, 0, from, &data[(from - off) as usize..])?;
+        }
+        Ok(())
+    }
+
+    /// Reads chunk 0 (inline part, then the chunk-file part); returns the bytes present.
+    fn read_chunk0(&self, id: u64, off: u64, out: &mut [u8]) -> FsResult<usize> {
+        let t = self.inline_max;
+        let end = off + out.len() as u64;
+        let mut n = 0;
+        if off < t {
+            let k = (end.min(t) - off) as usize;
+            n = self.meta.read_inline(id, off, &mut out[..k])?;
+            if end <= t {
+                return Ok(n);
+            }
+            // the inline part may be short (a hole) while the file part has data
+            out[n..k].fill(0);
+        }
+        let from = off.max(t);
+        let skip = (from - off) as usize;
+        let m = self.chunks.read(id, 0, from, &mut out[skip..])?;
+        Ok(if m > 0 { skip + m } else { n })
+    }
+
+    /// Drops file `id`'s chunk-0 file (and any chunk file) kept on this server.
+    fn drop_local_chunks(&self, id: u64, size: u64, chunk_size: u32) -> FsResult<()> {
+        self.chunks.truncate(id, size, chunk_size.max(1) as u64)
+    }
+
     fn get(&self, path: &str) -> FsResult<Attr> {
         if path == "/" {
             return Ok(root_attr());
@@ -155,6 +203,7 @@ impl Ops {
                             a.mtime = now_ns();
                             a.ctime = a.mtime;
                             self.meta.truncate_inline(a.id, 0)?;
+                            self.drop_local_chunks(a.id, 0, a.chunk_size)?;
                             self.meta.put(path, &a)?;
                         }
                         Ok(Answer::Created {
@@ -219,6 +268,7 @@ impl Ops {
                     return Err(Errno::EISDIR);
                 }
                 self.meta.remove(path, a.id)?;
+                self.drop_local_chunks(a.id, 0, a.chunk_size)?;
                 Ok(Answer::Attr(a))
             }
             Request::Rmdir { path } => {
@@ -263,6 +313,7 @@ impl Ops {
                         a.mtime = now_ns();
                         a.ctime = a.mtime;
                         self.meta.truncate_inline(a.id, size)?;
+                        self.drop_local_chunks(a.id, size, a.chunk_size)?;
                         self.meta.put(path, &a)?;
                         Ok(Answer::Attr(a))
                     }
@@ -324,7 +375,12 @@ impl Ops {
                     ctime: now_ns(),
                     ..attr
                 };
-                self.meta.attach(path, &attr, bulk, old.map(|o| o.id))?;
+                let t = (self.inline_max as usize).min(bulk.len());
+                self.meta
+                    .attach(path, &attr, &bulk[..t], old.map(|o| o.id))?;
+                if bulk.len() > t {
+                    self.chunks.write(attr.id, 0, t as u64, &bulk[t..])?;
+                }
                 Ok(Answer::Replaced(old.filter(|o| o.id != attr.id)))
             }
             Request::Detach {
@@ -339,6 +395,7 @@ impl Ops {
                 }
                 if drop_inline {
                     self.meta.remove(path, id)?;
+                    self.chunks.remove_chunk(id, 0)?;
                 } else {
                     self.meta.remove_entry(path)?;
                 }
@@ -356,7 +413,7 @@ impl Ops {
                 }
                 let out = &mut data[..len];
                 let n = if chunk == 0 {
-                    self.meta.read_inline(id, offset as u64, out)?
+                    self.read_chunk0(id, offset as u64, out)?
                 } else {
                     self.chunks.read(id, chunk, offset as u64, out)?
                 };
@@ -375,7 +432,7 @@ impl Ops {
                     if let Some(p) = size_of {
                         path_ok(p)?;
                     }
-                    self.meta.write_inline(id, offset as u64, bulk)?;
+                    self.write_chunk0(id, offset as u64, bulk)?;
                     if let Some(p) = size_of {
                         self.meta
                             .merge_size(p, offset as u64 + bulk.len() as u64, now_ns())?;
@@ -416,6 +473,7 @@ mod tests {
             chunks: FsChunks::open(&dir.join("chunks")).unwrap(),
             chunk_size: 4096,
             max_list_bytes: 1 << 16,
+            inline_max: 1024,
             stats: Arc::default(),
         }
     }
@@ -577,5 +635,41 @@ mod tests {
             panic!()
         };
         assert_eq!((attr.size, existed, old_size), (0, true, 5));
+    }
+}
+
+#[cfg(test)]
+mod chunk0_tests {
+    use super::*;
+
+    #[test]
+    fn chunk0_split_between_rocksdb_and_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = Ops {
+            meta: RocksMeta::open(&dir.path().join("db"), 0).unwrap(),
+            chunks: FsChunks::open(&dir.path().join("chunks")).unwrap(),
+            chunk_size: 4096,
+            max_list_bytes: 1 << 16,
+            inline_max: 1024,
+            stats: Arc::default(),
+        };
+        let data: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+        o.write_chunk0(7, 100, &data).unwrap(); // spans the inline part and the file part
+        let mut out = vec![0xffu8; 3200];
+        assert_eq!(o.read_chunk0(7, 0, &mut out).unwrap(), 3100);
+        assert!(out[..100].iter().all(|b| *b == 0));
+        assert_eq!(&out[100..3100], &data[..]);
+        // a write only past the inline part leaves a hole that reads as zeros
+        o.write_chunk0(8, 2000, b"tail").unwrap();
+        let mut out = vec![0xffu8; 2004];
+        assert_eq!(o.read_chunk0(8, 0, &mut out).unwrap(), 2004);
+        assert!(out[..2000].iter().all(|b| *b == 0));
+        assert_eq!(&out[2000..], b"tail");
+        // small reads inside the inline part stay short at its end
+        let mut out = vec![0u8; 10];
+        assert_eq!(o.read_chunk0(8, 0, &mut out).unwrap(), 0);
+        o.drop_local_chunks(7, 0, 4096).unwrap();
+        let mut out = vec![0u8; 100];
+        assert_eq!(o.read_chunk0(7, 2000, &mut out).unwrap(), 0);
     }
 }

@@ -135,6 +135,10 @@ impl ChunkStore for FsChunks {
         Ok(())
     }
 
+    fn remove_chunk(&self, id: u64, chunk: u64) -> FsResult<()> {
+        std::fs::remove_file(self.chunk_path(id, chunk)).or_else(not_found_is_ok)
+    }
+
     fn sync(&self, id: u64) -> FsResult<()> {
         let chunks = self
             .dirty

@@ -62,6 +62,8 @@ pub trait ChunkStore: Send + Sync {
     fn write(&self, id: u64, chunk: u64, offset: u64, data: &[u8]) -> FsResult<()>;
     /// Drops every byte of file `id` at or beyond `size` (chunks of `chunk_size` bytes).
     fn truncate(&self, id: u64, size: u64, chunk_size: u64) -> FsResult<()>;
+    /// Removes chunk `chunk` of file `id` (if present).
+    fn remove_chunk(&self, id: u64, chunk: u64) -> FsResult<()>;
     /// Makes the written chunks of file `id` durable (fdatasync of each dirty chunk file).
     fn sync(&self, id: u64) -> FsResult<()>;
     /// Totals of the local file system holding the chunks.
