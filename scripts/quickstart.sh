@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cargo build --release --workspace
 root="$(mktemp -d /tmp/madfs-quickstart.XXXXXX)"
-trap 'scripts/cluster.sh stop --root "$root" || true' EXIT
+trap 'scripts/cluster.sh stop --root "$root" || true; rm -rf "$root"' EXIT
 eval "$(scripts/cluster.sh start -n 2 --root "$root")"
 echo "== cluster file: $MADFS_CLUSTER"
 target/release/madfs mkdir /quickstart
