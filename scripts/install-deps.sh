@@ -5,7 +5,7 @@
 set -euo pipefail
 
 pkgs=(libucx-dev ucx-utils libclang-dev libcapstone-dev cmake pkg-config build-essential
-      librocksdb-dev openmpi-bin libopenmpi-dev fio)
+      librocksdb-dev openmpi-bin libopenmpi-dev fio python3 tar coreutils)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

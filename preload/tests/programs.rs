@@ -71,6 +71,9 @@ fn coreutils() {
         tail -n 1 /madfs/cu/a/svc | cmp - <(tail -n 1 /etc/services) && echo "tail ok"
         truncate -s 100 /madfs/cu/a/svc && stat -c %s /madfs/cu/a/svc
         truncate -s 1M /madfs/cu/a/svc && stat -c %s /madfs/cu/a/svc
+        stat -f -c '%b %S' /madfs | awk '{ print ($1 > 0 && $2 > 0) ? "statfs ok" : "statfs bad" }'
+        fallocate -l 300000 /madfs/cu/a/falloc && stat -c 'fallocate %s' /madfs/cu/a/falloc
+        chmod 640 /madfs/cu/a/falloc && stat -c 'mode %a' /madfs/cu/a/falloc
         if ln -s /madfs/cu/a/svc /madfs/cu/link 2> "$T/ln.err"; then echo "ln unexpectedly worked"; else cat "$T/ln.err"; fi
         rm -rf /madfs/cu/a && [ ! -e /madfs/cu/a ] && echo "rm-rf ok"
         ls /madfs/cu
@@ -94,6 +97,9 @@ fn coreutils() {
         "tail ok",
         "100\n",
         "1048576\n",
+        "statfs ok",
+        "fallocate 300000",
+        "mode 640",
         "ln: failed to create symbolic link '/madfs/cu/link': Operation not permitted",
         "rm-rf ok",
         "dd\nrand50\n",
@@ -169,6 +175,14 @@ if pid == 0:
     os._exit(0)
 assert os.waitpid(pid, 0)[1] == 0
 assert open(base + "/forked").read() == "from the fork child"
+fd = os.open(base + "/vec", os.O_RDWR | os.O_CREAT, 0o644)
+assert os.writev(fd, [b"ab", b"", b"cdef"]) == 6
+a, b = bytearray(3), bytearray(10)
+assert os.preadv(fd, [a, b], 0) == 6 and bytes(a) == b"abc" and bytes(b[:3]) == b"def"
+assert os.lseek(fd, 0, os.SEEK_END) == 6
+os.close(fd)
+st = os.statvfs(base)
+assert st.f_blocks > 0 and st.f_namemax == 255, st
 print("PY-OK")
 "#,
     )
