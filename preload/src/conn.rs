@@ -76,8 +76,10 @@ pub extern "C" fn after_fork_child() {
 /// Are we a `vfork`/`posix_spawn` child sharing the parent's memory? Then nothing shared may
 /// be changed and no network state may be used.
 pub fn in_vfork_child() -> bool {
-    // SAFETY: raw getpid (glibc caches nothing since 2.25).
-    unsafe { libc::getpid() != MY_PID.load(Acquire) }
+    // SAFETY: a raw getpid syscall (glibc caches nothing since 2.25; the raw call also skips
+    // the interception trampoline).
+    let pid = unsafe { syscall_intercept::syscall_no_intercept(libc::SYS_getpid as isize) };
+    pid as i32 != MY_PID.load(Acquire)
 }
 
 fn config() -> FsResult<&'static ClientConfig> {

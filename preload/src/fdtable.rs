@@ -11,6 +11,7 @@ use madfs_proto::{Attr, Errno, FsResult};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex, MutexGuard};
+use syscall_intercept::syscall_no_intercept as raw;
 
 /// fds at or above this are never madfs fds (we refuse to create them there).
 pub const MAX_FD: usize = 1 << 16;
@@ -72,7 +73,13 @@ pub struct Local {
 impl Drop for Desc {
     fn drop(&mut self) {
         // SAFETY: we mapped exactly MAP_BYTES at hdr.
-        unsafe { libc::munmap(self.hdr.as_ptr().cast(), MAP_BYTES) };
+        unsafe {
+            raw(
+                libc::SYS_munmap as isize,
+                self.hdr.as_ptr() as isize,
+                MAP_BYTES as isize,
+            )
+        };
     }
 }
 
@@ -155,21 +162,36 @@ impl Desc {
             return Err(Errno::ENAMETOOLONG);
         }
         let mfd_flags = if cloexec { libc::MFD_CLOEXEC } else { 0 };
+        // Raw syscalls (not through libc): they would only pass through the hook again.
         // SAFETY: NUL-terminated name.
-        let fd = unsafe { libc::memfd_create(MEMFD_NAME.as_ptr().cast(), mfd_flags) };
+        let fd = unsafe {
+            raw(
+                libc::SYS_memfd_create as isize,
+                MEMFD_NAME.as_ptr() as isize,
+                mfd_flags as isize,
+            )
+        };
         if fd < 0 {
-            return Err(Errno::from_io(&std::io::Error::last_os_error()));
+            return Err(Errno::new(-fd as i32));
         }
+        let fd = fd as i32;
         let fail = |e: Errno| {
             // SAFETY: our fd.
-            unsafe { libc::close(fd) };
+            unsafe { raw(libc::SYS_close as isize, fd as isize) };
             Err(e)
         };
         if fd as usize >= MAX_FD {
             return fail(Errno::EMFILE);
         }
         // SAFETY: resizing our own memfd.
-        if unsafe { libc::ftruncate(fd, MAP_BYTES as libc::off_t) } != 0 {
+        if unsafe {
+            raw(
+                libc::SYS_ftruncate as isize,
+                fd as isize,
+                MAP_BYTES as isize,
+            )
+        } != 0
+        {
             return fail(Errno::ENOMEM);
         }
         let Some(hdr) = map(fd) else {
@@ -203,7 +225,13 @@ impl Desc {
         // SAFETY: mapping of MAP_BYTES.
         if unsafe { hdr.as_ref() }.magic.load(Acquire) != MAGIC {
             // SAFETY: the mapping we just made.
-            unsafe { libc::munmap(hdr.as_ptr().cast(), MAP_BYTES) };
+            unsafe {
+                raw(
+                    libc::SYS_munmap as isize,
+                    hdr.as_ptr() as isize,
+                    MAP_BYTES as isize,
+                )
+            };
             return None;
         }
         Some(Arc::new(Desc {
@@ -220,21 +248,23 @@ impl Desc {
 
 fn map(fd: i32) -> Option<NonNull<Header>> {
     const _: () = assert!(std::mem::size_of::<Header>() <= MAP_BYTES);
-    // SAFETY: shared mapping of a file we hold open.
+    // SAFETY: shared mapping of a file we hold open (raw syscall, skipping the hook).
     let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            MAP_BYTES,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            0,
+        // every variadic argument must be a full isize: a bare `0` would be passed as i32
+        raw(
+            libc::SYS_mmap as isize,
+            0isize,
+            MAP_BYTES as isize,
+            (libc::PROT_READ | libc::PROT_WRITE) as isize,
+            libc::MAP_SHARED as isize,
+            fd as isize,
+            0isize,
         )
     };
-    if p == libc::MAP_FAILED {
+    if (-4095..0).contains(&p) {
         return None;
     }
-    NonNull::new(p.cast())
+    NonNull::new(p as *mut Header)
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -347,5 +377,30 @@ pub fn adopt_inherited() {
             },
         };
         insert(fd, d);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_and_adopt_description() {
+        let a = Attr {
+            id: 5,
+            chunk_size: 4096,
+            size: 10,
+            mode: libc::S_IFREG | 0o644,
+            ..Default::default()
+        };
+        let (fd, d) = Desc::create(KIND_FILE, libc::O_RDWR, "/x/y", &a, true).unwrap();
+        assert_eq!(d.path(), "/x/y");
+        d.wrote(100, false);
+        assert_eq!(d.attr().size, 100);
+        let again = Desc::adopt(fd).unwrap();
+        assert_eq!(again.path(), "/x/y");
+        assert_eq!(again.take_dirty(), Some(100));
+        // SAFETY: closing our fd.
+        unsafe { libc::close(fd) };
     }
 }

@@ -196,7 +196,7 @@ fn publish(d: &Desc) -> FsResult<()> {
             unsafe {
                 raw(
                     libc::SYS_write as isize,
-                    2,
+                    2isize,
                     msg.as_ptr() as isize,
                     msg.len() as isize,
                 )
