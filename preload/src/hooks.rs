@@ -681,17 +681,28 @@ fn sys_fallocate(fd: i64, mode: i64, off: i64, len: i64) -> Ret {
 
 // ---------------------------------------------------------------- metadata
 
-fn sys_stat_at(dirfd: i64, path: isize, buf: isize, flags: i64) -> Ret {
-    let a = if empty_path(path, flags) {
+/// Attributes for the stat family: `(dirfd, "")` with `AT_EMPTY_PATH` is the fd itself.
+/// `None`: not ours.
+fn attr_at(dirfd: i64, path: isize, flags: i64) -> Option<FsResult<Attr>> {
+    if empty_path(path, flags) {
         if !fdtable::is_ours(dirfd) {
             return None;
         }
-        fdtable::get(dirfd)
-            .ok_or(Errno::EBADF)
-            .and_then(|d| stat_fd(&d))
-    } else {
-        stat_path(&ours!(target(dirfd, path)))
-    };
+        return Some(
+            fdtable::get(dirfd)
+                .ok_or(Errno::EBADF)
+                .and_then(|d| stat_fd(&d)),
+        );
+    }
+    match target(dirfd, path) {
+        Target::External => None,
+        Target::Fail(e) => Some(Err(e)),
+        Target::Ours(p) => Some(stat_path(&p)),
+    }
+}
+
+fn sys_stat_at(dirfd: i64, path: isize, buf: isize, flags: i64) -> Ret {
+    let a = attr_at(dirfd, path, flags)?;
     // SAFETY: the caller's stat buffer.
     zero(a.map(|a| unsafe { abi::fill_stat(buf as *mut libc::stat, &a) }))
 }
@@ -708,16 +719,7 @@ fn sys_fstat(fd: i64, buf: isize) -> Ret {
 }
 
 fn sys_statx(dirfd: i64, path: isize, flags: i64, buf: isize) -> Ret {
-    let a = if empty_path(path, flags) {
-        if !fdtable::is_ours(dirfd) {
-            return None;
-        }
-        fdtable::get(dirfd)
-            .ok_or(Errno::EBADF)
-            .and_then(|d| stat_fd(&d))
-    } else {
-        stat_path(&ours!(target(dirfd, path)))
-    };
+    let a = attr_at(dirfd, path, flags)?;
     // SAFETY: the caller's statx buffer.
     zero(a.map(|a| unsafe { abi::fill_statx(buf as *mut libc::statx, &a) }))
 }
