@@ -10,9 +10,10 @@ use std::time::Duration;
 #[derive(Parser, Debug)]
 #[command(name = "madfs-server", version)]
 struct Args {
-    /// Index of this server in the cluster (0..N-1).
-    #[arg(long, default_value_t = 0)]
-    id: u32,
+    /// Index of this server in the cluster (0..N-1). Default: the MPI/Slurm rank when started
+    /// by `mpirun`/`srun` (OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, SLURM_PROCID), else 0.
+    #[arg(long)]
+    id: Option<u32>,
     /// UCX listen address (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
@@ -23,7 +24,7 @@ struct Args {
     /// (port 0 picks a free port; default: the --listen host).
     #[arg(long)]
     tcp: Option<SocketAddr>,
-    /// Data directory (created if missing).
+    /// Data directory (created if missing); `{id}` is replaced by the server id.
     #[arg(long)]
     data_dir: PathBuf,
     /// Cluster file to register this server in (line `ID UCX_ADDR CONTROL_ADDR`).
@@ -82,12 +83,27 @@ fn main() {
         );
         std::process::exit(2);
     }
+    let rank_env = [
+        "OMPI_COMM_WORLD_RANK",
+        "PMI_RANK",
+        "PMIX_RANK",
+        "SLURM_PROCID",
+    ]
+    .iter()
+    .find_map(|k| std::env::var(k).ok().and_then(|v| v.parse::<u32>().ok()));
+    let id = a.id.or(rank_env).unwrap_or(0);
+    // one data directory per rank when several servers share a node: `{id}` in the path
+    let data_dir = std::path::PathBuf::from(
+        a.data_dir
+            .to_string_lossy()
+            .replace("{id}", &id.to_string()),
+    );
     let cfg = madfs_server::Config {
-        id: a.id,
+        id,
         listen: a.listen,
         control: a.control,
         tcp: a.tcp.unwrap_or_else(|| SocketAddr::new(a.listen.ip(), 0)),
-        data_dir: a.data_dir,
+        data_dir,
         cluster_file: a.cluster_file,
         chunk_size: a.chunk_size,
         handlers: a.handlers,

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs a user-installed io500 (https://github.com/IO500/io500, built outside this repository)
+# on madfs through the preload library.
+#
+#   MADFS_CLUSTER=/shared/cluster scripts/io500.sh CONFIG.ini [-n NP] [--hostfile H] [--io500 PATH]
+#
+# The io500 data directory in CONFIG.ini must lie under the madfs mount (default /madfs, see
+# MADFS_MOUNT), e.g. `datadir = /madfs/io500`. Every rank gets LD_PRELOAD=libmadfs.so and the
+# madfs settings through `mpirun -x`.
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+config="${1:?usage: scripts/io500.sh CONFIG.ini [-n NP] [--hostfile H] [--io500 PATH]}"; shift
+np=2; hostfile=""; io500="${IO500:-io500}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -n) np="$2"; shift 2 ;;
+    --hostfile) hostfile="$2"; shift 2 ;;
+    --io500) io500="$2"; shift 2 ;;
+    *) echo "io500.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+: "${MADFS_CLUSTER:?set MADFS_CLUSTER (scripts/cluster.sh or scripts/mpi-cluster.sh print it)}"
+lib="${MADFS_LIB:-$repo/target/release/libmadfs.so}"
+[ -f "$lib" ] || { echo "io500.sh: $lib not found (cargo build --release)" >&2; exit 1; }
+command -v "$io500" >/dev/null 2>&1 || [ -x "$io500" ] || { echo "io500.sh: io500 binary '$io500' not found (--io500 PATH)" >&2; exit 1; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export MADFS_MOUNT="${MADFS_MOUNT:-/madfs}" MADFS_CLOSE_SYNC="${MADFS_CLOSE_SYNC:-1}"
+hostopt=()
+[ -n "$hostfile" ] && hostopt=(--hostfile "$hostfile")
+exec mpirun --allow-run-as-root --oversubscribe "${hostopt[@]}" -np "$np" \
+  -x LD_PRELOAD="$lib" -x MADFS_CLUSTER -x MADFS_MOUNT -x MADFS_CLOSE_SYNC \
+  -x UCX_NET_DEVICES -x UCX_TLS -x MADFS_UCX_ERR_MODE \
+  "$io500" "$config"
