@@ -426,3 +426,71 @@ fn rename_moves_entry_and_chunk0_between_servers() {
     assert_eq!(c.readdir("/r").unwrap().len(), 1);
     assert_eq!(c.rename("/r", "/q", false).unwrap_err(), Errno::EXDEV);
 }
+
+#[test]
+fn mpirun_launch_script_starts_and_stops_servers() {
+    setup();
+    if std::process::Command::new("mpirun")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("mpirun not installed; skipping");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cluster_file = dir.path().join("cluster");
+    let bin_dir = madfs_cluster::find_bin("madfs-server")
+        .parent()
+        .unwrap()
+        .to_owned();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/mpi-cluster.sh");
+    let run = |args: &[&str]| {
+        std::process::Command::new("bash")
+            .arg(script)
+            .args(args)
+            .env("MADFS_BIN_DIR", &bin_dir)
+            .output()
+            .unwrap()
+    };
+    let data = dir.path().join("data");
+    let out = run(&[
+        "start",
+        "-n",
+        "3",
+        "--local",
+        "--cluster",
+        cluster_file.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("export MADFS_CLUSTER="));
+    let mut cfg = madfs_client::ClientConfig::from_cluster_file(&cluster_file).unwrap();
+    cfg.timeout = Duration::from_secs(10);
+    let c = madfs_client::Client::new(&cfg).unwrap();
+    assert_eq!(c.servers(), 3);
+    for s in 0..3 {
+        c.ping(s).unwrap();
+    }
+    put(&c, "/via-mpirun", b"hello", 5, true);
+    assert_eq!(get(&c, "/via-mpirun"), b"hello");
+    for i in 0..3 {
+        assert!(
+            data.join(format!("server{i}")).join("db").exists(),
+            "rank {i} data dir"
+        );
+    }
+    let out = run(&["stop", "--cluster", cluster_file.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c.transport().set_timeout(Duration::from_secs(1));
+    assert!(c.ping(0).is_err(), "servers stopped");
+}
