@@ -211,6 +211,15 @@ impl Client {
         }
     }
 
+    /// `stat` of a path already in normal form (skips normalisation; the preload library has
+    /// normalised while resolving).
+    pub fn stat_normalized(&self, path: &str) -> FsResult<Attr> {
+        match self.stat_norm(path) {
+            Err(Errno::ENOENT) => Err(self.refine_enoent(path)),
+            r => r,
+        }
+    }
+
     /// Publishes `size` as a lower bound of the size of `path` (merge with max on the server).
     pub fn publish_size(&self, path: &str, size: u64) -> FsResult<()> {
         let req = Request::SetSize {
@@ -330,10 +339,7 @@ impl FileSystem for Client {
 
     fn stat(&self, path: &str) -> FsResult<Attr> {
         let path = normalize(path)?;
-        match self.stat_norm(&path) {
-            Err(Errno::ENOENT) => Err(self.refine_enoent(&path)),
-            r => r,
-        }
+        self.stat_normalized(&path)
     }
 
     fn open(&self, path: &str, flags: OpenFlags) -> FsResult<OpenFile> {

@@ -172,7 +172,7 @@ fn local_size(path: &str, server: u64) -> u64 {
 }
 
 fn stat_path(p: &str) -> FsResult<Attr> {
-    let mut a = conn::with(|c| c.stat(p))?;
+    let mut a = conn::with(|c| c.stat_normalized(p))?;
     if a.is_file() {
         a.size = local_size(p, a.size);
     }
@@ -180,7 +180,7 @@ fn stat_path(p: &str) -> FsResult<Attr> {
 }
 
 fn stat_fd(d: &Desc) -> FsResult<Attr> {
-    let mut a = conn::with(|c| c.stat(d.path()))?;
+    let mut a = conn::with(|c| c.stat_normalized(d.path()))?;
     if a.is_file() {
         a.size = a.size.max(d.attr().size);
     }

@@ -493,12 +493,14 @@ impl Transport {
             r.map_err(ucx_errno)?;
             return Err(Errno::EPROTO);
         }
-        let iov: Vec<IoSlice<'_>> = pieces
-            .iter()
-            .filter(|p| !p.is_empty())
-            .map(|p| IoSlice::new(p))
-            .collect();
-        ep.tag_send_vectored(tag::request(kind, conn, seq), &iov)
+        // at most prefix, header and bulk: no allocation for the scatter list
+        let mut iov = [IoSlice::new(&[]); 4];
+        let mut k = 0;
+        for p in pieces.iter().filter(|p| !p.is_empty()).take(iov.len()) {
+            iov[k] = IoSlice::new(p);
+            k += 1;
+        }
+        ep.tag_send_vectored(tag::request(kind, conn, seq), &iov[..k])
             .await
             .map_err(ucx_errno)?;
         recv.await.map_err(ucx_errno)
