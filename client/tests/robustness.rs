@@ -259,3 +259,28 @@ fn killed_clients_on_tcp() {
 fn killed_clients_on_shared_memory() {
     kill_clients_mid_requests("none");
 }
+
+#[test]
+fn clients_say_goodbye_so_servers_forget_them() {
+    let cl = cluster(2, &[], "none");
+    for _ in 0..5 {
+        let c = client(&cl, Duration::from_secs(10), "none");
+        c.ping(0).unwrap();
+        c.ping(1).unwrap();
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        for i in 0..2 {
+            let ctl = madfs_control::connect(cl.entry(i).control).await.unwrap();
+            let s = ctl.stats(madfs_control::context(5)).await.unwrap();
+            assert!(s.connections >= 5, "server {i}: {s:?}");
+            assert_eq!(
+                s.live_connections, 0,
+                "server {i} still holds connections: {s:?}"
+            );
+        }
+    });
+}

@@ -47,10 +47,10 @@ pub struct NetConfig {
 
 /// Connections by id. Endpoints are shared through `Rc`: async-ucx closes an endpoint when
 /// any `Endpoint` value of it is dropped.
-#[derive(Default)]
 struct Conns {
     next: Cell<u32>,
     map: RefCell<HashMap<u32, Rc<Endpoint>>>,
+    stats: Arc<crate::stats::ServerStats>,
 }
 
 impl Conns {
@@ -61,6 +61,7 @@ impl Conns {
             let mut map = self.map.borrow_mut();
             if let std::collections::hash_map::Entry::Vacant(v) = map.entry(id) {
                 v.insert(ep);
+                self.stats.live_connections.store(map.len() as u64, Relaxed);
                 return id;
             }
         }
@@ -68,8 +69,18 @@ impl Conns {
     fn get(&self, id: u32) -> Option<Rc<Endpoint>> {
         self.map.borrow().get(&id).cloned()
     }
+    fn new(stats: Arc<crate::stats::ServerStats>) -> Conns {
+        Conns {
+            next: Cell::new(0),
+            map: RefCell::default(),
+            stats,
+        }
+    }
+
     fn remove(&self, id: u32) {
-        self.map.borrow_mut().remove(&id);
+        let mut map = self.map.borrow_mut();
+        map.remove(&id);
+        self.stats.live_connections.store(map.len() as u64, Relaxed);
     }
 }
 
@@ -178,7 +189,7 @@ pub async fn run(
 ) -> std::io::Result<()> {
     tcp.set_nonblocking(true)?;
     let tcp = tokio::net::TcpListener::from_std(tcp)?;
-    let conns = Rc::new(Conns::default());
+    let conns = Rc::new(Conns::new(ops.stats.clone()));
     let cfg = Rc::new(cfg);
     let s = stop.clone();
     let progress =
@@ -322,6 +333,12 @@ async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: 
         unsafe { b.recv.set_len(len) };
         let (_, conn, seq) = tag::split(t);
         let inline = match frame::decode_request(&b.recv) {
+            Ok((Request::Bye, _)) => {
+                ops.stats.request("bye");
+                conns.remove(conn);
+                bufs = Some(b);
+                continue;
+            }
             Ok((req, _)) => runs_inline(&req, cfg.meta_inline),
             Err(_) => true,
         };

@@ -84,9 +84,11 @@ pub fn root_attr() -> Attr {
 /// Should this request run on the net thread (short RocksDB work) rather than an IO thread?
 pub fn runs_inline(req: &Request<'_>, meta_inline: bool) -> bool {
     match req {
-        Request::Ping | Request::Stat { .. } | Request::Statfs | Request::HasChildren { .. } => {
-            true
-        }
+        Request::Ping
+        | Request::Bye
+        | Request::Stat { .. }
+        | Request::Statfs
+        | Request::HasChildren { .. } => true,
         Request::Create { .. }
         | Request::Mkdir { .. }
         | Request::Unlink { .. }
@@ -459,6 +461,7 @@ impl Ops {
                 Ok(Answer::Unit)
             }
             Request::Statfs => self.chunks.statfs().map(Answer::StatFs),
+            Request::Bye => Ok(Answer::Unit),
         }
     }
 }

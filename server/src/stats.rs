@@ -19,6 +19,8 @@ pub struct ServerStats {
     pub bytes_out: AtomicU64,
     /// Accepted connections.
     pub connections: AtomicU64,
+    /// Connections currently in the table.
+    pub live_connections: AtomicU64,
     /// fsync batches.
     pub sync_batches: AtomicU64,
     /// fsync requests covered.
@@ -51,6 +53,7 @@ impl ServerStats {
             bytes_in: self.bytes_in.load(Relaxed),
             bytes_out: self.bytes_out.load(Relaxed),
             connections: self.connections.load(Relaxed),
+            live_connections: self.live_connections.load(Relaxed),
             sync_batches: self.sync_batches.load(Relaxed),
             sync_requests: self.sync_requests.load(Relaxed),
             rss_bytes: rss_bytes(),

@@ -40,6 +40,8 @@ pub struct Stats {
     pub bytes_out: u64,
     /// Connections accepted.
     pub connections: u64,
+    /// Connections currently open (clients say goodbye when they end).
+    pub live_connections: u64,
     /// fsync batches run by the sync thread, and the requests they covered.
     pub sync_batches: u64,
     /// Requests covered by those batches.

@@ -202,6 +202,10 @@ pub enum Request<'a> {
     Fsync { id: u64 },
     /// File-system totals of this server.
     Statfs,
+    /// The client is going away: the server forgets its connection (no reply). With endpoint
+    /// error mode `none` UCX never reports a dead client, so this keeps the connection table
+    /// from growing with every short-lived client process.
+    Bye,
 }
 
 impl Request<'_> {
@@ -228,6 +232,7 @@ impl Request<'_> {
             Request::TruncateChunks { .. } => "truncate_chunks",
             Request::Fsync { .. } => "fsync",
             Request::Statfs => "statfs",
+            Request::Bye => "bye",
         }
     }
 }

@@ -554,6 +554,36 @@ impl Transport {
     }
 }
 
+impl Drop for Transport {
+    /// Says goodbye to every server this transport is connected to over UCX, so they drop the
+    /// connection (with error mode `none` UCX would never tell them). Best effort, ≤ 50 ms.
+    fn drop(&mut self) {
+        let Net::Ucx { conns, worker, .. } = &self.net else {
+            return;
+        };
+        let live: Vec<Conn> = conns.borrow().iter().flatten().cloned().collect();
+        if live.is_empty() {
+            return;
+        }
+        let (prefix, hdr) = self.encode(&Request::Bye);
+        let seqs: Vec<u32> = live.iter().map(|_| self.next_seq()).collect();
+        let fut = async {
+            for (c, seq) in live.iter().zip(&seqs) {
+                let iov = [IoSlice::new(&prefix), IoSlice::new(&hdr)];
+                let _ =
+                    c.ep.tag_send_vectored(tag::request(tag::REQUEST, c.welcome.conn, *seq), &iov)
+                        .await;
+            }
+        };
+        let _ = block_on(
+            worker,
+            fut,
+            self.settings.spin,
+            Instant::now() + Duration::from_millis(50),
+        );
+    }
+}
+
 fn worker_ref(net: &Net) -> &Worker {
     match net {
         Net::Ucx { worker, .. } => worker,
