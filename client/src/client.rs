@@ -5,7 +5,9 @@ use crate::ClientConfig;
 use futures::future::join_all;
 use madfs_placement::{chunk_server, meta_server, normalize, split_parent};
 use madfs_proto::frame::PREFIX;
-use madfs_proto::{tag, Attr, Errno, FsResult, Reply, Request, SizeMode, StatFs, TimeSpec};
+use madfs_proto::{
+    tag, Attr, Errno, FindFilter, FsResult, Reply, Request, SizeMode, StatFs, TimeSpec,
+};
 use madfs_rpc::Transport;
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashSet};
@@ -193,7 +195,7 @@ impl Client {
             Reply::Offset(o) => Reply::Offset(o),
             Reply::StatFs(s) => Reply::StatFs(s),
             Reply::Replaced(a) => Reply::Replaced(a),
-            Reply::Dirents { .. } => return Err(Errno::EPROTO),
+            Reply::Dirents { .. } | Reply::Found { .. } => return Err(Errno::EPROTO),
         })
     }
 
@@ -218,6 +220,60 @@ impl Client {
             Err(Errno::ENOENT) => Err(self.refine_enoent(path)),
             r => r,
         }
+    }
+
+    /// Server-side find: every entry under `dir` (any depth) passing `filter`, evaluated by all
+    /// servers in parallel over their own key ranges. Returns (paths sorted, entries examined).
+    pub fn find(&self, dir: &str, filter: &FindFilter<'_>) -> FsResult<(Vec<String>, u64)> {
+        let dir = normalize(dir)?;
+        let a = self.stat_normalized(&dir)?;
+        if !a.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        let all: Vec<u32> = (0..self.n).collect();
+        for s in &all {
+            self.t.ensure(*s)?;
+        }
+        let dir = dir.as_str();
+        let futs = all.iter().map(|&s| async move {
+            let mut out = Vec::new();
+            let mut scanned = 0u64;
+            let mut after: Vec<u8> = Vec::new();
+            loop {
+                let req = Request::Find {
+                    dir,
+                    filter: *filter,
+                    after: &after,
+                    max_bytes: LIST_BYTES,
+                };
+                let raw = self.t.call(s, tag::REQUEST, &req, &[], LIST_REPLY).await?;
+                match raw.decode()?.0 {
+                    Reply::Found {
+                        paths,
+                        scanned: n,
+                        next,
+                    } => {
+                        scanned += n;
+                        out.extend(paths.into_iter().map(str::to_owned));
+                        match next {
+                            Some(k) => after = k.to_vec(),
+                            None => return Ok::<_, Errno>((out, scanned)),
+                        }
+                    }
+                    _ => return Err(Errno::EPROTO),
+                }
+            }
+        });
+        let parts = self.t.wait(&all, async { Ok(join_all(futs).await) })?;
+        let mut paths = Vec::new();
+        let mut scanned = 0;
+        for p in parts {
+            let (v, n) = p?;
+            paths.extend(v);
+            scanned += n;
+        }
+        paths.sort();
+        Ok((paths, scanned))
     }
 
     /// Publishes `size` as a lower bound of the size of `path` (merge with max on the server).

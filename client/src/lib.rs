@@ -17,4 +17,4 @@ mod fs;
 pub use client::{Client, OpenFile};
 pub use config::ClientConfig;
 pub use fs::{DirEntry, FileSystem, OpenFlags};
-pub use madfs_proto::{Attr, Errno, FsResult, StatFs, TimeSpec};
+pub use madfs_proto::{Attr, Errno, FindFilter, FsResult, StatFs, TimeSpec};

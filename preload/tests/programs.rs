@@ -357,3 +357,37 @@ fn lazy_start_and_config_errors() {
     // and the cluster itself is fine
     assert!(bash(&cl, "ls -d /madfs").contains("/madfs"));
 }
+
+#[test]
+fn madfs_find_matches_gnu_find() {
+    let cl = cluster();
+    let find = find_bin("madfs-find");
+    let out = bash(
+        &cl,
+        &format!(
+            r#"
+        mkdir -p /madfs/ft/a/b /madfs/ft/c
+        for i in $(seq 1 60); do head -c 3901 /dev/zero > /madfs/ft/a/f$i; head -c $((i*100)) /dev/zero > /madfs/ft/c/g$i; done
+        touch /madfs/ft/stamp; sleep 0.05
+        for i in 5 15 25; do head -c 3901 /dev/zero > /madfs/ft/a/b/new$i; done
+        for args in "" "-type f" "-type d" "-size 3901c" "-name *1*" "-newer /madfs/ft/stamp" \
+                    "-size 3901c -name *5* -type f" "-size 2k" "-size 8" "-newer /madfs/ft/stamp -size 3901c -name *5*"; do
+          a=$(find /madfs/ft $args | sort | md5sum)
+          b=$(LD_PRELOAD= {find} /madfs/ft $args | grep -v '^MATCHED' | sort | md5sum)
+          if [ "$a" = "$b" ]; then echo "same: $args"; else echo "DIFF: $args"; fi
+        done
+        LD_PRELOAD= {find} /madfs/ft -size 3901c -count
+        LD_PRELOAD= {find} /madfs/ft -size 12q 2>/dev/null || echo "bad size rc=$?"
+        LD_PRELOAD= {find} /madfs/ft -name '[ab' 2>/dev/null || echo "bad glob rc=$?"
+        "#,
+            find = find.display()
+        ),
+    );
+    assert!(!out.contains("DIFF"), "{out}");
+    assert_eq!(out.matches("same:").count(), 10, "{out}");
+    assert!(out.contains("MATCHED 63/"), "{out}");
+    assert!(
+        out.contains("bad size rc=2") && out.contains("bad glob rc=2"),
+        "{out}"
+    );
+}

@@ -134,6 +134,11 @@ fn serve_frame(ops: &Ops, b: &mut Bufs) -> ([u8; PREFIX], usize) {
                 Answer::Replaced(a) => Reply::Replaced(*a),
                 Answer::Written(n) => Reply::Written(*n),
                 Answer::Offset(o) => Reply::Offset(*o),
+                Answer::Found(paths, scanned, next) => Reply::Found {
+                    scanned: *scanned,
+                    paths: paths.iter().map(String::as_str).collect(),
+                    next: next.as_deref(),
+                },
                 Answer::StatFs(s) => Reply::StatFs(*s),
                 Answer::Dirents(v, next) => {
                     dirents = v

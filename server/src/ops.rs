@@ -37,6 +37,8 @@ pub enum Answer {
     Written(u32),
     /// Reserved append offset.
     Offset(u64),
+    /// Find results, entries examined, and the key to continue after.
+    Found(Vec<String>, u64, Option<Vec<u8>>),
     /// Totals.
     StatFs(StatFs),
     /// Directory slice.
@@ -104,7 +106,10 @@ pub fn runs_inline(req: &Request<'_>, meta_inline: bool) -> bool {
         Request::Read { chunk, offset, .. } | Request::Write { chunk, offset, .. } => {
             *chunk == 0 && *offset < 64 * 1024 && meta_inline
         }
-        Request::Readdir { .. } | Request::TruncateChunks { .. } | Request::Fsync { .. } => false,
+        Request::Readdir { .. }
+        | Request::Find { .. }
+        | Request::TruncateChunks { .. }
+        | Request::Fsync { .. } => false,
     }
 }
 
@@ -462,6 +467,28 @@ impl Ops {
             }
             Request::Statfs => self.chunks.statfs().map(Answer::StatFs),
             Request::Bye => Ok(Answer::Unit),
+            Request::Find {
+                dir,
+                filter,
+                after,
+                max_bytes,
+            } => {
+                path_ok(dir)?;
+                let budget = (max_bytes as usize).min(self.max_list_bytes);
+                let mut found = Vec::new();
+                let mut bytes = 0usize;
+                let mut scanned = 0u64;
+                let next = self.meta.scan_subtree(dir, after, &mut |path, a| {
+                    scanned += 1;
+                    let name = path.rsplit('/').next().unwrap_or("");
+                    if filter.matches(name, a) {
+                        bytes += path.len() + 8;
+                        found.push(path.to_owned());
+                    }
+                    bytes < budget
+                })?;
+                Ok(Answer::Found(found, scanned, next))
+            }
         }
     }
 }

@@ -97,6 +97,30 @@ pub enum SizeMode {
     Exact,
 }
 
+impl FindFilter<'_> {
+    /// Does the entry `name` with attributes `a` pass every condition?
+    pub fn matches(&self, name: &str, a: &Attr) -> bool {
+        self.kind.is_none_or(|k| a.mode & S_IFMT == k)
+            && self
+                .size
+                .is_none_or(|(n, unit)| a.size.div_ceil(unit.max(1)) == n)
+            && self.newer_than.is_none_or(|t| a.mtime > t)
+            && self.name.is_none_or(|p| fnmatch(p, name))
+    }
+}
+
+/// fnmatch(3) without flags.
+pub fn fnmatch(pattern: &str, name: &str) -> bool {
+    match (
+        std::ffi::CString::new(pattern),
+        std::ffi::CString::new(name),
+    ) {
+        // SAFETY: two valid NUL-terminated strings.
+        (Ok(p), Ok(n)) => unsafe { libc::fnmatch(p.as_ptr(), n.as_ptr(), 0) == 0 },
+        _ => false,
+    }
+}
+
 /// A time change for `Utimens`.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TimeSpec {
@@ -206,6 +230,30 @@ pub enum Request<'a> {
     /// error mode `none` UCX never reports a dead client, so this keeps the connection table
     /// from growing with every short-lived client process.
     Bye,
+    /// Server-side find: every entry under `dir` (any depth) held by this server that passes
+    /// `filter`, in key order from `after` (exclusive; empty = from the start), until about
+    /// `max_bytes` of paths. Reply: `Found`.
+    Find {
+        dir: &'a str,
+        filter: FindFilter<'a>,
+        /// Raw bytes (serde_bytes: a flexbuffers blob, borrowed on decode).
+        #[serde(with = "serde_bytes")]
+        after: &'a [u8],
+        max_bytes: u32,
+    },
+}
+
+/// What `Find` keeps (all conditions must hold).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FindFilter<'a> {
+    /// fnmatch(3) pattern on the entry name.
+    pub name: Option<&'a str>,
+    /// find's `-size N<unit>`: (N, unit bytes); matches when ⌈size / unit⌉ = N.
+    pub size: Option<(u64, u64)>,
+    /// Modification time strictly after this (ns; find's `-newer FILE`).
+    pub newer_than: Option<i64>,
+    /// `S_IFREG` or `S_IFDIR` (find's `-type f|d`).
+    pub kind: Option<u32>,
 }
 
 impl Request<'_> {
@@ -233,6 +281,7 @@ impl Request<'_> {
             Request::Fsync { .. } => "fsync",
             Request::Statfs => "statfs",
             Request::Bye => "bye",
+            Request::Find { .. } => "find",
         }
     }
 }
@@ -310,6 +359,15 @@ pub enum Reply<'a> {
     Written(u32),
     /// Offset reserved by `Append`.
     Offset(u64),
+    /// `Find` results: full paths, entries examined, and the key to continue after (`None`:
+    /// done).
+    Found {
+        scanned: u64,
+        #[serde(borrow)]
+        paths: Vec<&'a str>,
+        #[serde(borrow, with = "serde_bytes")]
+        next: Option<&'a [u8]>,
+    },
     /// File-system totals.
     StatFs(StatFs),
 }

@@ -277,6 +277,65 @@ impl MetadataStore for RocksDbMeta {
         Ok((out, None))
     }
 
+    fn scan_subtree(
+        &self,
+        dir: &str,
+        after: &[u8],
+        visit: &mut dyn FnMut(&str, &Attr) -> bool,
+    ) -> FsResult<Option<Vec<u8>>> {
+        // children: `E dir \0 …`; deeper: `E dir / …` (for the root: `E / \0` and `E / …`)
+        let prefixes = if dir == "/" {
+            vec![b"E/".to_vec()] // every entry
+        } else {
+            let mut deeper = vec![b'E'];
+            deeper.extend_from_slice(dir.as_bytes());
+            deeper.push(b'/');
+            vec![dir_prefix(dir), deeper] // `\0` sorts before `/`
+        };
+        for prefix in prefixes {
+            let mut it = self.db.raw_iterator();
+            if after.len() > prefix.len() && after.starts_with(&prefix) {
+                it.seek(after);
+                if it.valid() && it.key() == Some(after) {
+                    it.next();
+                }
+            } else if !after.is_empty() && after > prefix.as_slice() {
+                continue; // this prefix was finished before `after`
+            } else {
+                it.seek(&prefix);
+            }
+            while it.valid() {
+                let (Some(k), Some(v)) = (it.key(), it.value()) else {
+                    break;
+                };
+                if !k.starts_with(&prefix) {
+                    break;
+                }
+                // key: E parent \0 hash(8) name
+                if let (Some(attr), Some(zero)) = (decode_attr(v), k.iter().position(|b| *b == 0)) {
+                    if k.len() >= zero + 9 {
+                        if let (Ok(parent), Ok(name)) = (
+                            std::str::from_utf8(&k[1..zero]),
+                            std::str::from_utf8(&k[zero + 9..]),
+                        ) {
+                            let path = if parent == "/" {
+                                format!("/{name}")
+                            } else {
+                                format!("{parent}/{name}")
+                            };
+                            if !visit(&path, &attr) {
+                                return Ok(Some(k.to_vec()));
+                            }
+                        }
+                    }
+                }
+                it.next();
+            }
+            it.status().map_err(io)?;
+        }
+        Ok(None)
+    }
+
     fn has_children(&self, dir: &str) -> FsResult<bool> {
         let prefix = dir_prefix(dir);
         let mut it = self.db.raw_iterator();
