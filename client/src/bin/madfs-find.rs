@@ -47,11 +47,7 @@ fn glob_ok(g: &str) -> bool {
     let mut chars = g.chars().peekable();
     while let Some(c) = chars.next() {
         match c {
-            '\\' => {
-                if chars.next().is_none() {
-                    return false;
-                }
-            }
+            '\\' if chars.next().is_none() => return false,
             '[' => {
                 if chars.peek() == Some(&'!') || chars.peek() == Some(&'^') {
                     chars.next();
