@@ -225,15 +225,8 @@ impl Client {
     /// Server-side find: every entry under `dir` (any depth) passing `filter`, evaluated by all
     /// servers in parallel over their own key ranges. Returns (paths sorted, entries examined).
     pub fn find(&self, dir: &str, filter: &FindFilter<'_>) -> FsResult<(Vec<String>, u64)> {
-        let dir = normalize(dir)?;
-        let a = self.stat_normalized(&dir)?;
-        if !a.is_dir() {
-            return Err(Errno::ENOTDIR);
-        }
-        let all: Vec<u32> = (0..self.n).collect();
-        for s in &all {
-            self.t.ensure(*s)?;
-        }
+        let dir = self.directory(dir)?;
+        let all = self.connect_all()?;
         let dir = dir.as_str();
         let futs = all.iter().map(|&s| async move {
             let mut out = Vec::new();
@@ -291,12 +284,27 @@ impl Client {
         self.call(server, &Request::Ping).map(|_| ())
     }
 
-    /// Sends a request to every server at once (connecting first).
-    fn broadcast(&self, req: &Request<'_>) -> FsResult<Vec<Reply<'static>>> {
+    /// Connects to every server; returns their ids.
+    fn connect_all(&self) -> FsResult<Vec<u32>> {
         let all: Vec<u32> = (0..self.n).collect();
         for s in &all {
             self.t.ensure(*s)?;
         }
+        Ok(all)
+    }
+
+    /// The normalised path of an existing directory (ENOENT/ENOTDIR otherwise).
+    fn directory(&self, path: &str) -> FsResult<String> {
+        let path = normalize(path)?;
+        if !self.stat_normalized(&path)?.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        Ok(path)
+    }
+
+    /// Sends a request to every server at once (connecting first).
+    fn broadcast(&self, req: &Request<'_>) -> FsResult<Vec<Reply<'static>>> {
+        let all = self.connect_all()?;
         let futs = all
             .iter()
             .map(|s| self.t.call(*s, tag::REQUEST, req, &[], SMALL_REPLY));
@@ -661,15 +669,8 @@ impl FileSystem for Client {
     }
 
     fn readdir(&self, path: &str) -> FsResult<Vec<DirEntry>> {
-        let path = normalize(path)?;
-        let a = self.stat(&path)?;
-        if !a.is_dir() {
-            return Err(Errno::ENOTDIR);
-        }
-        let all: Vec<u32> = (0..self.n).collect();
-        for s in &all {
-            self.t.ensure(*s)?;
-        }
+        let path = self.directory(path)?;
+        let all = self.connect_all()?;
         let dir = path.as_str();
         let futs = all.iter().map(|&s| async move {
             let mut out = Vec::new();
