@@ -101,81 +101,52 @@ fn fd_only(nr: i64) -> bool {
 
 /// Syscalls that can concern madfs (everything else is passed through at once).
 fn candidate(nr: i64) -> bool {
-    matches!(
-        nr,
-        libc::SYS_openat
-            | libc::SYS_close
-            | libc::SYS_close_range
-            | libc::SYS_read
-            | libc::SYS_write
-            | libc::SYS_pread64
-            | libc::SYS_pwrite64
-            | libc::SYS_readv
-            | libc::SYS_writev
-            | libc::SYS_preadv
-            | libc::SYS_pwritev
-            | libc::SYS_preadv2
-            | libc::SYS_pwritev2
-            | libc::SYS_lseek
-            | libc::SYS_newfstatat
-            | libc::SYS_fstat
-            | libc::SYS_statx
-            | libc::SYS_faccessat
-            | libc::SYS_faccessat2
-            | libc::SYS_mkdirat
-            | libc::SYS_unlinkat
-            | libc::SYS_renameat
-            | libc::SYS_renameat2
-            | libc::SYS_truncate
-            | libc::SYS_ftruncate
-            | libc::SYS_fsync
-            | libc::SYS_fdatasync
-            | libc::SYS_sync_file_range
-            | libc::SYS_fallocate
-            | libc::SYS_fadvise64
-            | libc::SYS_readahead
-            | libc::SYS_getdents64
-            | libc::SYS_dup
-            | libc::SYS_dup3
-            | libc::SYS_fcntl
-            | libc::SYS_chdir
-            | libc::SYS_fchdir
-            | libc::SYS_getcwd
-            | libc::SYS_utimensat
-            | libc::SYS_fchmodat
-            | libc::SYS_fchmod
-            | libc::SYS_fchownat
-            | libc::SYS_fchown
-            | libc::SYS_statfs
-            | libc::SYS_fstatfs
-            | libc::SYS_readlinkat
-            | libc::SYS_symlinkat
-            | libc::SYS_linkat
-            | libc::SYS_mknodat
-            | libc::SYS_getxattr
-            | libc::SYS_lgetxattr
-            | libc::SYS_setxattr
-            | libc::SYS_lsetxattr
-            | libc::SYS_listxattr
-            | libc::SYS_llistxattr
-            | libc::SYS_removexattr
-            | libc::SYS_lremovexattr
-            | libc::SYS_fgetxattr
-            | libc::SYS_fsetxattr
-            | libc::SYS_flistxattr
-            | libc::SYS_fremovexattr
-            | libc::SYS_copy_file_range
-            | libc::SYS_sendfile
-            | libc::SYS_splice
-            | libc::SYS_tee
-            | libc::SYS_mmap
-            | libc::SYS_ioctl
-            | libc::SYS_flock
-            | libc::SYS_umask
-            | libc::SYS_exit_group
-            | libc::SYS_execve
-            | libc::SYS_execveat
-    ) || arch_candidate(nr)
+    fd_only(nr)
+        || matches!(
+            nr,
+            libc::SYS_openat
+                | libc::SYS_close_range
+                | libc::SYS_newfstatat
+                | libc::SYS_statx
+                | libc::SYS_faccessat
+                | libc::SYS_faccessat2
+                | libc::SYS_mkdirat
+                | libc::SYS_unlinkat
+                | libc::SYS_renameat
+                | libc::SYS_renameat2
+                | libc::SYS_truncate
+                | libc::SYS_dup
+                | libc::SYS_dup3
+                | libc::SYS_chdir
+                | libc::SYS_fchdir
+                | libc::SYS_getcwd
+                | libc::SYS_utimensat
+                | libc::SYS_fchmodat
+                | libc::SYS_fchownat
+                | libc::SYS_statfs
+                | libc::SYS_readlinkat
+                | libc::SYS_symlinkat
+                | libc::SYS_linkat
+                | libc::SYS_mknodat
+                | libc::SYS_getxattr
+                | libc::SYS_lgetxattr
+                | libc::SYS_setxattr
+                | libc::SYS_lsetxattr
+                | libc::SYS_listxattr
+                | libc::SYS_llistxattr
+                | libc::SYS_removexattr
+                | libc::SYS_lremovexattr
+                | libc::SYS_copy_file_range
+                | libc::SYS_sendfile
+                | libc::SYS_splice
+                | libc::SYS_tee
+                | libc::SYS_mmap
+                | libc::SYS_umask
+                | libc::SYS_exit_group
+                | libc::SYS_execve
+                | libc::SYS_execveat
+        )
+        || arch_candidate(nr)
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -268,11 +268,8 @@ impl Transport {
             return Err(Errno::EINVAL);
         };
         let idx = server as usize;
-        if let Some(Some(c)) = conns.borrow().get(idx) {
-            return Ok(c.clone());
-        }
-        if idx >= conns.borrow().len() {
-            return Err(Errno::EINVAL);
+        if let Some(c) = cached(conns, idx)? {
+            return Ok(c);
         }
         self.refresh_addrs();
         let addr = self.addrs.borrow()[idx];
@@ -301,11 +298,8 @@ impl Transport {
             return Err(Errno::EINVAL);
         };
         let idx = server as usize;
-        if let Some(Some(c)) = conns.borrow().get(idx) {
-            return Ok(c.clone());
-        }
-        if idx >= conns.borrow().len() {
-            return Err(Errno::EINVAL);
+        if let Some(c) = cached(conns, idx)? {
+            return Ok(c);
         }
         self.refresh_addrs();
         let addr = self.addrs.borrow()[idx];
@@ -581,6 +575,14 @@ impl Drop for Transport {
             self.settings.spin,
             Instant::now() + Duration::from_millis(50),
         );
+    }
+}
+
+/// The open connection in slot `idx`, `None` if not connected yet, EINVAL past the cluster.
+fn cached<T: Clone>(slots: &RefCell<Vec<Option<T>>>, idx: usize) -> Result<Option<T>, Errno> {
+    match slots.borrow().get(idx) {
+        Some(c) => Ok(c.clone()),
+        None => Err(Errno::EINVAL),
     }
 }
 
