@@ -1,8 +1,12 @@
-//! `madfs-bench`: measurements of madfs. Today: `rpc`, the round-trip latency of an empty
-//! request and of a `stat` over UCX, on TCP and on shared memory, with 1 and with several
-//! client processes against a local cluster. (The IO500-style phases grow here.)
+//! `madfs-bench`: measurements of madfs.
+//! * `io500` — the IO500 phases on any directory through POSIX (or the client library), or on
+//!   madfs and a local directory side by side (`--compare`), with the IO500 score;
+//! * `rpc` — round-trip latency of an empty request and of a `stat` over UCX;
+//! * `preload` — the cost of the LD_PRELOAD layer;
+//! * `data` — data-path figures against the client library (fsync group commit, server memory).
 
 mod data;
+mod io500;
 mod preload;
 mod rpc;
 
@@ -17,6 +21,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// IO500 phases (ior-easy/hard, mdtest-easy/hard, find, ior-rand-4k, rpc) on a directory,
+    /// or on madfs and a local directory in one run (--compare), with the IO500 score.
+    Io500(io500::Io500Args),
     /// RPC latency (empty request and stat) on TCP and shared memory, 1 and N clients.
     Rpc(rpc::RpcArgs),
     /// (internal) one measuring client process of `rpc`.
@@ -39,6 +46,7 @@ enum Cmd {
 fn main() {
     let cli = Cli::parse();
     let r = match cli.cmd {
+        Cmd::Io500(a) => io500::run(a),
         Cmd::Rpc(a) => rpc::run(a),
         Cmd::RpcWorker(a) => rpc::worker(a),
         Cmd::Preload(a) => preload::run(a),
