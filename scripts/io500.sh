@@ -6,7 +6,11 @@
 #
 # The io500 data directory in CONFIG.ini must lie under the madfs mount (default /madfs, see
 # MADFS_MOUNT), e.g. `datadir = /madfs/io500`. Every rank gets LD_PRELOAD=libmadfs.so and the
-# madfs settings through `mpirun -x`.
+# madfs settings through `mpirun -x`. Unless the config names its own `external-script` in
+# [find] (or [find-easy]/[find-hard]), io500 runs its find phases with madfs-find (server-side,
+# pfind's `MATCHED x/y` output): the script passes io500 a copy of the config with
+#   [find]
+#   external-script = <repo>/target/release/madfs-find
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 config="${1:?usage: scripts/io500.sh CONFIG.ini [-n NP] [--hostfile H] [--io500 PATH]}"; shift
@@ -23,6 +27,19 @@ done
 lib="${MADFS_LIB:-$repo/target/release/libmadfs.so}"
 [ -f "$lib" ] || { echo "io500.sh: $lib not found (cargo build --release)" >&2; exit 1; }
 command -v "$io500" >/dev/null 2>&1 || [ -x "$io500" ] || { echo "io500.sh: io500 binary '$io500' not found (--io500 PATH)" >&2; exit 1; }
+find_bin="${MADFS_FIND:-$repo/target/release/madfs-find}"
+sections='^\[find(-easy|-hard)?\]'
+if ! awk -v re="$sections" '/^\[/ { f = ($0 ~ re) } f && /^[ \t]*external-script[ \t]*=[ \t]*[^ \t]/ { found = 1 } END { exit !found }' "$config"; then
+  [ -x "$find_bin" ] || { echo "io500.sh: $find_bin not found (cargo build --release)" >&2; exit 1; }
+  wired="$(mktemp /tmp/io500-madfs.XXXXXX.ini)"
+  awk -v re="$sections" -v s="$find_bin" '
+    /^\[/ { f = ($0 ~ re); print; if (f) { print "external-script = " s; seen = 1 }; next }
+    f && /^[ \t]*external-script[ \t]*=/ { next }
+    { print }
+    END { if (!seen) { print "[find]"; print "external-script = " s } }' "$config" > "$wired"
+  echo "io500.sh: find phases use $find_bin (config copy: $wired)" >&2
+  config="$wired"
+fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export MADFS_MOUNT="${MADFS_MOUNT:-/madfs}" MADFS_CLOSE_SYNC="${MADFS_CLOSE_SYNC:-1}"
 hostopt=()
