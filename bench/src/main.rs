@@ -3,9 +3,12 @@
 //!   madfs and a local directory side by side (`--compare`), with the IO500 score;
 //! * `rpc` — round-trip latency of an empty request and of a `stat` over UCX;
 //! * `preload` — the cost of the LD_PRELOAD layer;
-//! * `data` — data-path figures against the client library (fsync group commit, server memory).
+//! * `data` — data-path figures against the client library (fsync group commit, server memory);
+//! * `find` — IO500's find on a large tree: `madfs-find` vs GNU find through the preload vs a
+//!   pfind-style walk through the client library.
 
 mod data;
+mod find;
 mod io500;
 mod preload;
 mod rpc;
@@ -35,6 +38,12 @@ enum Cmd {
     /// (internal) one rank of `data`.
     #[command(hide = true)]
     DataWorker(data::DataWorkerArgs),
+    /// IO500's find filter on a large tree (mdtest-hard-like and mdtest-easy-like): madfs-find
+    /// vs GNU find through LD_PRELOAD vs a pfind-style walk through the client library.
+    Find(find::FindArgs),
+    /// (internal) one rank of `find`.
+    #[command(hide = true)]
+    FindWorker(find::FindWorkerArgs),
     /// Cost of the LD_PRELOAD layer: stat and open+close through libmadfs.so vs the client
     /// library, and the overhead on programs that never touch the mount.
     Preload(preload::PreloadArgs),
@@ -52,6 +61,8 @@ fn main() {
         Cmd::Preload(a) => preload::run(a),
         Cmd::Data(a) => data::run(a),
         Cmd::DataWorker(a) => data::worker(a),
+        Cmd::Find(a) => find::run(a),
+        Cmd::FindWorker(a) => find::worker(a),
         Cmd::PreloadWorker(a) => preload::worker(a),
     };
     if let Err(e) = r {

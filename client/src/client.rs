@@ -10,7 +10,7 @@ use madfs_proto::{
 };
 use madfs_rpc::Transport;
 use std::cell::RefCell;
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashSet, VecDeque};
 
 /// Chunk RPCs in flight at once for one large read or write.
 const WINDOW: usize = 16;
@@ -52,6 +52,26 @@ impl OpenFile {
     pub fn is_dirty(&self) -> bool {
         self.dirty
     }
+}
+
+/// Directory position of an entry: its name hash without the lowest bit, so that positions,
+/// and the `telldir`/`lseek` cookies built on them, fit a signed 64-bit `off_t`. Entries are
+/// listed in position order, and a position never changes while the entry exists.
+pub fn dir_pos(hash: u64) -> u64 {
+    hash >> 1
+}
+
+/// One past the largest directory position.
+pub const DIR_POS_END: u64 = 1 << 63;
+
+/// A listing of one directory in position order ([`Client::dir_cursor`]). An entry present
+/// for the whole listing is returned exactly once, whatever is created or removed meanwhile.
+#[derive(Debug)]
+pub struct DirCursor {
+    dir: String,
+    to: u64,
+    /// Per server: fetched entries not yet returned, and the hash to fetch from next.
+    servers: Vec<(VecDeque<DirEntry>, Option<u64>)>,
 }
 
 /// The madfs client of one thread.
@@ -267,6 +287,225 @@ impl Client {
         }
         paths.sort();
         Ok((paths, scanned))
+    }
+
+    /// Puts `attr` (an existing entry) at `to`, carrying a file's chunk 0 to the new metadata
+    /// server, then removes it from `from`. Returns the file that `to` named before, if any.
+    fn move_file(&self, from: &str, to: &str, a: Attr, replace: bool) -> FsResult<Option<Attr>> {
+        let (src, dst) = (self.meta_of(from), self.meta_of(to));
+        let mut inline = Vec::new();
+        if src != dst && a.size > 0 {
+            inline.resize((a.chunk_size as u64).min(a.size) as usize, 0);
+            let req = Request::Read {
+                id: a.id,
+                chunk: 0,
+                offset: 0,
+                len: inline.len() as u32,
+            };
+            self.t.ensure(src)?;
+            let n = self
+                .t
+                .wait(&[src], self.t.call_read(src, &req, &mut inline))?;
+            inline.truncate(n);
+        }
+        let replaced = self.attach(to, a, &inline, replace)?;
+        let req = Request::Detach {
+            path: from,
+            id: a.id,
+            drop_inline: src != dst,
+        };
+        self.call(src, &req)?;
+        Ok(replaced)
+    }
+
+    /// `Attach`: puts entry `a` at `path` (with a file's inline chunk 0).
+    fn attach(&self, path: &str, a: Attr, inline: &[u8], replace: bool) -> FsResult<Option<Attr>> {
+        let dst = self.meta_of(path);
+        let req = Request::Attach {
+            path,
+            attr: a,
+            replace,
+        };
+        self.t.ensure(dst)?;
+        let raw = self.t.wait(
+            &[dst],
+            self.t.call(dst, tag::REQUEST, &req, inline, SMALL_REPLY),
+        )?;
+        match raw.decode()?.0 {
+            Reply::Replaced(old) => Ok(old),
+            _ => Err(Errno::EPROTO),
+        }
+    }
+
+    /// Does any server hold an entry inside `dir`?
+    fn has_children(&self, dir: &str) -> FsResult<bool> {
+        Ok(self
+            .broadcast(&Request::HasChildren { dir })?
+            .contains(&Reply::Bool(true)))
+    }
+
+    /// Directory rename. Keys hold full paths, so every descendant's entry moves (files with
+    /// their chunk 0; other chunks stay, placed by file id): one move per entry. The new tree
+    /// is built top-down before the old one is removed bottom-up, so a concurrent reader may
+    /// see an entry under both names for a moment, never under neither
+    /// (docs/consistency.md).
+    fn rename_dir(&self, from: &str, to: &str, a: Attr, noreplace: bool) -> FsResult<()> {
+        let replace = match self.stat_norm(to) {
+            Ok(t) if !t.is_dir() => return Err(Errno::ENOTDIR),
+            Ok(_) if noreplace => return Err(Errno::EEXIST),
+            Ok(_) if self.has_children(to)? => return Err(Errno::ENOTEMPTY),
+            Ok(_) => true,
+            Err(Errno::ENOENT) => {
+                self.check_parent(to)?;
+                false
+            }
+            Err(e) => return Err(e),
+        };
+        // every descendant, sorted: a directory comes before what it holds
+        let (subtree, _) = self.find(from, &FindFilter::default())?;
+        self.attach(to, a, &[], replace)?;
+        let mut dirs = vec![(from.to_string(), a.id)];
+        for old in &subtree {
+            let new = format!("{to}{}", &old[from.len()..]);
+            let attr = self.stat_norm(old)?;
+            if attr.is_dir() {
+                self.attach(&new, attr, &[], false)?;
+                dirs.push((old.clone(), attr.id));
+            } else {
+                self.move_file(old, &new, attr, false)?;
+            }
+        }
+        for (d, id) in dirs.iter().rev() {
+            let req = Request::Detach {
+                path: d,
+                id: *id,
+                drop_inline: false,
+            };
+            self.call(self.meta_of(d), &req)?;
+        }
+        self.known_dirs
+            .borrow_mut()
+            .retain(|d| !(d == from || d.starts_with(&format!("{from}/"))));
+        Ok(())
+    }
+
+    /// A cursor over the entries of `dir` whose positions ([`dir_pos`]) lie in `[from, to)`,
+    /// in position order, merged from every server a page at a time.
+    pub fn dir_cursor(&self, dir: &str, from: u64, to: u64) -> FsResult<DirCursor> {
+        let dir = self.directory(dir)?;
+        let all = self.connect_all()?;
+        let to = to.min(DIR_POS_END);
+        let start = (from < to).then_some(from << 1);
+        Ok(DirCursor {
+            dir,
+            to,
+            servers: all.iter().map(|_| (VecDeque::new(), start)).collect(),
+        })
+    }
+
+    /// The next entry of a [`DirCursor`], or `None` at its end.
+    pub fn dir_next(&self, c: &mut DirCursor) -> FsResult<Option<DirEntry>> {
+        let empty: Vec<u32> = (0..c.servers.len() as u32)
+            .filter(|&s| {
+                let (buf, next) = &c.servers[s as usize];
+                buf.is_empty() && next.is_some()
+            })
+            .collect();
+        if !empty.is_empty() {
+            let (dir, to) = (c.dir.as_str(), c.to);
+            let futs = empty.iter().map(|&s| {
+                let start = c.servers[s as usize].1.unwrap_or(0);
+                self.list_page(s, dir, start, to)
+            });
+            let pages = self.t.wait(&empty, async { Ok(join_all(futs).await) })?;
+            for (&s, page) in empty.iter().zip(pages) {
+                let (entries, next) = page?;
+                let slot = &mut c.servers[s as usize];
+                slot.0.extend(entries);
+                slot.1 = next;
+            }
+        }
+        let best = c
+            .servers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (buf, _))| buf.front().map(|e| (i, e)))
+            .min_by(|x, y| (x.1.hash, &x.1.name).cmp(&(y.1.hash, &y.1.name)))
+            .map(|(i, _)| i);
+        Ok(best.and_then(|i| c.servers[i].0.pop_front()))
+    }
+
+    /// Lists `dir` as `k` position ranges at once (every range on every server concurrently);
+    /// the same entries, in the same order, as [`FileSystem::readdir`].
+    pub fn readdir_parallel(&self, dir: &str, k: usize) -> FsResult<Vec<DirEntry>> {
+        let k = k.clamp(1, 4096) as u64;
+        let dir = self.directory(dir)?;
+        let all = self.connect_all()?;
+        let step = DIR_POS_END / k;
+        let dir = dir.as_str();
+        let all_ref = &all;
+        let futs = (0..k).flat_map(|i| {
+            let (from, to) = (
+                i * step,
+                if i + 1 == k {
+                    DIR_POS_END
+                } else {
+                    (i + 1) * step
+                },
+            );
+            all_ref.iter().map(move |&s| async move {
+                let mut out = Vec::new();
+                let mut start = from << 1;
+                loop {
+                    let (page, next) = self.list_page(s, dir, start, to).await?;
+                    out.extend(page);
+                    match next {
+                        Some(n) => start = n,
+                        None => return Ok::<_, Errno>(out),
+                    }
+                }
+            })
+        });
+        let parts = self.t.wait(&all, async { Ok(join_all(futs).await) })?;
+        let mut out = Vec::new();
+        for p in parts {
+            out.extend(p?);
+        }
+        out.sort_by(|a, b| (a.hash, &a.name).cmp(&(b.hash, &b.name)));
+        Ok(out)
+    }
+
+    /// One page of server `s`'s slice of `dir` from name hash `start`: the entries with
+    /// positions below `to`, and the hash to continue from (`None`: nothing more below `to`).
+    async fn list_page(
+        &self,
+        s: u32,
+        dir: &str,
+        start: u64,
+        to: u64,
+    ) -> FsResult<(Vec<DirEntry>, Option<u64>)> {
+        let req = Request::Readdir {
+            dir,
+            start,
+            max_bytes: LIST_BYTES,
+        };
+        let raw = self.t.call(s, tag::REQUEST, &req, &[], LIST_REPLY).await?;
+        match raw.decode()?.0 {
+            Reply::Dirents { entries, next } => Ok((
+                entries
+                    .into_iter()
+                    .filter(|e| dir_pos(e.hash) < to)
+                    .map(|e| DirEntry {
+                        hash: e.hash,
+                        ino: e.id,
+                        kind: e.kind,
+                        name: e.name.to_owned(),
+                    })
+                    .collect(),
+                next.filter(|n| dir_pos(*n) < to),
+            )),
+            _ => Err(Errno::EPROTO),
+        }
     }
 
     /// Publishes `size` as a lower bound of the size of `path` (merge with max on the server).
@@ -656,10 +895,8 @@ impl FileSystem for Client {
         if !a.is_dir() {
             return Err(Errno::ENOTDIR);
         }
-        for r in self.broadcast(&Request::HasChildren { dir: &path })? {
-            if r == Reply::Bool(true) {
-                return Err(Errno::ENOTEMPTY);
-            }
+        if self.has_children(&path)? {
+            return Err(Errno::ENOTEMPTY);
         }
         self.call(self.meta_of(&path), &Request::Rmdir { path: &path })?;
         self.known_dirs
@@ -669,43 +906,7 @@ impl FileSystem for Client {
     }
 
     fn readdir(&self, path: &str) -> FsResult<Vec<DirEntry>> {
-        let path = self.directory(path)?;
-        let all = self.connect_all()?;
-        let dir = path.as_str();
-        let futs = all.iter().map(|&s| async move {
-            let mut out = Vec::new();
-            let mut start = 0u64;
-            loop {
-                let req = Request::Readdir {
-                    dir,
-                    start,
-                    max_bytes: LIST_BYTES,
-                };
-                let raw = self.t.call(s, tag::REQUEST, &req, &[], LIST_REPLY).await?;
-                match raw.decode()?.0 {
-                    Reply::Dirents { entries, next } => {
-                        out.extend(entries.into_iter().map(|e| DirEntry {
-                            hash: e.hash,
-                            ino: e.id,
-                            kind: e.kind,
-                            name: e.name.to_owned(),
-                        }));
-                        match next {
-                            Some(n) => start = n,
-                            None => return Ok::<_, Errno>(out),
-                        }
-                    }
-                    _ => return Err(Errno::EPROTO),
-                }
-            }
-        });
-        let slices = self.t.wait(&all, async { Ok(join_all(futs).await) })?;
-        let mut out = Vec::new();
-        for s in slices {
-            out.extend(s?);
-        }
-        out.sort_by(|a, b| (a.hash, &a.name).cmp(&(b.hash, &b.name)));
-        Ok(out)
+        self.readdir_parallel(path, 1)
     }
 
     fn chown(&self, path: &str, uid: u32, gid: u32) -> FsResult<()> {
@@ -737,48 +938,10 @@ impl FileSystem for Client {
             return Ok(());
         }
         if a.is_dir() {
-            // directory rename rewrites every descendant: directories issue
-            return Err(Errno::EXDEV);
+            return self.rename_dir(&from, &to, a, noreplace);
         }
         self.check_parent(&to)?;
-        let (src, dst) = (self.meta_of(&from), self.meta_of(&to));
-        // chunk 0 lives with the entry: carry it to the new metadata server
-        let mut inline = vec![0u8; a.chunk_size as usize];
-        let n = if src == dst {
-            0
-        } else {
-            let req = Request::Read {
-                id: a.id,
-                chunk: 0,
-                offset: 0,
-                len: a.chunk_size,
-            };
-            self.t.ensure(src)?;
-            self.t
-                .wait(&[src], self.t.call_read(src, &req, &mut inline))?
-        };
-        let req = Request::Attach {
-            path: &to,
-            attr: a,
-            replace: !noreplace,
-        };
-        self.t.ensure(dst)?;
-        let raw = self.t.wait(
-            &[dst],
-            self.t
-                .call(dst, tag::REQUEST, &req, &inline[..n], SMALL_REPLY),
-        )?;
-        let replaced = match raw.decode()?.0 {
-            Reply::Replaced(old) => old,
-            _ => return Err(Errno::EPROTO),
-        };
-        let req = Request::Detach {
-            path: &from,
-            id: a.id,
-            drop_inline: src != dst,
-        };
-        self.call(src, &req)?;
-        if let Some(old) = replaced {
+        if let Some(old) = self.move_file(&from, &to, a, !noreplace)? {
             if old.size > old.chunk_size as u64 {
                 self.drop_chunks(old.id, 0, old.chunk_size)?;
             }

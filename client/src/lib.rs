@@ -14,7 +14,7 @@ mod client;
 mod config;
 mod fs;
 
-pub use client::{Client, OpenFile};
+pub use client::{dir_pos, Client, DirCursor, OpenFile, DIR_POS_END};
 pub use config::ClientConfig;
 pub use fs::{DirEntry, FileSystem, OpenFlags};
 pub use madfs_proto::{Attr, Errno, FindFilter, FsResult, StatFs, TimeSpec};

@@ -424,7 +424,11 @@ fn rename_moves_entry_and_chunk0_between_servers() {
     c.rename(&name, "/r/other", false).unwrap();
     assert_eq!(sum(&get(&c, "/r/other")), sum(&bytes));
     assert_eq!(c.readdir("/r").unwrap().len(), 1);
-    assert_eq!(c.rename("/r", "/q", false).unwrap_err(), Errno::EXDEV);
+    // a directory: every entry moves, data intact (chunk 0 carried across servers)
+    c.rename("/r", "/q", false).unwrap();
+    assert_eq!(c.stat("/r").unwrap_err(), Errno::ENOENT);
+    assert_eq!(c.readdir("/q").unwrap().len(), 1);
+    assert_eq!(sum(&get(&c, "/q/other")), sum(&bytes));
 }
 
 #[test]

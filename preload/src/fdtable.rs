@@ -66,8 +66,27 @@ unsafe impl Sync for Desc {}
 /// Process-local state of a description.
 #[derive(Default)]
 pub struct Local {
-    /// Cached directory listing (name, ino, d_type) for getdents64.
-    pub dir: Option<Vec<(String, u64, u8)>>,
+    /// Directory listing state for getdents64.
+    pub dir: DirState,
+}
+
+/// Where a directory fd's listing stands. The shared offset is the cookie (`d_off`): 0 before
+/// `.`, 1 before `..`, c ≥ 2 before the first entry whose position (`max(hash >> 1, 2)`) is
+/// ≥ c. `cursor` continues the listing while the offset still equals `at`; any other offset
+/// (lseek, another process) starts a fresh cursor there.
+#[derive(Default)]
+pub struct DirState {
+    /// Positions listed (`MADFS_IOC_DIR_RANGE`); None: all, with `.` and `..`.
+    pub range: Option<(u64, u64)>,
+    /// The cursor, the cookie it stands at, and entries fetched but not yet returned.
+    pub cursor: Option<(
+        madfs_client::DirCursor,
+        i64,
+        std::collections::VecDeque<madfs_client::DirEntry>,
+    )>,
+    /// Matches of `MADFS_IOC_FIND_LIST` (paths relative to the directory), served by
+    /// getdents64 (cookie = index) until the fd is rewound.
+    pub found: Option<Vec<String>>,
 }
 
 impl Drop for Desc {

@@ -604,7 +604,10 @@ fn sys_lseek(fd: i64, off: i64, whence: i64) -> Ret {
     })();
     if let Ok(new) = r {
         if d.is_dir() && new == 0 {
-            d.local().dir = None;
+            // rewind: a fresh listing (and the end of a find's matches); the range stays
+            let mut l = d.local();
+            l.dir.cursor = None;
+            l.dir.found = None;
         }
         h.offset.store(new as u64, Release);
     }
@@ -848,6 +851,12 @@ fn refuse_fd(fd: i64, e: Errno) -> Ret {
 
 // ---------------------------------------------------------------- directories
 
+/// Cookie of an entry's directory position: positions 0 and 1 share cookie 2 with position 2
+/// (cookies 0 and 1 stand before `.` and `..`).
+fn dir_cookie_pos(hash: u64) -> i64 {
+    madfs_client::dir_pos(hash).max(2) as i64
+}
+
 fn sys_getdents64(fd: i64, buf: isize, len: i64) -> Ret {
     if !fdtable::is_ours(fd) {
         return None;
@@ -856,39 +865,172 @@ fn sys_getdents64(fd: i64, buf: isize, len: i64) -> Ret {
     if !d.is_dir() {
         return Some(neg(Errno::ENOTDIR));
     }
-    let mut local = d.local();
-    if local.dir.is_none() {
-        let list = match conn::with(|c| c.readdir(d.path())) {
-            Ok(l) => l,
-            Err(e) => return Some(neg(e)),
-        };
-        let mut v = Vec::with_capacity(list.len() + 2);
-        v.push((".".to_string(), d.attr().id, libc::DT_DIR));
-        v.push(("..".to_string(), 1, libc::DT_DIR));
-        v.extend(
-            list.into_iter()
-                .map(|e| (e.name, e.ino, abi::dtype(e.kind))),
-        );
-        local.dir = Some(v);
-    }
-    let entries = local.dir.as_deref().unwrap_or(&[]);
     // SAFETY: the caller's buffer of `len` bytes.
     let out = unsafe { slice_mut(buf, len.max(0) as usize) };
-    let mut pos = d.hdr().offset.load(Acquire) as usize;
+    let mut local = d.local();
+    let st = &mut local.dir;
+    let mut cookie = d.hdr().offset.load(Acquire) as i64;
     let mut used = 0usize;
-    while pos < entries.len() {
-        let (name, ino, t) = &entries[pos];
-        match abi::put_dirent(&mut out[used..], *ino, pos as i64 + 1, *t, name) {
+    let put = |out: &mut [u8], used: &mut usize, ino: u64, off: i64, t: u8, name: &str| {
+        match abi::put_dirent(&mut out[*used..], ino, off, t, name) {
             Some(n) => {
-                used += n;
-                pos += 1;
+                *used += n;
+                Ok(true)
             }
-            None if used == 0 => return Some(neg(Errno::EINVAL)),
-            None => break,
+            None if *used == 0 => Err(Errno::EINVAL),
+            None => Ok(false),
         }
+    };
+    let r = (|| -> FsResult<()> {
+        if let Some(found) = &st.found {
+            while let Some(p) = found.get(cookie as usize) {
+                if !put(out, &mut used, 0, cookie + 1, libc::DT_UNKNOWN, p)? {
+                    break;
+                }
+                cookie += 1;
+            }
+            return Ok(());
+        }
+        let (from, to) = st.range.unwrap_or((0, madfs_client::DIR_POS_END));
+        if st.range.is_none() {
+            if cookie == 0 {
+                if !put(out, &mut used, d.attr().id, 1, libc::DT_DIR, ".")? {
+                    return Ok(());
+                }
+                cookie = 1;
+            }
+            if cookie == 1 {
+                if !put(out, &mut used, 1, 2, libc::DT_DIR, "..")? {
+                    return Ok(());
+                }
+                cookie = 2;
+            }
+        }
+        let (mut cur, mut ahead) = match st.cursor.take() {
+            Some((c, at, ahead)) if at == cookie => (c, ahead),
+            _ => {
+                let start = if cookie <= 2 {
+                    from
+                } else {
+                    (cookie as u64).max(from)
+                };
+                let c = conn::with(|c| c.dir_cursor(d.path(), start, to))?;
+                (c, Default::default())
+            }
+        };
+        loop {
+            if ahead.len() < 2 {
+                if let Some(e) = conn::with(|c| c.dir_next(&mut cur))? {
+                    ahead.push_back(e);
+                    continue;
+                }
+            }
+            let Some(e) = ahead.front() else { break };
+            // an entry's d_off resumes after it, unless the next shares its position
+            let pos = dir_cookie_pos(e.hash);
+            let off = match ahead.get(1) {
+                Some(n) if dir_cookie_pos(n.hash) == pos => pos,
+                _ => pos.saturating_add(1),
+            };
+            if !put(out, &mut used, e.ino, off, abi::dtype(e.kind), &e.name)? {
+                break;
+            }
+            ahead.pop_front();
+            cookie = off;
+        }
+        st.cursor = Some((cur, cookie, ahead));
+        Ok(())
+    })();
+    match r {
+        Ok(()) => {
+            d.hdr().offset.store(cookie as u64, Release);
+            Some(used as isize)
+        }
+        Err(e) => Some(neg(e)),
     }
-    d.hdr().offset.store(pos as u64, Release);
-    Some(used as isize)
+}
+
+/// The madfs ioctls on a directory fd (`madfs_proto::ioctl`); anything else: ENOTTY.
+fn sys_ioctl(fd: i64, req: i64, arg: isize) -> Ret {
+    use madfs_proto::ioctl::*;
+    if !fdtable::is_ours(fd) {
+        return None;
+    }
+    let d = fdtable::get(fd)?;
+    let req = req as u64 & 0xffff_ffff;
+    if !d.is_dir()
+        || ![
+            MADFS_IOC_DIR_RANGE,
+            MADFS_IOC_FIND_LIST,
+            MADFS_IOC_FIND_COUNT,
+        ]
+        .contains(&req)
+    {
+        return Some(neg(Errno::ENOTTY));
+    }
+    if arg == 0 {
+        return Some(neg(Errno::EFAULT));
+    }
+    if req == MADFS_IOC_DIR_RANGE {
+        // SAFETY: the caller passes a struct madfs_dir_range.
+        let r = unsafe { std::ptr::read_unaligned(arg as *const DirRange) };
+        let to = if r.to == 0 {
+            madfs_client::DIR_POS_END
+        } else {
+            r.to.min(madfs_client::DIR_POS_END)
+        };
+        let mut l = d.local();
+        l.dir = fdtable::DirState {
+            range: Some((r.from.min(to), to)),
+            ..Default::default()
+        };
+        d.hdr().offset.store(0, Release);
+        return Some(0);
+    }
+    // SAFETY: the caller passes a struct madfs_find.
+    let mut f = unsafe { std::ptr::read_unaligned(arg as *const FindArgs) };
+    let name = if f.name.is_null() {
+        None
+    } else {
+        // SAFETY: a NUL-terminated pattern.
+        match unsafe { CStr::from_ptr(f.name) }.to_str() {
+            Ok(s) => Some(s.to_owned()),
+            Err(_) => return Some(neg(Errno::EINVAL)),
+        }
+    };
+    if f.kind != 0 && f.kind != libc::S_IFREG && f.kind != libc::S_IFDIR {
+        return Some(neg(Errno::EINVAL));
+    }
+    let filter = madfs_proto::FindFilter {
+        name: name.as_deref(),
+        size: (f.size_unit != 0).then_some((f.size, f.size_unit)),
+        newer_than: (f.newer_than_ns != i64::MIN).then_some(f.newer_than_ns),
+        kind: (f.kind != 0).then_some(f.kind),
+    };
+    let dir = d.path().to_string();
+    let r = conn::with(|c| c.find(&dir, &filter));
+    let (paths, scanned) = match r {
+        Ok(x) => x,
+        Err(e) => return Some(neg(e)),
+    };
+    f.matched = paths.len() as u64;
+    f.scanned = scanned;
+    // SAFETY: as above; the struct is the caller's, writable (an _IOWR request).
+    unsafe { std::ptr::write_unaligned(arg as *mut FindArgs, f) };
+    if req == MADFS_IOC_FIND_LIST {
+        let strip = if dir == "/" { 1 } else { dir.len() + 1 };
+        let rel = paths
+            .into_iter()
+            .map(|p| p[strip.min(p.len())..].to_string())
+            .collect();
+        let mut l = d.local();
+        l.dir = fdtable::DirState {
+            found: Some(rel),
+            ..Default::default()
+        };
+        d.hdr().offset.store(0, Release);
+    }
+    Some(0)
 }
 
 fn sys_chdir(t: Target, raw_call: impl FnOnce() -> isize) -> Ret {
@@ -1121,7 +1263,7 @@ pub fn dispatch(nr: i64, a: [isize; 6]) -> Ret {
         libc::SYS_tee => (fdtable::is_ours(f0) || fdtable::is_ours(f1)).then(|| neg(Errno::EINVAL)),
         libc::SYS_mmap => (f3 & libc::MAP_ANONYMOUS as i64 == 0 && fdtable::is_ours(f4))
             .then(|| neg(Errno::ENODEV)),
-        libc::SYS_ioctl => refuse_fd(f0, Errno::ENOTTY),
+        libc::SYS_ioctl => sys_ioctl(f0, i1, a2),
         libc::SYS_flock => refuse_fd(f0, Errno::ENOLCK),
         libc::SYS_umask => {
             // SAFETY: umask cannot fail.

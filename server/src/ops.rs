@@ -369,13 +369,16 @@ impl Ops {
                 replace,
             } => {
                 not_root(path, Errno::EISDIR)?;
-                if !attr.is_file() || bulk.len() as u64 > MAX_CHUNK {
+                let dir = attr.is_dir();
+                if bulk.len() as u64 > MAX_CHUNK || (dir && !bulk.is_empty()) {
                     return Err(Errno::EINVAL);
                 }
                 let old = self.meta.get(path)?;
                 match old {
-                    Some(o) if o.is_dir() => return Err(Errno::EISDIR),
                     Some(o) if !replace && o.id != attr.id => return Err(Errno::EEXIST),
+                    // a directory replaces only an (empty: the client checked) directory
+                    Some(o) if dir && !o.is_dir() => return Err(Errno::ENOTDIR),
+                    Some(o) if !dir && o.is_dir() => return Err(Errno::EISDIR),
                     _ => {}
                 }
                 let attr = Attr {

@@ -9,6 +9,7 @@
 
 pub mod errno;
 pub mod frame;
+pub mod ioctl;
 pub mod tag;
 mod types;
 

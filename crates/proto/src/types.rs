@@ -163,7 +163,8 @@ pub enum Request<'a> {
     Rmdir { path: &'a str },
     /// Does this server hold any entry inside `dir`?
     HasChildren { dir: &'a str },
-    /// This server's slice of a directory, entries whose name hash ≥ `start`, in hash order.
+    /// This server's slice of a directory, entries whose name hash ≥ `start`, in hash order;
+    /// a page ends only between directory positions (`hash >> 1`, see `madfs_client::dir_pos`).
     Readdir {
         dir: &'a str,
         start: u64,
@@ -188,8 +189,10 @@ pub enum Request<'a> {
     },
     /// Change owner and/or group (`u32::MAX`: leave unchanged, as `-1` in chown(2)).
     Chown { path: &'a str, uid: u32, gid: u32 },
-    /// Put an existing file's entry at `path` (rename's second half). Bulk: its inline chunk 0.
-    /// Replaces a file at `path` unless `replace` is false (EEXIST); never a directory (EISDIR).
+    /// Put an existing entry at `path` (rename's second half). Bulk: a file's inline chunk 0.
+    /// Replaces what is at `path` unless `replace` is false (EEXIST): a file replaces a file
+    /// (a directory: EISDIR), a directory replaces a directory the client found empty (a
+    /// file: ENOTDIR).
     Attach {
         path: &'a str,
         attr: Attr,

@@ -4,6 +4,13 @@
 //! Each argument is `op,arg,arg…`; fds opened by `open` are named `#0`, `#1`, … in order.
 //! Output: one line per step, `op OK <value>` or `op ERR <ERRNO NAME>`.
 //!
+//! Directory checks (each prints what it found and returns the number of entries, or -1):
+//! `seekcheck,DIR,STEP` (telldir after every STEP-th entry, then seekdir back to each one and
+//! compare), `listmut,DIR,N` (unlink and create N entries half-way through a listing: every
+//! entry present throughout seen exactly once), `rangelist,DIR,K` (K fds with
+//! `MADFS_IOC_DIR_RANGE` ranges, their union equal to the plain listing), `findioctl,DIR,GLOB,
+//! SIZE` (`MADFS_IOC_FIND_COUNT`, then `MADFS_IOC_FIND_LIST` and getdents64).
+//!
 //! ```text
 //! madfs-syscall mkdir,/madfs/d open,/madfs/d/f,creat+excl+w write,#0,hello lseek,#0,0,set \
 //!               read,#0,5 close,#0 rmdir,/madfs/d unlink,/madfs/nope
@@ -221,6 +228,10 @@ fn main() {
                         names.len() as i64
                     }
                 }
+                "seekcheck" => seekcheck(a[1], num(2) as usize),
+                "listmut" => listmut(a[1], num(2) as usize),
+                "rangelist" => rangelist(a[1], num(2) as u64),
+                "findioctl" => findioctl(a[1], a[2], num(3) as u64),
                 op => panic!("unknown op {op}"),
             }
         };
@@ -233,4 +244,242 @@ fn main() {
         }
     }
     std::process::exit(code);
+}
+
+/// All names of a directory through opendir/readdir (no `.`/`..`), in listing order.
+///
+/// # Safety
+/// `d` is an open directory stream.
+unsafe fn read_names(d: *mut libc::DIR, limit: usize) -> Vec<String> {
+    let mut names = vec![];
+    while names.len() < limit {
+        // SAFETY: d is open; the entry is valid until the next readdir.
+        let e = unsafe { libc::readdir(d) };
+        if e.is_null() {
+            break;
+        }
+        // SAFETY: d_name is NUL-terminated.
+        let n = unsafe { std::ffi::CStr::from_ptr((*e).d_name.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
+        if n != "." && n != ".." {
+            names.push(n);
+        }
+    }
+    names
+}
+
+fn opendir(dir: &str) -> *mut libc::DIR {
+    // SAFETY: a valid C string.
+    let d = unsafe { libc::opendir(cs(dir).as_ptr()) };
+    assert!(
+        !d.is_null(),
+        "opendir {dir}: {}",
+        std::io::Error::last_os_error()
+    );
+    d
+}
+
+fn seekcheck(dir: &str, step: usize) -> i64 {
+    let d = opendir(dir);
+    let mut names = vec![];
+    let mut marks = vec![]; // (index of the next entry, telldir)
+    loop {
+        if names.len() % step == 0 {
+            // SAFETY: d is open.
+            marks.push((names.len(), unsafe { libc::telldir(d) }));
+        }
+        // SAFETY: d is open.
+        let got = unsafe { read_names(d, 1) };
+        if got.is_empty() {
+            break;
+        }
+        names.extend(got);
+    }
+    let mut bad = 0;
+    for &(i, pos) in &marks {
+        // SAFETY: d is open; pos came from telldir on it.
+        let next = unsafe {
+            libc::seekdir(d, pos);
+            read_names(d, 1)
+        };
+        if next.first() != names.get(i) {
+            eprintln!(
+                "seekdir to mark {i}: got {next:?}, expected {:?}",
+                names.get(i)
+            );
+            bad += 1;
+        }
+    }
+    // SAFETY: d is open.
+    unsafe { libc::closedir(d) };
+    println!(
+        "seekcheck {} entries, {} marks, {bad} wrong",
+        names.len(),
+        marks.len()
+    );
+    if bad > 0 {
+        -1
+    } else {
+        names.len() as i64
+    }
+}
+
+fn listmut(dir: &str, n: usize) -> i64 {
+    let d0 = opendir(dir);
+    // SAFETY: d0 is open.
+    let before = unsafe { read_names(d0, usize::MAX) };
+    // SAFETY: d0 is open.
+    unsafe { libc::closedir(d0) };
+    let d = opendir(dir);
+    // SAFETY: d is open.
+    let mut seen = unsafe { read_names(d, before.len() / 2) };
+    // remove n entries spread over the listing (some seen, some not), add n new ones
+    let gone: std::collections::HashSet<&String> = before
+        .iter()
+        .step_by((before.len() / n.max(1)).max(1))
+        .take(n)
+        .collect();
+    for g in &gone {
+        // SAFETY: a valid C string.
+        assert_eq!(
+            unsafe { libc::unlink(cs(&format!("{dir}/{g}")).as_ptr()) },
+            0
+        );
+    }
+    for i in 0..n {
+        let p = cs(&format!("{dir}/listmut-new.{i}"));
+        // SAFETY: a valid C string.
+        let fd = unsafe { libc::open(p.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o644) };
+        assert!(fd >= 0);
+        // SAFETY: fd is ours.
+        unsafe { libc::close(fd) };
+    }
+    // SAFETY: d is open.
+    seen.extend(unsafe { read_names(d, usize::MAX) });
+    // SAFETY: d is open.
+    unsafe { libc::closedir(d) };
+    let mut count = std::collections::HashMap::new();
+    for s in &seen {
+        *count.entry(s.as_str()).or_insert(0) += 1;
+    }
+    let dup = count.values().filter(|c| **c > 1).count();
+    let missing = before
+        .iter()
+        .filter(|b| !gone.contains(b) && !count.contains_key(b.as_str()))
+        .count();
+    println!(
+        "listmut {} before, {} removed, {n} added, {} seen, {dup} repeated, {missing} skipped",
+        before.len(),
+        gone.len(),
+        seen.len()
+    );
+    if dup > 0 || missing > 0 {
+        -1
+    } else {
+        seen.len() as i64
+    }
+}
+
+/// getdents64 on `fd` until the end; names without `.`/`..`.
+fn getdents_all(fd: i32) -> Vec<String> {
+    let mut buf = vec![0u8; 32 << 10];
+    let mut names = vec![];
+    loop {
+        // SAFETY: buf is ours.
+        let n = unsafe { libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len()) };
+        assert!(n >= 0, "getdents64: {}", std::io::Error::last_os_error());
+        if n == 0 {
+            return names;
+        }
+        let mut off = 0usize;
+        while off < n as usize {
+            let reclen = u16::from_ne_bytes([buf[off + 16], buf[off + 17]]) as usize;
+            let name = &buf[off + 19..off + reclen];
+            let end = name.iter().position(|b| *b == 0).unwrap_or(name.len());
+            let name = String::from_utf8_lossy(&name[..end]).into_owned();
+            if name != "." && name != ".." {
+                names.push(name);
+            }
+            off += reclen;
+        }
+    }
+}
+
+fn open_dir_fd(dir: &str) -> i32 {
+    // SAFETY: a valid C string.
+    let fd = unsafe { libc::open(cs(dir).as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY) };
+    assert!(fd >= 0, "open {dir}: {}", std::io::Error::last_os_error());
+    fd
+}
+
+fn rangelist(dir: &str, k: u64) -> i64 {
+    use madfs_proto::ioctl::{DirRange, MADFS_IOC_DIR_RANGE};
+    let fd = open_dir_fd(dir);
+    let mut plain = getdents_all(fd);
+    // SAFETY: fd is ours.
+    unsafe { libc::close(fd) };
+    let end = 1u64 << 63;
+    let step = end / k;
+    let mut union = vec![];
+    let mut per = vec![];
+    for i in 0..k {
+        let r = DirRange {
+            from: i * step,
+            to: if i + 1 == k { 0 } else { (i + 1) * step },
+        };
+        let fd = open_dir_fd(dir);
+        // SAFETY: r is a struct madfs_dir_range.
+        let rc = unsafe { libc::ioctl(fd, MADFS_IOC_DIR_RANGE as _, &r) };
+        assert_eq!(rc, 0, "ioctl: {}", std::io::Error::last_os_error());
+        let names = getdents_all(fd);
+        per.push(names.len());
+        union.extend(names);
+        // SAFETY: fd is ours.
+        unsafe { libc::close(fd) };
+    }
+    let n = union.len();
+    plain.sort();
+    union.sort();
+    println!("rangelist {k} ranges: {per:?} = {n}, plain {}", plain.len());
+    if union != plain {
+        -1
+    } else {
+        n as i64
+    }
+}
+
+fn findioctl(dir: &str, glob: &str, size: u64) -> i64 {
+    use madfs_proto::ioctl::{FindArgs, MADFS_IOC_FIND_COUNT, MADFS_IOC_FIND_LIST};
+    let pat = cs(glob);
+    let mut f = FindArgs {
+        name: pat.as_ptr(),
+        size,
+        size_unit: 1,
+        newer_than_ns: i64::MIN,
+        kind: 0,
+        flags: 0,
+        matched: 0,
+        scanned: 0,
+    };
+    let fd = open_dir_fd(dir);
+    // SAFETY: f is a struct madfs_find with a valid pattern.
+    if unsafe { libc::ioctl(fd, MADFS_IOC_FIND_COUNT as _, &mut f) } != 0 {
+        return -1;
+    }
+    let counted = f.matched;
+    // SAFETY: as above.
+    if unsafe { libc::ioctl(fd, MADFS_IOC_FIND_LIST as _, &mut f) } != 0 {
+        return -1;
+    }
+    let mut names = getdents_all(fd);
+    // SAFETY: fd is ours.
+    unsafe { libc::close(fd) };
+    names.sort();
+    println!(
+        "findioctl matched {counted} scanned {} listed {}",
+        f.scanned,
+        names.join(" ")
+    );
+    names.len() as i64
 }

@@ -258,7 +258,9 @@ impl MetadataStore for RocksDbMeta {
                 break;
             }
             let hash = u64::from_be_bytes(k[prefix.len()..prefix.len() + 8].try_into().unwrap());
-            if bytes >= max_bytes && out.last().map(|e| e.hash) != Some(hash) {
+            // a page ends only between directory positions (`hash >> 1`, the client's
+            // cookies), so that a cookie never falls inside a page
+            if bytes >= max_bytes && out.last().map(|e| e.hash >> 1) != Some(hash >> 1) {
                 return Ok((out, Some(hash)));
             }
             if let (Some(attr), Ok(name)) =

@@ -1,0 +1,260 @@
+//! Directories at scale under `LD_PRELOAD=libmadfs.so`, 3 real servers on loopback: 100,000
+//! entries in one directory listed by `ls -f`, python's `os.scandir` and the parallel listing
+//! API (k = 1, 4, 16); `telldir`/`seekdir` cookies; entries created and removed during a
+//! listing; `MADFS_IOC_DIR_RANGE` and the find ioctls; the rename matrix; `mv`/`cp -a` of a
+//! tree and back.
+
+use madfs_client::{Client, ClientConfig, FileSystem, OpenFlags};
+use madfs_cluster::{find_bin, LocalCluster, Options};
+use std::collections::BTreeSet;
+use std::process::{Command, Output};
+
+const MOUNT: &str = "/madfs";
+
+fn cluster() -> LocalCluster {
+    let _ = std::fs::create_dir_all(MOUNT);
+    LocalCluster::start(Options {
+        servers: 3,
+        ..Default::default()
+    })
+    .expect("start servers")
+}
+
+fn client(cl: &LocalCluster) -> Client {
+    let mut cfg = ClientConfig::from_cluster_file(cl.cluster_file()).unwrap();
+    cfg.close_sync = false;
+    Client::new(&cfg).unwrap()
+}
+
+fn run(cl: &LocalCluster, argv: &[&str]) -> Output {
+    Command::new(argv[0])
+        .args(&argv[1..])
+        .env("LD_PRELOAD", find_bin("libmadfs.so"))
+        .env("MADFS_CLUSTER", cl.cluster_file())
+        .env("MADFS_MOUNT", MOUNT)
+        .env("MADFS_TIMEOUT_MS", "60000")
+        .env("UCX_NET_DEVICES", "lo")
+        .env("T", cl.root())
+        .output()
+        .expect("spawn")
+}
+
+fn ok(out: Output, what: &str) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn bash(cl: &LocalCluster, script: &str) -> String {
+    ok(
+        run(cl, &["/bin/bash", "-euo", "pipefail", "-c", script]),
+        script,
+    )
+}
+
+fn syscalls(cl: &LocalCluster, steps: &[&str]) -> String {
+    let bin = find_bin("madfs-syscall");
+    let mut argv = vec![bin.to_str().unwrap()];
+    argv.extend_from_slice(steps);
+    String::from_utf8_lossy(&run(cl, &argv).stdout).into_owned()
+}
+
+#[test]
+fn hundred_thousand_entries_in_one_directory() {
+    let cl = cluster();
+    let c = client(&cl);
+    let n = 100_000usize;
+    c.mkdir("/big", 0o755).unwrap();
+    for i in 0..n {
+        let f = c
+            .open(&format!("/big/f.{i}"), OpenFlags::create_trunc())
+            .unwrap();
+        c.close(f).unwrap();
+    }
+    let want: BTreeSet<String> = (0..n).map(|i| format!("f.{i}")).collect();
+
+    // the client library: whole listing, and k ranges at once
+    let plain = c.readdir("/big").unwrap();
+    assert_eq!(plain.len(), n);
+    for k in [1, 4, 16] {
+        let par = c.readdir_parallel("/big", k).unwrap();
+        assert_eq!(par, plain, "parallel listing with k = {k}");
+    }
+    let names: BTreeSet<String> = plain.iter().map(|e| e.name.clone()).collect();
+    assert_eq!(names, want);
+
+    // programs under the preload
+    let out = bash(
+        &cl,
+        r#"
+        echo "ls $(ls -f /madfs/big | wc -l)"
+        echo "ls-sorted $(ls /madfs/big | sort -u | wc -l)"
+        python3 -c 'import os; print("scandir", sum(1 for e in os.scandir("/madfs/big")))'
+        python3 -c 'import os; print("listdir-unique", len(set(os.listdir("/madfs/big"))))'
+        "#,
+    );
+    assert!(out.contains(&format!("ls {}\n", n + 2)), "{out}");
+    assert!(out.contains(&format!("ls-sorted {n}\n")), "{out}");
+    assert!(out.contains(&format!("scandir {n}\n")), "{out}");
+    assert!(out.contains(&format!("listdir-unique {n}\n")), "{out}");
+
+    // seekdir to every 1,000th cookie resumes exactly; 16 ranged fds list the same set
+    let out = syscalls(
+        &cl,
+        &["seekcheck,/madfs/big,1000", "rangelist,/madfs/big,16"],
+    );
+    assert!(out.contains(&format!("seekcheck OK {n}")), "{out}");
+    assert!(out.contains("101 marks, 0 wrong"), "{out}");
+    assert!(out.contains(&format!("rangelist OK {n}")), "{out}");
+
+    // entries removed and added half-way through a listing: the others exactly once
+    let out = syscalls(&cl, &["listmut,/madfs/big,1000"]);
+    assert!(out.contains("0 repeated, 0 skipped"), "{out}");
+    assert!(out.contains("listmut OK"), "{out}");
+}
+
+#[test]
+fn small_buffers_cookies_and_find_ioctls() {
+    let cl = cluster();
+    let c = client(&cl);
+    c.mkdir("/d", 0o755).unwrap();
+    for i in 0..300 {
+        let mut f = c
+            .open(&format!("/d/x{i:03}"), OpenFlags::create_trunc())
+            .unwrap();
+        if i % 3 == 0 {
+            c.write(&mut f, 0, &[7u8; 3901]).unwrap();
+        }
+        c.close(f).unwrap();
+    }
+    c.mkdir("/d/sub", 0o755).unwrap();
+    let f = c.open("/d/sub/x010", OpenFlags::create_trunc()).unwrap();
+    c.close(f).unwrap();
+    // every step of 1, and python reading through tiny getdents buffers via os.scandir
+    let out = syscalls(&cl, &["seekcheck,/madfs/d,1", "rangelist,/madfs/d,7"]);
+    assert!(out.contains("seekcheck OK 301"), "{out}");
+    assert!(out.contains("rangelist OK 301"), "{out}");
+    // server-side find through the ioctls: *01* of size 3901 → x010 (not x010 in sub: size 0),
+    // x012? no: names with "01" are x001, x010..x019, x201, x210..x219, sub/x010
+    let out = syscalls(&cl, &["findioctl,/madfs/d,*01*,3901"]);
+    let want: Vec<String> = (0..300)
+        .filter(|i| i % 3 == 0 && format!("x{i:03}").contains("01"))
+        .map(|i| format!("x{i:03}"))
+        .collect();
+    assert!(
+        out.contains(&format!(
+            "findioctl matched {} scanned 302 listed {}",
+            want.len(),
+            want.join(" ")
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("findioctl OK {}", want.len())),
+        "{out}"
+    );
+    // a regular file answers ENOTTY, as before
+    let out = syscalls(&cl, &["open,/madfs/d/x000", "ioctl,#0"]);
+    assert!(out.contains("ioctl ERR ENOTTY"), "{out}");
+}
+
+#[test]
+fn rename_matrix_and_trees() {
+    let cl = cluster();
+    let out = syscalls(
+        &cl,
+        &[
+            "mkdir,/madfs/r",
+            "mkdir,/madfs/r/a",
+            "mkdir,/madfs/r/b",
+            "open,/madfs/r/a/f,creat+w",
+            "write,#0,hello",
+            "close,#0",
+            "open,/madfs/r/a/g,creat+w",
+            "close,#1",
+            // file → new name, across directories
+            "rename,/madfs/r/a/f,/madfs/r/b/f2",
+            "stat,/madfs/r/b/f2",
+            "stat,/madfs/r/a/f",
+            // file → existing file (replaced)
+            "rename,/madfs/r/b/f2,/madfs/r/a/g",
+            "stat,/madfs/r/a/g",
+            // file → directory, directory → file
+            "rename,/madfs/r/a/g,/madfs/r/b",
+            "rename,/madfs/r/b,/madfs/r/a/g",
+            // directory into its own subtree
+            "rename,/madfs/r/a,/madfs/r/a/sub",
+            // directory → new name, then over an empty directory, then over a non-empty one
+            "mkdir,/madfs/r/a/deep",
+            "mkdir,/madfs/r/a/deep/er",
+            "rename,/madfs/r/a,/madfs/r/c",
+            "stat,/madfs/r/c/deep/er",
+            "stat,/madfs/r/c/g",
+            "stat,/madfs/r/a",
+            "rename,/madfs/r/c,/madfs/r/b",
+            "stat,/madfs/r/b/g",
+            "mkdir,/madfs/r/e",
+            "open,/madfs/r/e/x,creat+w",
+            "close,#2",
+            "rename,/madfs/r/b,/madfs/r/e",
+            "open,/madfs/r/b/g,r",
+            "read,#3,5",
+        ],
+    );
+    let expect = [
+        "rename OK 0",
+        "size 5 ",
+        "stat ERR ENOENT",
+        "rename OK 0",
+        "size 5 ",
+        "rename ERR EISDIR",
+        "rename ERR ENOTDIR",
+        "rename ERR EINVAL",
+        "rename OK 0",
+        "stat OK",
+        "size 5 ",
+        "stat ERR ENOENT",
+        "rename OK 0",
+        "size 5 ",
+        "rename ERR ENOTEMPTY",
+        "data hello",
+        "read OK 5",
+    ];
+    let mut rest = out.as_str();
+    for e in expect {
+        let at = rest
+            .find(e)
+            .unwrap_or_else(|| panic!("expected {e:?} in order in:\n{out}"));
+        rest = &rest[at + e.len()..];
+    }
+
+    // a real tree: cp -a in, mv (directory rename across servers), cp -a back, identical
+    let out = bash(
+        &cl,
+        r#"
+        cp -a /usr/include/linux /madfs/r/linux
+        mv /madfs/r/linux /madfs/r/e/linux2
+        [ ! -e /madfs/r/linux ] && echo "old name gone"
+        mv /madfs/r/e /madfs/r/moved
+        cp -a /madfs/r/moved/linux2 "$T/back"
+        diff -r /usr/include/linux "$T/back" && echo "tree identical"
+        find /madfs/r/moved/linux2 | wc -l
+        find /usr/include/linux | wc -l
+        rm -rf /madfs/r && [ ! -e /madfs/r ] && echo "removed"
+        "#,
+    );
+    assert!(out.contains("old name gone"), "{out}");
+    assert!(out.contains("tree identical"), "{out}");
+    assert!(out.contains("removed"), "{out}");
+    let counts: Vec<&str> = out
+        .lines()
+        .filter(|l| l.trim().parse::<u64>().is_ok())
+        .collect();
+    assert_eq!(counts.len(), 2, "{out}");
+    assert_eq!(counts[0].trim(), counts[1].trim(), "{out}");
+}
