@@ -886,6 +886,35 @@ impl FileSystem for Client {
         Ok(())
     }
 
+    fn symlink(&self, target: &str, path: &str) -> FsResult<()> {
+        let path = normalize(path)?;
+        if path == "/" {
+            return Err(Errno::EEXIST);
+        }
+        self.check_parent(&path)?;
+        let req = Request::Symlink {
+            path: &path,
+            target,
+            uid: self.uid,
+            gid: self.gid,
+        };
+        self.call(self.meta_of(&path), &req)?;
+        Ok(())
+    }
+
+    fn readlink(&self, path: &str) -> FsResult<String> {
+        let path = normalize(path)?;
+        let a = self.stat(&path)?;
+        if !a.is_link() {
+            return Err(Errno::EINVAL);
+        }
+        let f = self.handle(path, a);
+        let mut buf = vec![0u8; a.size as usize];
+        let n = self.read(&f, 0, &mut buf)?;
+        buf.truncate(n);
+        String::from_utf8(buf).map_err(|_| Errno::EIO)
+    }
+
     fn rmdir(&self, path: &str) -> FsResult<()> {
         let path = normalize(path)?;
         if path == "/" {

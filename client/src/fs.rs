@@ -117,4 +117,12 @@ pub trait FileSystem {
     fn statfs(&self) -> FsResult<StatFs> {
         Err(Errno::ENOSYS)
     }
+    /// Creates a symbolic link at `path` pointing to `target` (stored as given).
+    fn symlink(&self, target: &str, path: &str) -> FsResult<()> {
+        Err(Errno::ENOSYS)
+    }
+    /// The target of the symbolic link at `path` (EINVAL if it is not a link).
+    fn readlink(&self, path: &str) -> FsResult<String> {
+        Err(Errno::ENOSYS)
+    }
 }

@@ -102,10 +102,10 @@ pub unsafe fn fill_statfs(buf: *mut libc::statfs, s: &StatFs) {
 
 /// `d_type` of a mode.
 pub fn dtype(kind: u32) -> u8 {
-    if kind & S_IFMT == S_IFDIR {
-        libc::DT_DIR
-    } else {
-        libc::DT_REG
+    match kind & S_IFMT {
+        S_IFDIR => libc::DT_DIR,
+        libc::S_IFLNK => libc::DT_LNK,
+        _ => libc::DT_REG,
     }
 }
 

@@ -26,8 +26,23 @@ pub static FINISHED: AtomicBool = AtomicBool::new(false);
 /// One UCX context per process (per fork generation), shared by the threads' workers.
 static CONTEXT: Mutex<Option<(u64, Arc<madfs_rpc::Context>)>> = Mutex::new(None);
 
+/// A thread's client with its fork generation. Dropped at thread (or process) exit: a client
+/// inherited through `fork` is leaked there, never destroyed, because destroying it would
+/// remove the parent's UCX file descriptors from the epoll set the child shares with it.
+struct Slot(Option<(u64, Rc<Client>)>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some((g, c)) = self.0.take() {
+            if g != GEN.load(Acquire) {
+                std::mem::forget(c);
+            }
+        }
+    }
+}
+
 thread_local! {
-    static CLIENT: RefCell<Option<(u64, Rc<Client>)>> = const { RefCell::new(None) };
+    static CLIENT: RefCell<Slot> = const { RefCell::new(Slot(None)) };
     /// Registered after CLIENT, so its destructor runs first at thread exit (and in `exit()`
     /// for the main thread): files still open are published while the client still works.
     static FLUSHER: Flusher = const { Flusher };
@@ -123,17 +138,17 @@ pub fn with<R>(f: impl FnOnce(&Client) -> FsResult<R>) -> FsResult<R> {
     let gen = GEN.load(Acquire);
     let c = CLIENT.try_with(|slot| -> FsResult<Rc<Client>> {
         let mut s = slot.borrow_mut();
-        if let Some((g, c)) = &*s {
+        if let Some((g, c)) = &s.0 {
             if *g == gen {
                 return Ok(c.clone());
             }
         }
-        if let Some(old) = s.take() {
+        if let Some(old) = s.0.take() {
             // the parent's UCX worker: must not be destroyed (or used) in this process
             std::mem::forget(old);
         }
         let c = new_client()?;
-        *s = Some((gen, c.clone()));
+        s.0 = Some((gen, c.clone()));
         let _ = FLUSHER.try_with(|_| {});
         Ok(c)
     });

@@ -179,6 +179,142 @@ fn stat_path(p: &str) -> FsResult<Attr> {
     Ok(a)
 }
 
+// ---------------------------------------------------------------- symbolic links
+//
+// A link is an entry whose data (inline chunk 0) is its target. Lookups are by full path with
+// no walk, so links are followed where they show: a link as the last component answers the
+// lookup itself (stat, open, or the server's ELOOP for chmod/truncate/utimens/chown), and a
+// link among the ancestors makes the lookup fail with ENOENT/ENOTDIR, after which (only then)
+// the ancestors are examined. Targets outside the mount go to the kernel.
+
+/// Links followed for one path before ELOOP (Linux's MAXSYMLINKS).
+const MAX_LINKS: usize = 40;
+
+/// Where a path leads after its symbolic links.
+enum Followed {
+    Ours(String),
+    /// Outside the mount: the host path, for the kernel.
+    Outside(std::ffi::CString),
+}
+
+fn host_path(v: Vec<u8>) -> FsResult<Followed> {
+    std::ffi::CString::new(v)
+        .map(Followed::Outside)
+        .map_err(|_| Errno::EINVAL)
+}
+
+/// Where the link at madfs path `link`, with target `t`, leads (plus `rest`, a relative path
+/// below it).
+fn link_target(link: &str, t: &str, rest: &str) -> FsResult<Followed> {
+    let parent = madfs_placement::split_parent(link).map_or("/", |(p, _)| p);
+    let mut joined = t.to_string();
+    if !rest.is_empty() {
+        joined.push('/');
+        joined.push_str(rest);
+    }
+    let r = if t.starts_with('/') {
+        internal(mount(), joined.as_bytes())?
+    } else {
+        resolve_in(parent, joined.as_bytes())?
+    };
+    match r {
+        Resolved::Internal(q) => Ok(Followed::Ours(q)),
+        Resolved::External if t.starts_with('/') => host_path(joined.into_bytes()),
+        Resolved::External => {
+            let mut v = external(mount(), parent);
+            v.push(b'/');
+            v.extend_from_slice(joined.as_bytes());
+            host_path(v)
+        }
+    }
+}
+
+fn readlink_ours(p: &str) -> FsResult<String> {
+    conn::with(|c| c.readlink(p))
+}
+
+/// After ENOENT/ENOTDIR on `p`: where `p` leads if an ancestor is a symbolic link (None: the
+/// error stands). Costs one stat of the parent when the parent is a plain directory.
+fn through_ancestor(p: &str) -> FsResult<Option<Followed>> {
+    if let Some((parent, _)) = madfs_placement::split_parent(p) {
+        if matches!(stat_path(parent), Ok(a) if a.is_dir()) {
+            return Ok(None);
+        }
+    }
+    let mut end = 0;
+    while let Some(i) = p[end + 1..].find('/') {
+        end += 1 + i;
+        let q = &p[..end];
+        match stat_path(q) {
+            Ok(a) if a.is_link() => {
+                let t = readlink_ours(q)?;
+                return link_target(q, &t, &p[end + 1..]).map(Some);
+            }
+            Ok(a) if a.is_dir() => {}
+            _ => return Ok(None),
+        }
+    }
+    Ok(None)
+}
+
+/// Runs `op` on `p`, following symbolic links: ancestors when `op` fails with ENOENT/ENOTDIR,
+/// the last component when `op` answers ELOOP (a link) and `last` is set; `outside` runs the
+/// call on a host path.
+fn with_links<T>(
+    p: &str,
+    last: bool,
+    op: impl Fn(&str) -> FsResult<T>,
+    outside: impl FnOnce(&CStr) -> FsResult<T>,
+) -> FsResult<T> {
+    let mut p = p.to_string();
+    for _ in 0..MAX_LINKS {
+        let next = match op(&p) {
+            Err(Errno::ELOOP) if last => link_target(&p, &readlink_ours(&p)?, "")?,
+            Err(e @ (Errno::ENOENT | Errno::ENOTDIR)) => match through_ancestor(&p)? {
+                Some(f) => f,
+                None => return Err(e),
+            },
+            r => return r,
+        };
+        match next {
+            Followed::Ours(q) => p = q,
+            Followed::Outside(h) => return outside(&h),
+        }
+    }
+    Err(Errno::ELOOP)
+}
+
+/// `stat` with links followed (the last one too when `last`): the final madfs path and its
+/// attributes, or a host path.
+fn stat_links(p: &str, last: bool) -> FsResult<Result<(String, Attr), std::ffi::CString>> {
+    with_links(
+        p,
+        true,
+        |p| match stat_path(p) {
+            Ok(a) if last && a.is_link() => Err(Errno::ELOOP),
+            Ok(a) => Ok(Ok((p.to_string(), a))),
+            Err(e) => Err(e),
+        },
+        |h| Ok(Err(h.to_owned())),
+    )
+}
+
+/// A raw syscall's 0-or-`-errno` return as a result.
+fn raw_unit(r: isize) -> FsResult<()> {
+    raw_res(r).map(|_| ())
+}
+
+/// A raw syscall's return as a result.
+fn raw_res(r: isize) -> FsResult<isize> {
+    if r < 0 {
+        Err(Errno::new(-r as i32))
+    } else {
+        Ok(r)
+    }
+}
+
+const AT_FDCWD: isize = libc::AT_FDCWD as isize;
+
 fn stat_fd(d: &Desc) -> FsResult<Attr> {
     let mut a = conn::with(|c| c.stat_normalized(d.path()))?;
     if a.is_file() {
@@ -214,6 +350,29 @@ fn publish(d: &Desc) -> FsResult<()> {
 // ---------------------------------------------------------------- open, close, dup, fcntl
 
 fn open_path(p: String, flags: i32, mode: u32) -> FsResult<i32> {
+    let nofollow = flags & libc::O_NOFOLLOW != 0;
+    with_links(
+        &p,
+        !nofollow,
+        |p| open_once(p, flags, mode),
+        |h| {
+            // SAFETY: openat on a host path; mode is read only with O_CREAT/O_TMPFILE.
+            let r = unsafe {
+                raw(
+                    libc::SYS_openat as isize,
+                    AT_FDCWD,
+                    h.as_ptr() as isize,
+                    flags as isize,
+                    mode as isize,
+                )
+            };
+            raw_res(r).map(|fd| fd as i32)
+        },
+    )
+}
+
+/// `open` of madfs path `p`; ELOOP when `p` is a symbolic link.
+fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
     let access = flags & libc::O_ACCMODE;
     let create = flags & libc::O_CREAT != 0;
     let excl = flags & libc::O_EXCL != 0;
@@ -233,7 +392,7 @@ fn open_path(p: String, flags: i32, mode: u32) -> FsResult<i32> {
                 return Err(Errno::EINVAL);
             }
             let f = c.open(
-                &p,
+                p,
                 OpenFlags {
                     create,
                     excl,
@@ -241,9 +400,15 @@ fn open_path(p: String, flags: i32, mode: u32) -> FsResult<i32> {
                     mode,
                 },
             )?;
+            if f.attr.is_link() {
+                return Err(Errno::ELOOP);
+            }
             return Ok((KIND_FILE, f.attr));
         }
-        let a = c.stat(&p)?;
+        let a = c.stat(p)?;
+        if a.is_link() {
+            return Err(Errno::ELOOP);
+        }
         if a.is_dir() {
             if access != libc::O_RDONLY {
                 return Err(Errno::EISDIR);
@@ -254,12 +419,12 @@ fn open_path(p: String, flags: i32, mode: u32) -> FsResult<i32> {
             return Err(Errno::ENOTDIR);
         }
         if trunc && a.size > 0 {
-            c.truncate(&p, 0)?;
+            c.truncate(p, 0)?;
             return Ok((KIND_FILE, Attr { size: 0, ..a }));
         }
         Ok((KIND_FILE, a))
     })?;
-    let (fd, d) = Desc::create(kind, status, &p, &attr, flags & libc::O_CLOEXEC != 0)?;
+    let (fd, d) = Desc::create(kind, status, p, &attr, flags & libc::O_CLOEXEC != 0)?;
     fdtable::insert(fd, d);
     Ok(fd)
 }
@@ -643,7 +808,21 @@ fn sys_truncate(path: isize, len: i64) -> Ret {
     if len < 0 {
         return Some(neg(Errno::EINVAL));
     }
-    zero(truncate_path(&p, len as u64))
+    zero(with_links(
+        &p,
+        true,
+        |p| truncate_path(p, len as u64),
+        // SAFETY: truncate of a host path.
+        |h| {
+            raw_unit(unsafe {
+                raw(
+                    libc::SYS_truncate as isize,
+                    h.as_ptr() as isize,
+                    len as isize,
+                )
+            })
+        },
+    ))
 }
 
 fn sys_fsync(fd: i64) -> Ret {
@@ -684,9 +863,21 @@ fn sys_fallocate(fd: i64, mode: i64, off: i64, len: i64) -> Ret {
 
 // ---------------------------------------------------------------- metadata
 
-/// Attributes for the stat family: `(dirfd, "")` with `AT_EMPTY_PATH` is the fd itself.
-/// `None`: not ours.
-fn attr_at(dirfd: i64, path: isize, flags: i64) -> Option<FsResult<Attr>> {
+/// What the stat family answers: attributes, or the kernel's answer for a host path (a link
+/// leading out of the mount).
+enum StatAns {
+    Attr(Attr),
+    Kernel(isize),
+}
+
+/// Attributes for the stat family: `(dirfd, "")` with `AT_EMPTY_PATH` is the fd itself; links
+/// followed unless `AT_SYMLINK_NOFOLLOW`, `outside` stats a host path. `None`: not ours.
+fn attr_at(
+    dirfd: i64,
+    path: isize,
+    flags: i64,
+    outside: impl FnOnce(&CStr) -> isize,
+) -> Option<FsResult<StatAns>> {
     if empty_path(path, flags) {
         if !fdtable::is_ours(dirfd) {
             return None;
@@ -694,20 +885,49 @@ fn attr_at(dirfd: i64, path: isize, flags: i64) -> Option<FsResult<Attr>> {
         return Some(
             fdtable::get(dirfd)
                 .ok_or(Errno::EBADF)
-                .and_then(|d| stat_fd(&d)),
+                .and_then(|d| stat_fd(&d))
+                .map(StatAns::Attr),
         );
     }
+    let follow = flags & libc::AT_SYMLINK_NOFOLLOW as i64 == 0;
     match target(dirfd, path) {
         Target::External => None,
         Target::Fail(e) => Some(Err(e)),
-        Target::Ours(p) => Some(stat_path(&p)),
+        Target::Ours(p) => Some(match stat_links(&p, follow) {
+            Ok(Ok((_, a))) => Ok(StatAns::Attr(a)),
+            Ok(Err(h)) => Ok(StatAns::Kernel(outside(&h))),
+            Err(e) => Err(e),
+        }),
     }
 }
 
+fn stat_answer(r: FsResult<StatAns>, fill: impl FnOnce(&Attr)) -> Ret {
+    Some(match r {
+        Ok(StatAns::Attr(a)) => {
+            fill(&a);
+            0
+        }
+        Ok(StatAns::Kernel(k)) => k,
+        Err(e) => neg(e),
+    })
+}
+
 fn sys_stat_at(dirfd: i64, path: isize, buf: isize, flags: i64) -> Ret {
-    let a = attr_at(dirfd, path, flags)?;
+    let flags_k = (flags & !(libc::AT_EMPTY_PATH as i64)) as isize;
+    let r = attr_at(dirfd, path, flags, |h| {
+        // SAFETY: newfstatat of a host path into the caller's buffer.
+        unsafe {
+            raw(
+                libc::SYS_newfstatat as isize,
+                AT_FDCWD,
+                h.as_ptr() as isize,
+                buf,
+                flags_k,
+            )
+        }
+    })?;
     // SAFETY: the caller's stat buffer.
-    zero(a.map(|a| unsafe { abi::fill_stat(buf as *mut libc::stat, &a) }))
+    stat_answer(r, |a| unsafe { abi::fill_stat(buf as *mut libc::stat, a) })
 }
 
 fn sys_fstat(fd: i64, buf: isize) -> Ret {
@@ -721,13 +941,28 @@ fn sys_fstat(fd: i64, buf: isize) -> Ret {
     zero(a.map(|a| unsafe { abi::fill_stat(buf as *mut libc::stat, &a) }))
 }
 
-fn sys_statx(dirfd: i64, path: isize, flags: i64, buf: isize) -> Ret {
-    let a = attr_at(dirfd, path, flags)?;
+fn sys_statx(dirfd: i64, path: isize, flags: i64, mask: isize, buf: isize) -> Ret {
+    let flags_k = (flags & !(libc::AT_EMPTY_PATH as i64)) as isize;
+    let r = attr_at(dirfd, path, flags, |h| {
+        // SAFETY: statx of a host path into the caller's buffer.
+        unsafe {
+            raw(
+                libc::SYS_statx as isize,
+                AT_FDCWD,
+                h.as_ptr() as isize,
+                flags_k,
+                mask,
+                buf,
+            )
+        }
+    })?;
     // SAFETY: the caller's statx buffer.
-    zero(a.map(|a| unsafe { abi::fill_statx(buf as *mut libc::statx, &a) }))
+    stat_answer(r, |a| unsafe {
+        abi::fill_statx(buf as *mut libc::statx, a)
+    })
 }
 
-fn sys_access(dirfd: i64, path: isize, flags: i64) -> Ret {
+fn sys_access(dirfd: i64, path: isize, mode: i64, flags: i64) -> Ret {
     if empty_path(path, flags) {
         return if fdtable::is_ours(dirfd) {
             Some(0)
@@ -735,25 +970,66 @@ fn sys_access(dirfd: i64, path: isize, flags: i64) -> Ret {
             None
         };
     }
-    zero(stat_path(&ours!(target(dirfd, path))))
+    let p = ours!(target(dirfd, path));
+    zero(
+        stat_links(&p, flags & libc::AT_SYMLINK_NOFOLLOW as i64 == 0).and_then(|r| match r {
+            Ok(_) => Ok(0),
+            // SAFETY: faccessat of a host path.
+            Err(h) => raw_res(unsafe {
+                raw(
+                    libc::SYS_faccessat as isize,
+                    AT_FDCWD,
+                    h.as_ptr() as isize,
+                    mode as isize,
+                )
+            }),
+        }),
+    )
 }
 
 fn sys_mkdirat(dirfd: i64, path: isize, mode: i64) -> Ret {
     let p = ours!(target(dirfd, path));
-    let mode = mode as u32 & !UMASK.load(Relaxed) & 0o7777;
-    zero(conn::with(|c| c.mkdir(&p, mode)))
+    let m = mode as u32 & !UMASK.load(Relaxed) & 0o7777;
+    zero(with_links(
+        &p,
+        false,
+        |p| conn::with(|c| c.mkdir(p, m)),
+        // SAFETY: mkdirat of a host path.
+        |h| {
+            raw_unit(unsafe {
+                raw(
+                    libc::SYS_mkdirat as isize,
+                    AT_FDCWD,
+                    h.as_ptr() as isize,
+                    mode as isize,
+                )
+            })
+        },
+    ))
 }
 
 fn sys_unlinkat(dirfd: i64, path: isize, flags: i64) -> Ret {
     let p = ours!(target(dirfd, path));
-    if flags & libc::AT_REMOVEDIR as i64 != 0 {
-        if cwd().as_deref() == Some(p.as_str()) {
-            return Some(neg(Errno::EBUSY));
-        }
-        zero(conn::with(|c| c.rmdir(&p)))
-    } else {
-        zero(conn::with(|c| c.unlink(&p)))
+    if flags & libc::AT_REMOVEDIR as i64 != 0 && cwd().as_deref() == Some(p.as_str()) {
+        return Some(neg(Errno::EBUSY));
     }
+    let rm = flags & libc::AT_REMOVEDIR as i64 != 0;
+    zero(with_links(
+        &p,
+        false,
+        |p| conn::with(|c| if rm { c.rmdir(p) } else { c.unlink(p) }),
+        // SAFETY: unlinkat of a host path.
+        |h| {
+            raw_unit(unsafe {
+                raw(
+                    libc::SYS_unlinkat as isize,
+                    AT_FDCWD,
+                    h.as_ptr() as isize,
+                    flags as isize,
+                )
+            })
+        },
+    ))
 }
 
 fn sys_renameat(olddir: i64, old: isize, newdir: i64, new: isize, flags: i64) -> Ret {
@@ -802,17 +1078,67 @@ fn fd_or_path(dirfd: i64, path: isize, flags: i64) -> Target {
 fn sys_utimensat(dirfd: i64, path: isize, ts: isize, flags: i64) -> Ret {
     let p = ours!(fd_or_path(dirfd, path, flags));
     let (a, m) = times(ts);
-    zero(conn::with(|c| c.utimens(&p, a, m)))
+    let follow = flags & libc::AT_SYMLINK_NOFOLLOW as i64 == 0;
+    zero(with_links(
+        &p,
+        follow,
+        |p| conn::with(|c| c.utimens(p, a, m)),
+        // SAFETY: utimensat of a host path with the caller's times.
+        |h| {
+            raw_unit(unsafe {
+                raw(
+                    libc::SYS_utimensat as isize,
+                    AT_FDCWD,
+                    h.as_ptr() as isize,
+                    ts,
+                    0,
+                )
+            })
+        },
+    ))
 }
 
 fn sys_chmod(dirfd: i64, path: isize, mode: i64) -> Ret {
     let p = ours!(fd_or_path(dirfd, path, 0));
-    zero(conn::with(|c| c.chmod(&p, mode as u32)))
+    zero(with_links(
+        &p,
+        true,
+        |p| conn::with(|c| c.chmod(p, mode as u32)),
+        // SAFETY: fchmodat of a host path.
+        |h| {
+            raw_unit(unsafe {
+                raw(
+                    libc::SYS_fchmodat as isize,
+                    AT_FDCWD,
+                    h.as_ptr() as isize,
+                    mode as isize,
+                )
+            })
+        },
+    ))
 }
 
 fn sys_chown(dirfd: i64, path: isize, uid: i64, gid: i64, flags: i64) -> Ret {
     let p = ours!(fd_or_path(dirfd, path, flags));
-    zero(conn::with(|c| c.chown(&p, uid as u32, gid as u32)))
+    let follow = flags & libc::AT_SYMLINK_NOFOLLOW as i64 == 0;
+    zero(with_links(
+        &p,
+        follow,
+        |p| conn::with(|c| c.chown(p, uid as u32, gid as u32)),
+        // SAFETY: fchownat of a host path.
+        |h| {
+            raw_unit(unsafe {
+                raw(
+                    libc::SYS_fchownat as isize,
+                    AT_FDCWD,
+                    h.as_ptr() as isize,
+                    uid as isize,
+                    gid as isize,
+                    0,
+                )
+            })
+        },
+    ))
 }
 
 fn sys_statfs(t: Target, buf: isize) -> Ret {
@@ -822,13 +1148,59 @@ fn sys_statfs(t: Target, buf: isize) -> Ret {
     zero(s.map(|s| unsafe { abi::fill_statfs(buf as *mut libc::statfs, &s) }))
 }
 
-fn sys_readlinkat(dirfd: i64, path: isize) -> Ret {
+fn sys_readlinkat(dirfd: i64, path: isize, buf: isize, size: i64) -> Ret {
     let p = ours!(target(dirfd, path));
-    // madfs stores no symbolic links: an existing entry is "not a link"
-    Some(match stat_path(&p) {
-        Ok(_) => neg(Errno::EINVAL),
-        Err(e) => neg(e),
-    })
+    if size <= 0 {
+        return Some(neg(Errno::EINVAL));
+    }
+    let r = stat_links(&p, false).and_then(|r| match r {
+        Ok((q, a)) if a.is_link() => {
+            let t = readlink_ours(&q)?;
+            let n = t.len().min(size as usize);
+            // SAFETY: the caller's buffer of `size` bytes.
+            unsafe { slice_mut(buf, n) }.copy_from_slice(&t.as_bytes()[..n]);
+            Ok(n as isize)
+        }
+        Ok(_) => Err(Errno::EINVAL),
+        // SAFETY: readlinkat of a host path into the caller's buffer.
+        Err(h) => raw_res(unsafe {
+            raw(
+                libc::SYS_readlinkat as isize,
+                AT_FDCWD,
+                h.as_ptr() as isize,
+                buf,
+                size as isize,
+            )
+        }),
+    });
+    ret(r, |n| n)
+}
+
+fn sys_symlinkat(target_ptr: isize, dirfd: i64, path: isize) -> Ret {
+    let p = ours!(target(dirfd, path));
+    // SAFETY: the link target is a C string.
+    let Some(t) = (unsafe { cstr(target_ptr) }) else {
+        return Some(neg(Errno::EFAULT));
+    };
+    let Ok(t) = std::str::from_utf8(t) else {
+        return Some(neg(Errno::EINVAL));
+    };
+    zero(with_links(
+        &p,
+        false,
+        |p| conn::with(|c| c.symlink(t, p)),
+        // SAFETY: symlinkat at a host path.
+        |h| {
+            raw_unit(unsafe {
+                raw(
+                    libc::SYS_symlinkat as isize,
+                    target_ptr,
+                    AT_FDCWD,
+                    h.as_ptr() as isize,
+                )
+            })
+        },
+    ))
 }
 
 fn refuse_path(dirfd: i64, path: isize, e: Errno) -> Ret {
@@ -1039,12 +1411,20 @@ fn sys_chdir(t: Target, raw_call: impl FnOnce() -> isize) -> Ret {
             if conn::in_vfork_child() {
                 return Some(neg(Errno::ENOTSUP));
             }
-            match stat_path(&p) {
-                Ok(a) if a.is_dir() => {
-                    set_cwd(Some(p));
+            match stat_links(&p, true) {
+                Ok(Ok((q, a))) if a.is_dir() => {
+                    set_cwd(Some(q));
                     Some(0)
                 }
-                Ok(_) => Some(neg(Errno::ENOTDIR)),
+                Ok(Ok(_)) => Some(neg(Errno::ENOTDIR)),
+                Ok(Err(h)) => {
+                    // SAFETY: chdir to a host path.
+                    let r = unsafe { raw(libc::SYS_chdir as isize, h.as_ptr() as isize) };
+                    if r == 0 {
+                        set_cwd(None);
+                    }
+                    Some(r)
+                }
                 Err(e) => Some(neg(e)),
             }
         }
@@ -1187,9 +1567,9 @@ pub fn dispatch(nr: i64, a: [isize; 6]) -> Ret {
         libc::SYS_lseek => sys_lseek(f0, i1, f2),
         libc::SYS_newfstatat => sys_stat_at(f0, a1, a2, f3),
         libc::SYS_fstat => sys_fstat(f0, a1),
-        libc::SYS_statx => sys_statx(f0, a1, f2, a4),
-        libc::SYS_faccessat => sys_access(f0, a1, 0),
-        libc::SYS_faccessat2 => sys_access(f0, a1, f3),
+        libc::SYS_statx => sys_statx(f0, a1, f2, a3, a4),
+        libc::SYS_faccessat => sys_access(f0, a1, i2, 0),
+        libc::SYS_faccessat2 => sys_access(f0, a1, i2, f3),
         libc::SYS_mkdirat => sys_mkdirat(f0, a1, f2),
         libc::SYS_unlinkat => sys_unlinkat(f0, a1, f2),
         libc::SYS_renameat => sys_renameat(f0, a1, f2, a3, 0),
@@ -1235,8 +1615,8 @@ pub fn dispatch(nr: i64, a: [isize; 6]) -> Ret {
             };
             sys_statfs(t, a1)
         }
-        libc::SYS_readlinkat => sys_readlinkat(f0, a1),
-        libc::SYS_symlinkat => refuse_path(f1, a2, Errno::EPERM),
+        libc::SYS_readlinkat => sys_readlinkat(f0, a1, a2, i3),
+        libc::SYS_symlinkat => sys_symlinkat(a0, f1, a2),
         libc::SYS_linkat => sys_linkat(f0, a1, f2, a3),
         libc::SYS_mknodat => refuse_path(f0, a1, Errno::EPERM),
         libc::SYS_getxattr
@@ -1297,7 +1677,7 @@ fn arch_dispatch(nr: i64, a: [isize; 6], _a5: isize) -> Ret {
         ),
         libc::SYS_stat => sys_stat_at(cwd_fd, a0, a1, 0),
         libc::SYS_lstat => sys_stat_at(cwd_fd, a0, a1, libc::AT_SYMLINK_NOFOLLOW as i64),
-        libc::SYS_access => sys_access(cwd_fd, a0, 0),
+        libc::SYS_access => sys_access(cwd_fd, a0, i1, 0),
         libc::SYS_mkdir => sys_mkdirat(cwd_fd, a0, i1),
         libc::SYS_rmdir => sys_unlinkat(cwd_fd, a0, libc::AT_REMOVEDIR as i64),
         libc::SYS_unlink => sys_unlinkat(cwd_fd, a0, 0),
@@ -1305,8 +1685,8 @@ fn arch_dispatch(nr: i64, a: [isize; 6], _a5: isize) -> Ret {
         libc::SYS_dup2 => sys_dup3(i0, i1, 0, true),
         libc::SYS_chmod => sys_chmod(cwd_fd, a0, i1),
         libc::SYS_chown | libc::SYS_lchown => sys_chown(cwd_fd, a0, i1, i2, 0),
-        libc::SYS_readlink => sys_readlinkat(cwd_fd, a0),
-        libc::SYS_symlink => refuse_path(cwd_fd, a1, Errno::EPERM),
+        libc::SYS_readlink => sys_readlinkat(cwd_fd, a0, a1, i2),
+        libc::SYS_symlink => sys_symlinkat(a0, cwd_fd, a1),
         libc::SYS_link => sys_linkat(cwd_fd, a0, cwd_fd, a1),
         libc::SYS_mknod => refuse_path(cwd_fd, a0, Errno::EPERM),
         libc::SYS_utimes | libc::SYS_utime | libc::SYS_futimesat => {

@@ -258,3 +258,93 @@ fn rename_matrix_and_trees() {
     assert_eq!(counts.len(), 2, "{out}");
     assert_eq!(counts[0].trim(), counts[1].trim(), "{out}");
 }
+
+#[test]
+fn symbolic_links() {
+    let cl = cluster();
+    let out = bash(
+        &cl,
+        r#"
+        mkdir -p /madfs/s/d
+        echo hi > /madfs/s/file
+        ln -s file /madfs/s/rel
+        ln -s /madfs/s/file /madfs/s/abs
+        ln -s /etc/services /madfs/s/out
+        ln -s /madfs/s /madfs/s2
+        ln -s ../file /madfs/s/d/up
+        ln -s nowhere /madfs/s/dangling
+        echo "readlink $(readlink /madfs/s/rel) $(readlink /madfs/s/abs) $(readlink /madfs/s2)"
+        echo "cat $(cat /madfs/s/rel) $(cat /madfs/s/abs) $(cat /madfs/s/d/up) $(cat /madfs/s2/file) $(cat /madfs/s2/d/up)"
+        cmp /madfs/s/out /etc/services && echo "outside ok"
+        echo "types $(stat -c %F /madfs/s/rel) / $(stat -L -c %F /madfs/s/rel) / $(stat -L -c %F /madfs/s2)"
+        [ -L /madfs/s/dangling ] && [ ! -e /madfs/s/dangling ] && echo "dangling ok"
+        echo "ls $(ls -l /madfs/s | grep -c ' -> ')"
+        echo "find-l $(find /madfs/s -type l | wc -l)"
+        echo more > /madfs/s2/new && cat /madfs/s/new
+        echo append >> /madfs/s/rel && echo "size $(stat -L -c %s /madfs/s/rel) $(stat -c %s /madfs/s/file)"
+        cd /madfs/s2/d && cat up && cd /
+        mv /madfs/s/rel /madfs/s/d/rel2 && echo "moved $(readlink /madfs/s/d/rel2)"
+        chmod 600 /madfs/s/abs && echo "mode $(stat -c %a /madfs/s/file)"
+        python3 - <<'PY'
+import os
+print("py", os.readlink("/madfs/s/abs"), os.path.islink("/madfs/s/abs"), os.path.islink("/madfs/s/file"),
+      os.stat("/madfs/s/abs").st_size, os.lstat("/madfs/s/abs").st_size,
+      sorted(e.name for e in os.scandir("/madfs/s") if e.is_symlink()))
+os.symlink("d", "/madfs/s/dlink")
+print("pydir", sorted(os.listdir("/madfs/s/dlink")))
+PY
+        cp -a /madfs/s "$T/s-back" && readlink "$T/s-back/abs" && cat "$T/s-back/file" | head -1
+        rm -rf /madfs/s /madfs/s2 && [ ! -e /madfs/s ] && echo "root-entries $(ls /madfs | wc -l)"
+        "#,
+    );
+    for e in [
+        "readlink file /madfs/s/file /madfs/s\n",
+        "cat hi hi hi hi hi\n",
+        "outside ok\n",
+        "types symbolic link / regular file / directory\n",
+        "dangling ok\n",
+        "ls 4\n",
+        "find-l 5\n",
+        "more\n",
+        "size 10 10\n",
+        "hi\n",
+        "moved file\n",
+        "mode 600\n",
+        "py /madfs/s/file True False 10 13 ['abs', 'dangling', 'out']\n",
+        "pydir ['rel2', 'up']\n",
+        "/madfs/s/file\n",
+        "root-entries 0\n",
+    ] {
+        assert!(out.contains(e), "missing {e:?} in:\n{out}");
+    }
+    let out = syscalls(
+        &cl,
+        &[
+            "mkdir,/madfs/n",
+            "open,/madfs/n/f,creat+w",
+            "symlink,f,/madfs/n/l",
+            "open,/madfs/n/l,r+nofollow",
+            "open,/madfs/n/l,r",
+            "lstat,/madfs/n/l",
+            "symlink,f,/madfs/n/l",
+            "symlink,x,/madfs/n/f",
+            "symlink,l2,/madfs/n/l1",
+            "symlink,l1,/madfs/n/l2",
+            "open,/madfs/n/l1,r",
+            "link,/madfs/n/f,/madfs/n/h",
+        ],
+    );
+    let want =
+        "mkdir OK 0\nopen OK *\nsymlink OK 0\nopen ERR ELOOP\nopen OK *\nsize 1 mode 120777\n\
+lstat OK 0\nsymlink ERR EEXIST\nsymlink ERR EEXIST\nsymlink OK 0\nsymlink OK 0\nopen ERR ELOOP\n\
+link ERR EPERM\n";
+    let got: Vec<&str> = out.lines().collect();
+    let exp: Vec<&str> = want.lines().collect();
+    assert_eq!(got.len(), exp.len(), "{out}");
+    for (g, e) in got.iter().zip(&exp) {
+        match e.strip_suffix('*') {
+            Some(prefix) => assert!(g.starts_with(prefix), "{g} vs {e}\n{out}"),
+            None => assert_eq!(g, e, "{out}"),
+        }
+    }
+}

@@ -74,7 +74,9 @@ fn coreutils() {
         stat -f -c '%b %S' /madfs | awk '{ print ($1 > 0 && $2 > 0) ? "statfs ok" : "statfs bad" }'
         fallocate -l 300000 /madfs/cu/a/falloc && stat -c 'fallocate %s' /madfs/cu/a/falloc
         chmod 640 /madfs/cu/a/falloc && stat -c 'mode %a' /madfs/cu/a/falloc
-        if ln -s /madfs/cu/a/svc /madfs/cu/link 2> "$T/ln.err"; then echo "ln unexpectedly worked"; else cat "$T/ln.err"; fi
+        ln -s a/svc /madfs/cu/link && [ "$(readlink /madfs/cu/link)" = a/svc ] && cmp /madfs/cu/link /madfs/cu/a/svc && echo "symlink ok"
+        rm /madfs/cu/link
+        if ln /madfs/cu/a/svc /madfs/cu/hard 2> "$T/ln.err"; then echo "ln unexpectedly worked"; else cat "$T/ln.err"; fi
         rm -rf /madfs/cu/a && [ ! -e /madfs/cu/a ] && echo "rm-rf ok"
         ls /madfs/cu
         cd /madfs/cu && pwd && ls dd && cd / && rm -rf /madfs/cu && ls /madfs
@@ -100,7 +102,8 @@ fn coreutils() {
         "statfs ok",
         "fallocate 300000",
         "mode 640",
-        "ln: failed to create symbolic link '/madfs/cu/link': Operation not permitted",
+        "symlink ok",
+        "ln: failed to create hard link '/madfs/cu/hard' => '/madfs/cu/a/svc': Operation not permitted",
         "rm-rf ok",
         "dd\nrand50\n",
         "/madfs/cu\ndd\n",
@@ -301,6 +304,7 @@ fn syscalls_errno_exact() {
         "getcwd",
         "stat,f",
         "unlink,/madfs/e/f",
+        "unlink,/madfs/e/l",
         "chdir,/",
         "rmdir,/madfs/e",
     ];
@@ -312,9 +316,9 @@ fn syscalls_errno_exact() {
 lseek ERR EINVAL\nlseek OK 5\npread ERR EINVAL\nsize 5 mode 100644\nfstat OK 0\nclose OK 0\nclose ERR EBADF\n\
 open ERR EEXIST\nopen ERR EISDIR\nopen ERR ENOTDIR\nopen ERR ENOENT\nrmdir ERR ENOTEMPTY\nrmdir ERR ENOTDIR\n\
 unlink ERR EISDIR\nmkdir ERR ENOTDIR\nstat ERR ENOTDIR\nopen OK *\nwrite ERR EBADF\nfcntl-lock ERR ENOLCK\n\
-mmap ERR ENODEV\nioctl ERR ENOTTY\nsymlink ERR EPERM\nlink ERR EPERM\nrename ERR EXDEV\ndup OK *\n\
+mmap ERR ENODEV\nioctl ERR ENOTTY\nsymlink OK 0\nlink ERR EPERM\nrename ERR EXDEV\ndup OK *\n\
 fcntl-getfl OK 0\ndata hello\nread OK 5\nchdir OK 0\ncwd /madfs/e\ngetcwd OK 0\nsize 5 mode 100644\nstat OK 0\n\
-unlink OK 0\nchdir OK 0\nrmdir OK 0\n";
+unlink OK 0\nunlink OK 0\nchdir OK 0\nrmdir OK 0\n";
     let got: Vec<&str> = out.lines().collect();
     let exp: Vec<&str> = want.lines().collect();
     assert_eq!(got.len(), exp.len(), "{out}");

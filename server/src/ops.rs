@@ -92,6 +92,7 @@ pub fn runs_inline(req: &Request<'_>, meta_inline: bool) -> bool {
         | Request::Statfs
         | Request::HasChildren { .. } => true,
         Request::Create { .. }
+        | Request::Symlink { .. }
         | Request::Mkdir { .. }
         | Request::Unlink { .. }
         | Request::Rmdir { .. }
@@ -203,6 +204,12 @@ impl Ops {
                 match self.meta.get(path)? {
                     Some(_) if excl => Err(Errno::EEXIST),
                     Some(a) if a.is_dir() => Err(Errno::EISDIR),
+                    // a link: the client follows it (never truncate its target string)
+                    Some(a) if a.is_link() => Ok(Answer::Created {
+                        attr: a,
+                        existed: true,
+                        old_size: a.size,
+                    }),
                     Some(mut a) => {
                         let old_size = a.size;
                         if trunc && a.size > 0 {
@@ -241,6 +248,43 @@ impl Ops {
                         })
                     }
                 }
+            }
+            Request::Symlink {
+                path,
+                target,
+                uid,
+                gid,
+            } => {
+                not_root(path, Errno::EEXIST)?;
+                if target.is_empty() {
+                    return Err(Errno::ENOENT);
+                }
+                if target.len() >= libc::PATH_MAX as usize {
+                    return Err(Errno::ENAMETOOLONG);
+                }
+                if self.meta.get(path)?.is_some() {
+                    return Err(Errno::EEXIST);
+                }
+                let now = now_ns();
+                let a = Attr {
+                    id: self.meta.next_id()?,
+                    mode: libc::S_IFLNK | 0o777,
+                    nlink: 1,
+                    uid,
+                    gid,
+                    size: target.len() as u64,
+                    chunk_size: self.chunk_size,
+                    atime: now,
+                    mtime: now,
+                    ctime: now,
+                };
+                // entry and target in one batch
+                self.meta.attach(path, &a, target.as_bytes(), None)?;
+                Ok(Answer::Created {
+                    attr: a,
+                    existed: false,
+                    old_size: 0,
+                })
             }
             Request::Mkdir {
                 path,
@@ -307,6 +351,9 @@ impl Ops {
             Request::SetSize { path, size, mode } => {
                 not_root(path, Errno::EISDIR)?;
                 let mut a = self.get(path)?;
+                if a.is_link() {
+                    return Err(Errno::ELOOP); // the client follows the link
+                }
                 if a.is_dir() {
                     return Err(Errno::EISDIR);
                 }
@@ -329,6 +376,9 @@ impl Ops {
             Request::Chmod { path, mode } => {
                 not_root(path, Errno::EPERM)?;
                 let mut a = self.get(path)?;
+                if a.is_link() {
+                    return Err(Errno::ELOOP); // the client follows the link
+                }
                 a.mode = (a.mode & S_IFMT) | (mode & 0o7777);
                 a.ctime = now_ns();
                 self.meta.put(path, &a)?;
@@ -337,6 +387,9 @@ impl Ops {
             Request::Utimens { path, atime, mtime } => {
                 not_root(path, Errno::EPERM)?;
                 let mut a = self.get(path)?;
+                if a.is_link() {
+                    return Err(Errno::ELOOP); // the client follows the link
+                }
                 let now = now_ns();
                 a.atime = resolve(atime, a.atime, now);
                 a.mtime = resolve(mtime, a.mtime, now);
@@ -346,6 +399,9 @@ impl Ops {
             }
             Request::Append { path, len } => {
                 not_root(path, Errno::EISDIR)?;
+                if self.get(path)?.is_link() {
+                    return Err(Errno::ELOOP);
+                }
                 self.meta
                     .reserve_append(path, len, now_ns())
                     .map(Answer::Offset)
@@ -353,6 +409,9 @@ impl Ops {
             Request::Chown { path, uid, gid } => {
                 not_root(path, Errno::EPERM)?;
                 let mut a = self.get(path)?;
+                if a.is_link() {
+                    return Err(Errno::ELOOP); // the client follows the link
+                }
                 if uid != u32::MAX {
                     a.uid = uid;
                 }
@@ -481,12 +540,17 @@ impl Ops {
                 let mut found = Vec::new();
                 let mut bytes = 0usize;
                 let mut scanned = 0u64;
-                let next = self.meta.scan_subtree(dir, after, &mut |path, a| {
+                let matcher = filter.matcher();
+                let next = self.meta.scan_subtree(dir, after, &mut |parent, name, a| {
                     scanned += 1;
-                    let name = path.rsplit('/').next().unwrap_or("");
-                    if filter.matches(name, a) {
+                    if matcher.matches(name, a) {
+                        let path = if parent == "/" {
+                            format!("/{name}")
+                        } else {
+                            format!("{parent}/{name}")
+                        };
                         bytes += path.len() + 8;
-                        found.push(path.to_owned());
+                        found.push(path);
                     }
                     bytes < budget
                 })?;

@@ -86,6 +86,10 @@ impl Attr {
     pub fn is_file(&self) -> bool {
         self.mode & S_IFMT == S_IFREG
     }
+    /// Is this a symbolic link (its target is its data, inline in chunk 0)?
+    pub fn is_link(&self) -> bool {
+        self.mode & S_IFMT == libc::S_IFLNK
+    }
 }
 
 /// How `SetSize` changes a size.
@@ -100,13 +104,63 @@ pub enum SizeMode {
 impl FindFilter<'_> {
     /// Does the entry `name` with attributes `a` pass every condition?
     pub fn matches(&self, name: &str, a: &Attr) -> bool {
-        self.kind.is_none_or(|k| a.mode & S_IFMT == k)
-            && self
-                .size
-                .is_none_or(|(n, unit)| a.size.div_ceil(unit.max(1)) == n)
-            && self.newer_than.is_none_or(|t| a.mtime > t)
-            && self.name.is_none_or(|p| fnmatch(p, name))
+        self.matcher().matches(name, a)
     }
+
+    /// The filter prepared for many entries (the pattern converted once; no allocation per
+    /// entry).
+    pub fn matcher(&self) -> Matcher {
+        Matcher {
+            kind: self.kind,
+            size: self.size,
+            newer_than: self.newer_than,
+            pattern: self.name.map(|p| std::ffi::CString::new(p).map_err(|_| ())),
+        }
+    }
+}
+
+/// A [`FindFilter`] ready to test many entries.
+pub struct Matcher {
+    kind: Option<u32>,
+    size: Option<(u64, u64)>,
+    newer_than: Option<i64>,
+    /// The name pattern; `Err` when it holds a NUL (matches nothing).
+    pattern: Option<Result<std::ffi::CString, ()>>,
+}
+
+impl Matcher {
+    /// Does the entry `name` with attributes `a` pass? Cheap tests first, the name last.
+    pub fn matches(&self, name: &str, a: &Attr) -> bool {
+        let f = self;
+        f.kind.is_none_or(|k| a.mode & S_IFMT == k)
+            && f.size
+                .is_none_or(|(n, unit)| a.size.div_ceil(unit.max(1)) == n)
+            && f.newer_than.is_none_or(|t| a.mtime > t)
+            && match &self.pattern {
+                None => true,
+                Some(Err(())) => false,
+                Some(Ok(p)) => fnmatch_c(p, name),
+            }
+    }
+}
+
+/// fnmatch(3) of a prepared pattern; names up to 255 bytes are NUL-terminated on the stack.
+fn fnmatch_c(pattern: &std::ffi::CStr, name: &str) -> bool {
+    let b = name.as_bytes();
+    if b.contains(&0) {
+        return false;
+    }
+    let mut buf = [0u8; 256];
+    let heap;
+    let ptr = if b.len() < buf.len() {
+        buf[..b.len()].copy_from_slice(b);
+        buf.as_ptr()
+    } else {
+        heap = [b, &[0]].concat();
+        heap.as_ptr()
+    };
+    // SAFETY: two NUL-terminated strings.
+    unsafe { libc::fnmatch(pattern.as_ptr(), ptr.cast(), 0) == 0 }
 }
 
 /// fnmatch(3) without flags.
@@ -149,6 +203,14 @@ pub enum Request<'a> {
         excl: bool,
         /// `O_TRUNC`: size becomes 0 if it exists.
         trunc: bool,
+    },
+    /// Create a symbolic link at `path` to `target` (stored as the link's data); EEXIST if
+    /// `path` exists. Reply: `Created`.
+    Symlink {
+        path: &'a str,
+        target: &'a str,
+        uid: u32,
+        gid: u32,
     },
     /// Create a directory.
     Mkdir {
@@ -267,6 +329,7 @@ impl Request<'_> {
             Request::Stat { .. } => "stat",
             Request::Create { .. } => "create",
             Request::Mkdir { .. } => "mkdir",
+            Request::Symlink { .. } => "symlink",
             Request::Unlink { .. } => "unlink",
             Request::Rmdir { .. } => "rmdir",
             Request::HasChildren { .. } => "has_children",

@@ -44,6 +44,7 @@ fn errno_name(e: i32) -> String {
         (libc::ENOTSUP, "ENOTSUP"),
         (libc::ERANGE, "ERANGE"),
         (libc::ENXIO, "ENXIO"),
+        (libc::ELOOP, "ELOOP"),
     ];
     names
         .iter()

@@ -38,15 +38,16 @@ pub trait MetadataStore: Send + Sync {
     /// `len`-byte append and grows the size past it. Returns the offset.
     fn reserve_append(&self, path: &str, len: u64, mtime: i64) -> FsResult<u64>;
     /// Entries of `dir` with hash ≥ `start`, in hash order, until about `max_bytes` of names;
-    /// entries sharing a hash are never split. Returns the entries and the hash to go on from.
+    /// entries sharing a position (hash >> 1) are never split. Returns the entries and the hash to go on from.
     fn list(&self, dir: &str, start: u64, max_bytes: usize) -> FsResult<(Vec<Entry>, Option<u64>)>;
     /// Every entry under `dir` at any depth, in key order after `after` (exclusive), while
-    /// `visit(path, attr)` returns true. Returns the last key visited when stopped early.
+    /// `visit(parent, name, attr)` returns true. Returns the last key visited when stopped
+    /// early.
     fn scan_subtree(
         &self,
         dir: &str,
         after: &[u8],
-        visit: &mut dyn FnMut(&str, &Attr) -> bool,
+        visit: &mut dyn FnMut(&str, &str, &Attr) -> bool,
     ) -> FsResult<Option<Vec<u8>>>;
     /// Does this server hold any entry directly inside `dir`?
     fn has_children(&self, dir: &str) -> FsResult<bool>;

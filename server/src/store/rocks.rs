@@ -283,7 +283,7 @@ impl MetadataStore for RocksDbMeta {
         &self,
         dir: &str,
         after: &[u8],
-        visit: &mut dyn FnMut(&str, &Attr) -> bool,
+        visit: &mut dyn FnMut(&str, &str, &Attr) -> bool,
     ) -> FsResult<Option<Vec<u8>>> {
         // children: `E dir \0 …`; deeper: `E dir / …` (for the root: `E / \0` and `E / …`)
         let prefixes = if dir == "/" {
@@ -320,12 +320,7 @@ impl MetadataStore for RocksDbMeta {
                             std::str::from_utf8(&k[1..zero]),
                             std::str::from_utf8(&k[zero + 9..]),
                         ) {
-                            let path = if parent == "/" {
-                                format!("/{name}")
-                            } else {
-                                format!("{parent}/{name}")
-                            };
-                            if !visit(&path, &attr) {
+                            if !visit(parent, name, &attr) {
                                 return Ok(Some(k.to_vec()));
                             }
                         }
