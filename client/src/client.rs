@@ -980,21 +980,23 @@ impl FileSystem for Client {
 
     fn chmod(&self, path: &str, mode: u32) -> FsResult<()> {
         let path = normalize(path)?;
-        self.call(self.meta_of(&path), &Request::Chmod { path: &path, mode })
-            .map(|_| ())
+        match self.call(self.meta_of(&path), &Request::Chmod { path: &path, mode }) {
+            Err(Errno::ENOENT) => Err(self.refine_enoent(&path)),
+            r => r.map(|_| ()),
+        }
     }
 
     fn utimens(&self, path: &str, atime: TimeSpec, mtime: TimeSpec) -> FsResult<()> {
         let path = normalize(path)?;
-        self.call(
-            self.meta_of(&path),
-            &Request::Utimens {
-                path: &path,
-                atime,
-                mtime,
-            },
-        )
-        .map(|_| ())
+        let req = Request::Utimens {
+            path: &path,
+            atime,
+            mtime,
+        };
+        match self.call(self.meta_of(&path), &req) {
+            Err(Errno::ENOENT) => Err(self.refine_enoent(&path)),
+            r => r.map(|_| ()),
+        }
     }
 
     fn statfs(&self) -> FsResult<StatFs> {

@@ -233,8 +233,8 @@ fn readlink_ours(p: &str) -> FsResult<String> {
     conn::with(|c| c.readlink(p))
 }
 
-/// After ENOENT/ENOTDIR on `p`: where `p` leads if an ancestor is a symbolic link (None: the
-/// error stands). Costs one stat of the parent when the parent is a plain directory.
+/// After ENOTDIR on `p`: where `p` leads if an ancestor is a symbolic link (None: the error
+/// stands). Costs one stat of the parent when the parent is a plain directory.
 fn through_ancestor(p: &str) -> FsResult<Option<Followed>> {
     if let Some((parent, _)) = madfs_placement::split_parent(p) {
         if matches!(stat_path(parent), Ok(a) if a.is_dir()) {
@@ -257,7 +257,7 @@ fn through_ancestor(p: &str) -> FsResult<Option<Followed>> {
     Ok(None)
 }
 
-/// Runs `op` on `p`, following symbolic links: ancestors when `op` fails with ENOENT/ENOTDIR,
+/// Runs `op` on `p`, following symbolic links: ancestors when `op` fails with ENOTDIR,
 /// the last component when `op` answers ELOOP (a link) and `last` is set; `outside` runs the
 /// call on a host path.
 fn with_links<T>(
@@ -270,9 +270,11 @@ fn with_links<T>(
     for _ in 0..MAX_LINKS {
         let next = match op(&p) {
             Err(Errno::ELOOP) if last => link_target(&p, &readlink_ours(&p)?, "")?,
-            Err(e @ (Errno::ENOENT | Errno::ENOTDIR)) => match through_ancestor(&p)? {
+            // the client answers ENOENT only when every existing ancestor is a directory
+            // (it refines the error), so a link among the ancestors shows as ENOTDIR
+            Err(Errno::ENOTDIR) => match through_ancestor(&p)? {
                 Some(f) => f,
-                None => return Err(e),
+                None => return Err(Errno::ENOTDIR),
             },
             r => return r,
         };

@@ -135,10 +135,26 @@ fn small_buffers_cookies_and_find_ioctls() {
     c.mkdir("/d/sub", 0o755).unwrap();
     let f = c.open("/d/sub/x010", OpenFlags::create_trunc()).unwrap();
     c.close(f).unwrap();
-    // every step of 1, and python reading through tiny getdents buffers via os.scandir
-    let out = syscalls(&cl, &["seekcheck,/madfs/d,1", "rangelist,/madfs/d,7"]);
+    // telldir after every entry; 7 ranged fds; getdents64 with room for one or two entries
+    let out = syscalls(
+        &cl,
+        &[
+            "seekcheck,/madfs/d,1",
+            "rangelist,/madfs/d,7",
+            "smallbuf,/madfs/d,40",
+            "smallbuf,/madfs/d,100",
+        ],
+    );
     assert!(out.contains("seekcheck OK 301"), "{out}");
     assert!(out.contains("rangelist OK 301"), "{out}");
+    assert!(
+        out.contains("smallbuf 40 bytes: 301 entries, same order: true"),
+        "{out}"
+    );
+    assert!(
+        out.contains("smallbuf 100 bytes: 301 entries, same order: true"),
+        "{out}"
+    );
     // server-side find through the ioctls: *01* of size 3901 → x010 (not x010 in sub: size 0),
     // x012? no: names with "01" are x001, x010..x019, x201, x210..x219, sub/x010
     let out = syscalls(&cl, &["findioctl,/madfs/d,*01*,3901"]);

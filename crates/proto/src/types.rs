@@ -115,6 +115,12 @@ impl FindFilter<'_> {
             size: self.size,
             newer_than: self.newer_than,
             pattern: self.name.map(|p| std::ffi::CString::new(p).map_err(|_| ())),
+            // `*literal*` (IO500's `*01*`): a substring search, the same answer as fnmatch
+            infix: self.name.and_then(|p| {
+                let lit = p.strip_prefix('*')?.strip_suffix('*')?;
+                let plain = !lit.is_empty() && !lit.contains(['*', '?', '[', '\\', '\0']);
+                plain.then(|| lit.to_string())
+            }),
         }
     }
 }
@@ -126,6 +132,13 @@ pub struct Matcher {
     newer_than: Option<i64>,
     /// The name pattern; `Err` when it holds a NUL (matches nothing).
     pattern: Option<Result<std::ffi::CString, ()>>,
+    /// The literal of a `*literal*` pattern.
+    infix: Option<String>,
+}
+
+/// Does `hay` contain `needle` (non-empty)?
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
 }
 
 impl Matcher {
@@ -136,10 +149,11 @@ impl Matcher {
             && f.size
                 .is_none_or(|(n, unit)| a.size.div_ceil(unit.max(1)) == n)
             && f.newer_than.is_none_or(|t| a.mtime > t)
-            && match &self.pattern {
-                None => true,
-                Some(Err(())) => false,
-                Some(Ok(p)) => fnmatch_c(p, name),
+            && match (&self.pattern, &self.infix) {
+                (None, _) => true,
+                (Some(Err(())), _) => false,
+                (Some(Ok(_)), Some(lit)) => contains(name.as_bytes(), lit.as_bytes()),
+                (Some(Ok(p)), None) => fnmatch_c(p, name),
             }
     }
 }
@@ -436,4 +450,48 @@ pub enum Reply<'a> {
     },
     /// File-system totals.
     StatFs(StatFs),
+}
+
+#[cfg(test)]
+mod matcher_tests {
+    use super::*;
+
+    #[test]
+    fn matcher_agrees_with_fnmatch() {
+        let a = Attr {
+            id: 2,
+            mode: S_IFREG | 0o644,
+            nlink: 1,
+            uid: 0,
+            gid: 0,
+            size: 3901,
+            chunk_size: 4096,
+            atime: 0,
+            mtime: 10,
+            ctime: 0,
+        };
+        let names = ["file.0.101", "file.1.2", "01", "x0y1", "", "a*01*b", "é01"];
+        for pat in [
+            "*01*", "*1*", "file*", "*[0-9]*", "*?*", "**", "*\\*01*", "*01", "01*",
+        ] {
+            let f = FindFilter {
+                name: Some(pat),
+                ..Default::default()
+            };
+            let m = f.matcher();
+            for n in names {
+                assert_eq!(m.matches(n, &a), fnmatch(pat, n), "{pat} on {n:?}");
+            }
+        }
+        let f = FindFilter {
+            name: Some("*01*"),
+            size: Some((3901, 1)),
+            newer_than: Some(10),
+            kind: None,
+        };
+        assert!(
+            !f.matcher().matches("file.0.101", &a),
+            "mtime must be newer"
+        );
+    }
 }

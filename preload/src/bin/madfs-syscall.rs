@@ -9,7 +9,8 @@
 //! compare), `listmut,DIR,N` (unlink and create N entries half-way through a listing: every
 //! entry present throughout seen exactly once), `rangelist,DIR,K` (K fds with
 //! `MADFS_IOC_DIR_RANGE` ranges, their union equal to the plain listing), `findioctl,DIR,GLOB,
-//! SIZE` (`MADFS_IOC_FIND_COUNT`, then `MADFS_IOC_FIND_LIST` and getdents64).
+//! SIZE` (`MADFS_IOC_FIND_COUNT`, then `MADFS_IOC_FIND_LIST` and getdents64), `smallbuf,DIR,
+//! BYTES` (getdents64 with a tiny buffer lists the same entries in the same order).
 //!
 //! ```text
 //! madfs-syscall mkdir,/madfs/d open,/madfs/d/f,creat+excl+w write,#0,hello lseek,#0,0,set \
@@ -233,6 +234,7 @@ fn main() {
                 "listmut" => listmut(a[1], num(2) as usize),
                 "rangelist" => rangelist(a[1], num(2) as u64),
                 "findioctl" => findioctl(a[1], a[2], num(3) as u64),
+                "smallbuf" => smallbuf(a[1], num(2) as usize),
                 op => panic!("unknown op {op}"),
             }
         };
@@ -384,7 +386,12 @@ fn listmut(dir: &str, n: usize) -> i64 {
 
 /// getdents64 on `fd` until the end; names without `.`/`..`.
 fn getdents_all(fd: i32) -> Vec<String> {
-    let mut buf = vec![0u8; 32 << 10];
+    getdents_with(fd, 32 << 10)
+}
+
+/// getdents64 with a `len`-byte buffer until the end; names without `.`/`..`.
+fn getdents_with(fd: i32, len: usize) -> Vec<String> {
+    let mut buf = vec![0u8; len];
     let mut names = vec![];
     loop {
         // SAFETY: buf is ours.
@@ -412,6 +419,28 @@ fn open_dir_fd(dir: &str) -> i32 {
     let fd = unsafe { libc::open(cs(dir).as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY) };
     assert!(fd >= 0, "open {dir}: {}", std::io::Error::last_os_error());
     fd
+}
+
+/// The listing through getdents64 with a `len`-byte buffer equals the one with a large buffer.
+fn smallbuf(dir: &str, len: usize) -> i64 {
+    let fd = open_dir_fd(dir);
+    let big = getdents_all(fd);
+    // SAFETY: fd is ours.
+    unsafe { libc::close(fd) };
+    let fd = open_dir_fd(dir);
+    let small = getdents_with(fd, len);
+    // SAFETY: fd is ours.
+    unsafe { libc::close(fd) };
+    println!(
+        "smallbuf {len} bytes: {} entries, same order: {}",
+        small.len(),
+        small == big
+    );
+    if small == big {
+        small.len() as i64
+    } else {
+        -1
+    }
 }
 
 fn rangelist(dir: &str, k: u64) -> i64 {

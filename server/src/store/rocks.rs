@@ -147,6 +147,9 @@ pub struct RocksDbMeta {
     stripes: Vec<Mutex<()>>,
 }
 
+/// RocksDB block cache of one server (filled only as blocks are read).
+const BLOCK_CACHE_BYTES: usize = 64 << 20;
+
 /// Public name used by the rest of the server.
 pub type RocksMeta = RocksDbMeta;
 
@@ -158,6 +161,14 @@ impl RocksDbMeta {
         opts.set_merge_operator("madfs.size", size_full_merge, size_partial_merge);
         opts.increase_parallelism(2);
         opts.set_max_background_jobs(2);
+        // Metadata records are small and read far more than written: no compression (scans
+        // spent ~7 % decompressing), a block cache, and bloom filters so that a point lookup
+        // (stat, create's existence check) skips SST files that cannot hold the key.
+        opts.set_compression_type(rocksdb::DBCompressionType::None);
+        let mut table = rocksdb::BlockBasedOptions::default();
+        table.set_block_cache(&rocksdb::Cache::new_lru_cache(BLOCK_CACHE_BYTES)?);
+        table.set_bloom_filter(10.0, false);
+        opts.set_block_based_table_factory(&table);
         let db = DB::open(&opts, dir)?;
         let reserved = match db.get(b"Snext_id")? {
             Some(v) if v.len() == 8 => u64::from_le_bytes(v[..].try_into().unwrap()),
