@@ -19,6 +19,8 @@ const SMALL_REPLY: usize = 512;
 /// Names per readdir page (bytes), and the room for its reply.
 const LIST_BYTES: u32 = 16 << 10;
 const LIST_REPLY: usize = 64 << 10;
+/// Bytes of matches per find page (the server caps pages at half its 64 KiB header room).
+const FIND_BYTES: u32 = 32 << 10;
 /// Header room the server keeps in each frame (`net::HEADER_ROOM` on the server).
 const HEADER_ROOM: usize = 64 << 10;
 
@@ -257,7 +259,7 @@ impl Client {
                     dir,
                     filter: *filter,
                     after: &after,
-                    max_bytes: LIST_BYTES,
+                    max_bytes: FIND_BYTES,
                 };
                 let raw = self.t.call(s, tag::REQUEST, &req, &[], LIST_REPLY).await?;
                 match raw.decode()?.0 {
@@ -267,7 +269,13 @@ impl Client {
                         next,
                     } => {
                         scanned += n;
-                        out.extend(paths.into_iter().map(str::to_owned));
+                        out.extend(paths.into_iter().map(|rel| {
+                            if dir == "/" {
+                                format!("/{rel}")
+                            } else {
+                                format!("{dir}/{rel}")
+                            }
+                        }));
                         match next {
                             Some(k) => after = k.to_vec(),
                             None => return Ok::<_, Errno>((out, scanned)),

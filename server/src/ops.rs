@@ -541,16 +541,23 @@ impl Ops {
                 let mut bytes = 0usize;
                 let mut scanned = 0u64;
                 let matcher = filter.matcher();
+                // matches travel relative to `dir` (fewer bytes, so fewer pages)
+                let base = if dir == "/" {
+                    "/".to_string()
+                } else {
+                    format!("{dir}/")
+                };
                 let next = self.meta.scan_subtree(dir, after, &mut |parent, name, a| {
                     scanned += 1;
                     if matcher.matches(name, a) {
-                        let path = if parent == "/" {
-                            format!("/{name}")
+                        let rel = if parent == dir {
+                            name.to_string()
                         } else {
-                            format!("{parent}/{name}")
+                            let sub = parent.strip_prefix(base.as_str()).unwrap_or(parent);
+                            format!("{sub}/{name}")
                         };
-                        bytes += path.len() + 8;
-                        found.push(path);
+                        bytes += rel.len() + 8;
+                        found.push(rel);
                     }
                     bytes < budget
                 })?;

@@ -439,7 +439,8 @@ pub enum Reply<'a> {
     Written(u32),
     /// Offset reserved by `Append`.
     Offset(u64),
-    /// `Find` results: full paths, entries examined, and the key to continue after (`None`:
+    /// `Find` results: paths relative to the directory searched, entries examined, and the
+    /// key to continue after (`None`:
     /// done).
     Found {
         scanned: u64,
