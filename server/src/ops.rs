@@ -240,7 +240,7 @@ impl Ops {
                             mtime: now,
                             ctime: now,
                         };
-                        self.meta.put(path, &a)?;
+                        self.meta.insert(path, &a, &[])?;
                         Ok(Answer::Created {
                             attr: a,
                             existed: false,
@@ -279,7 +279,7 @@ impl Ops {
                     ctime: now,
                 };
                 // entry and target in one batch
-                self.meta.attach(path, &a, target.as_bytes(), None)?;
+                self.meta.insert(path, &a, target.as_bytes())?;
                 Ok(Answer::Created {
                     attr: a,
                     existed: false,
@@ -309,7 +309,7 @@ impl Ops {
                     mtime: now,
                     ctime: now,
                 };
-                self.meta.put(path, &a)?;
+                self.meta.insert(path, &a, &[])?;
                 Ok(Answer::Attr(a))
             }
             Request::Unlink { path } => {

@@ -23,8 +23,11 @@ pub struct Entry {
 pub trait MetadataStore: Send + Sync {
     /// Attributes of `path` (None if absent).
     fn get(&self, path: &str) -> FsResult<Option<Attr>>;
-    /// Inserts or replaces the entry of `path`.
+    /// Replaces the entry of an existing `path` (attribute updates).
     fn put(&self, path: &str, attr: &Attr) -> FsResult<()>;
+    /// Creates the entry of `path` (EEXIST if present) with inline chunk 0 `data` (unless
+    /// empty), counting it in its parent, atomically.
+    fn insert(&self, path: &str, attr: &Attr, data: &[u8]) -> FsResult<()>;
     /// Removes the entry of `path` and the inline chunk 0 of file `id`, atomically.
     fn remove(&self, path: &str, id: u64) -> FsResult<()>;
     /// Removes only the entry of `path` (its inline chunk 0 stays).
@@ -49,7 +52,8 @@ pub trait MetadataStore: Send + Sync {
         after: &[u8],
         visit: &mut dyn FnMut(&str, &str, &Attr) -> bool,
     ) -> FsResult<Option<Vec<u8>>>;
-    /// Does this server hold any entry directly inside `dir`?
+    /// Does this server hold any entry directly inside `dir`? (A per-directory count kept
+    /// with every insert and removal: one lookup.)
     fn has_children(&self, dir: &str) -> FsResult<bool>;
     /// Reads inline chunk 0 of file `id` at `offset` into `out`; returns bytes present.
     fn read_inline(&self, id: u64, offset: u64, out: &mut [u8]) -> FsResult<usize>;

@@ -115,7 +115,28 @@ fn fold_operands<'a>(
     (size, mtime)
 }
 
-fn size_full_merge(_key: &[u8], existing: Option<&[u8]>, ops: &MergeOperands) -> Option<Vec<u8>> {
+/// Key of the number of entries this server holds directly inside `dir`.
+fn count_key(dir: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(dir.len() + 1);
+    k.push(b'N');
+    k.extend_from_slice(dir.as_bytes());
+    k
+}
+
+fn count_of(v: &[u8]) -> i64 {
+    v.try_into().map(i64::from_le_bytes).unwrap_or(0)
+}
+
+fn add_counts<'a>(start: i64, ops: impl Iterator<Item = &'a [u8]>) -> Vec<u8> {
+    ops.fold(start, |n, op| n.wrapping_add(count_of(op)))
+        .to_le_bytes()
+        .to_vec()
+}
+
+fn size_full_merge(key: &[u8], existing: Option<&[u8]>, ops: &MergeOperands) -> Option<Vec<u8>> {
+    if key.first() == Some(&b'N') {
+        return Some(add_counts(existing.map_or(0, count_of), ops.iter()));
+    }
     match existing.and_then(decode_attr) {
         Some(mut a) => {
             let (size, mtime) = fold_operands(ops.iter(), a.size, a.mtime);
@@ -130,10 +151,13 @@ fn size_full_merge(_key: &[u8], existing: Option<&[u8]>, ops: &MergeOperands) ->
 }
 
 fn size_partial_merge(
-    _key: &[u8],
+    key: &[u8],
     _existing: Option<&[u8]>,
     ops: &MergeOperands,
 ) -> Option<Vec<u8>> {
+    if key.first() == Some(&b'N') {
+        return Some(add_counts(0, ops.iter()));
+    }
     let (size, mtime) = fold_operands(ops.iter(), 0, i64::MIN);
     Some(size_operand(size, mtime).to_vec())
 }
@@ -145,6 +169,42 @@ pub struct RocksDbMeta {
     next: AtomicU64,
     reserved: Mutex<u64>,
     stripes: Vec<Mutex<()>>,
+    /// Serialise the existence check and the write of one path (entry counts stay exact
+    /// even with metadata on several IO threads).
+    path_stripes: Vec<Mutex<()>>,
+}
+
+/// Present once every directory's entry count (`N dir`) is kept; a database without it (made
+/// by an older version) is counted once at open.
+const COUNTS_MARKER: &[u8] = b"Scounts_v1";
+
+/// Counts the entries under every directory from the `E` keys (one scan), writes the `N`
+/// keys and the marker.
+fn count_children(db: &DB) -> anyhow::Result<()> {
+    let mut counts: std::collections::HashMap<Vec<u8>, i64> = Default::default();
+    let mut it = db.raw_iterator();
+    it.seek(b"E");
+    while let Some(k) = it.key() {
+        if k.first() != Some(&b'E') {
+            break;
+        }
+        if let Some(zero) = k.iter().position(|b| *b == 0) {
+            *counts.entry(k[1..zero].to_vec()).or_default() += 1;
+        }
+        it.next();
+    }
+    it.status()?;
+    let mut b = WriteBatch::default();
+    for (dir, n) in counts {
+        let mut key = vec![b'N'];
+        key.extend_from_slice(&dir);
+        b.put(key, n.to_le_bytes());
+    }
+    b.put(COUNTS_MARKER, b"1");
+    let mut wo = WriteOptions::default();
+    wo.set_sync(true);
+    db.write_opt(b, &wo)?;
+    Ok(())
 }
 
 /// RocksDB block cache of one server (filled only as blocks are read).
@@ -170,6 +230,9 @@ impl RocksDbMeta {
         table.set_bloom_filter(10.0, false);
         opts.set_block_based_table_factory(&table);
         let db = DB::open(&opts, dir)?;
+        if db.get(COUNTS_MARKER)?.is_none() {
+            count_children(&db)?;
+        }
         let reserved = match db.get(b"Snext_id")? {
             Some(v) if v.len() == 8 => u64::from_le_bytes(v[..].try_into().unwrap()),
             // id 1 is the root directory's inode number
@@ -181,7 +244,26 @@ impl RocksDbMeta {
             next: AtomicU64::new(reserved),
             reserved: Mutex::new(reserved),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            path_stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
         })
+    }
+
+    fn path_stripe(&self, path: &str) -> std::sync::MutexGuard<'_, ()> {
+        let h = madfs_placement::hash64(path.as_bytes(), 0) as usize;
+        self.path_stripes[h % STRIPES]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds `delta` to the entry count of `path`'s parent, in batch `b`.
+    fn count(b: &mut WriteBatch, path: &str, delta: i64) {
+        if let Some((parent, _)) = split_parent(path) {
+            b.merge(count_key(parent), delta.to_le_bytes());
+        }
+    }
+
+    fn exists(&self, path: &str) -> FsResult<bool> {
+        Ok(self.db.get_pinned(entry_key(path)).map_err(io)?.is_some())
     }
 
     fn stripe(&self, id: u64) -> std::sync::MutexGuard<'_, ()> {
@@ -209,22 +291,53 @@ impl MetadataStore for RocksDbMeta {
         self.db.put(entry_key(path), encode_attr(attr)).map_err(io)
     }
 
+    fn insert(&self, path: &str, attr: &Attr, data: &[u8]) -> FsResult<()> {
+        let _p = self.path_stripe(path);
+        if self.exists(path)? {
+            return Err(Errno::EEXIST);
+        }
+        let _g = self.stripe(attr.id);
+        let mut b = WriteBatch::default();
+        b.put(entry_key(path), encode_attr(attr));
+        if !data.is_empty() {
+            b.put(inline_key(attr.id), data);
+        }
+        Self::count(&mut b, path, 1);
+        self.db.write(b).map_err(io)
+    }
+
     fn remove(&self, path: &str, id: u64) -> FsResult<()> {
+        let _p = self.path_stripe(path);
         let _g = self.stripe(id);
         let mut b = WriteBatch::default();
-        b.delete(entry_key(path));
+        if self.exists(path)? {
+            b.delete(entry_key(path));
+            Self::count(&mut b, path, -1);
+        }
         b.delete(inline_key(id));
         self.db.write(b).map_err(io)
     }
 
     fn remove_entry(&self, path: &str) -> FsResult<()> {
-        self.db.delete(entry_key(path)).map_err(io)
+        let _p = self.path_stripe(path);
+        if !self.exists(path)? {
+            return Ok(());
+        }
+        let mut b = WriteBatch::default();
+        b.delete(entry_key(path));
+        Self::count(&mut b, path, -1);
+        self.db.write(b).map_err(io)
     }
 
     fn attach(&self, path: &str, attr: &Attr, data: &[u8], drop_id: Option<u64>) -> FsResult<()> {
+        let _p = self.path_stripe(path);
+        let new = !self.exists(path)?;
         let _g = self.stripe(attr.id);
         let mut b = WriteBatch::default();
         b.put(entry_key(path), encode_attr(attr));
+        if new {
+            Self::count(&mut b, path, 1);
+        }
         if !data.is_empty() {
             b.put(inline_key(attr.id), data);
         }
@@ -345,23 +458,9 @@ impl MetadataStore for RocksDbMeta {
     }
 
     fn has_children(&self, dir: &str) -> FsResult<bool> {
-        let prefix = dir_prefix(dir);
-        let mut it = self.db.raw_iterator();
-        it.seek(&prefix);
-        while it.valid() {
-            let (Some(k), Some(v)) = (it.key(), it.value()) else {
-                break;
-            };
-            if !k.starts_with(&prefix) {
-                break;
-            }
-            if decode_attr(v).is_some() {
-                return Ok(true);
-            }
-            it.next();
-        }
-        it.status().map_err(io)?;
-        Ok(false)
+        // one lookup: a scan would have to skip every tombstone of a mass delete
+        let n = self.db.get_pinned(count_key(dir)).map_err(io)?;
+        Ok(n.is_some_and(|v| count_of(&v) > 0))
     }
 
     fn read_inline(&self, id: u64, offset: u64, out: &mut [u8]) -> FsResult<usize> {
@@ -458,7 +557,7 @@ mod tests {
     fn merge_and_list() {
         let dir = tempfile::tempdir().unwrap();
         let m = RocksDbMeta::open(dir.path(), 3).unwrap();
-        m.put("/d/a", &attr(1)).unwrap();
+        m.insert("/d/a", &attr(1), &[]).unwrap();
         m.merge_size("/d/a", 100, 9).unwrap();
         m.merge_size("/d/a", 50, 2).unwrap();
         let a = m.get("/d/a").unwrap().unwrap();
@@ -469,10 +568,10 @@ mod tests {
         assert_eq!(m.get("/d/a").unwrap(), None);
         assert!(!m.has_children("/d").unwrap());
         for i in 0..100 {
-            m.put(&format!("/d/f{i}"), &attr(i)).unwrap();
+            m.insert(&format!("/d/f{i}"), &attr(i), &[]).unwrap();
         }
-        m.put("/d/sub/x", &attr(1000)).unwrap();
-        m.put("/dd", &attr(1001)).unwrap();
+        m.insert("/d/sub/x", &attr(1000), &[]).unwrap();
+        m.insert("/dd", &attr(1001), &[]).unwrap();
         let mut names = vec![];
         let mut start = 0;
         loop {
@@ -488,6 +587,43 @@ mod tests {
         let mut want: Vec<String> = (0..100).map(|i| format!("f{i}")).collect();
         want.sort();
         assert_eq!(names, want);
+    }
+
+    #[test]
+    fn entry_counts_follow_inserts_removals_and_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let m = RocksDbMeta::open(dir.path(), 0).unwrap();
+            assert!(!m.has_children("/").unwrap());
+            m.insert("/d", &attr(1), &[]).unwrap();
+            assert!(m.has_children("/").unwrap());
+            assert_eq!(m.insert("/d", &attr(9), &[]), Err(Errno::EEXIST));
+            for i in 0..1000 {
+                m.insert(&format!("/d/f{i}"), &attr(10 + i), b"x").unwrap();
+            }
+            // a replacing attach does not count twice; a removal of a missing path is a no-op
+            m.attach("/d/f0", &attr(5000), b"y", Some(10)).unwrap();
+            m.remove_entry("/d/nope").unwrap();
+            for i in 0..999 {
+                m.remove(&format!("/d/f{i}"), 10 + i).unwrap();
+            }
+            assert!(m.has_children("/d").unwrap());
+            m.remove_entry("/d/f999").unwrap();
+            assert!(!m.has_children("/d").unwrap(), "1,000 in, 1,000 out");
+            m.attach("/d/moved", &attr(7000), &[], None).unwrap();
+            assert!(m.has_children("/d").unwrap());
+            // make it look like a database from before the counts: no marker, no N keys
+            m.db.delete(COUNTS_MARKER).unwrap();
+            m.db.delete(count_key("/d")).unwrap();
+            m.db.delete(count_key("/")).unwrap();
+            assert!(!m.has_children("/d").unwrap());
+        }
+        // ... which is counted at open
+        let m = RocksDbMeta::open(dir.path(), 0).unwrap();
+        assert!(m.has_children("/d").unwrap());
+        assert!(m.has_children("/").unwrap());
+        m.remove_entry("/d/moved").unwrap();
+        assert!(!m.has_children("/d").unwrap());
     }
 
     #[test]
