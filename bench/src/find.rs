@@ -316,25 +316,45 @@ fn count_lines(b: &[u8]) -> u64 {
     b.iter().filter(|&&c| c == b'\n').count() as u64
 }
 
-/// `madfs-find`: returns (seconds, matches, entries examined).
-fn run_madfs_find(find: &Path, cluster: &Path, layout: &str) -> anyhow::Result<(f64, u64, u64)> {
-    let mut cmd = Command::new(find);
+/// Runs a find program over the layout's tree with IO500's filter (under the preload when
+/// `preload` is given); returns seconds from spawn to exit and the output (success checked).
+fn timed_find(
+    program: &Path,
+    preload: Option<&Path>,
+    cluster: &Path,
+    layout: &str,
+) -> anyhow::Result<(f64, std::process::Output)> {
+    let mut cmd = Command::new(program);
     cmd.arg(format!("{MOUNT}{ROOT}/{layout}"))
         .args(["-newer", &format!("{MOUNT}{ROOT}/{layout}.stamp")])
         .args(["-size", &format!("{SIZE}c"), "-name", NAME])
         .env("MADFS_CLUSTER", cluster)
         .env("MADFS_MOUNT", MOUNT)
-        .env_remove("LD_PRELOAD")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    match preload {
+        Some(p) => cmd.env("LD_PRELOAD", p),
+        None => cmd.env_remove("LD_PRELOAD"),
+    };
     bench_env(&mut cmd);
     let t0 = Instant::now();
     let out = cmd.spawn()?.wait_with_output()?;
     let secs = t0.elapsed().as_secs_f64();
     if !out.status.success() {
-        bail!("madfs-find failed ({}): {}", out.status, tail(&out.stderr));
+        bail!(
+            "{} failed ({}): {}",
+            program.display(),
+            out.status,
+            tail(&out.stderr)
+        );
     }
+    Ok((secs, out))
+}
+
+/// `madfs-find`: returns (seconds, matched, examined) from its `MATCHED x/y` line.
+fn run_madfs_find(find: &Path, cluster: &Path, layout: &str) -> anyhow::Result<(f64, u64, u64)> {
+    let (secs, out) = timed_find(find, None, cluster, layout)?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let lines = stdout.lines().count() as u64;
     let last = stdout.lines().last().unwrap_or("");
@@ -351,23 +371,7 @@ fn run_madfs_find(find: &Path, cluster: &Path, layout: &str) -> anyhow::Result<(
 
 /// GNU find through the preload library: returns (seconds, matches).
 fn run_gnu_find(preload: &Path, cluster: &Path, layout: &str) -> anyhow::Result<(f64, u64)> {
-    let mut cmd = Command::new("/usr/bin/find");
-    cmd.arg(format!("{MOUNT}{ROOT}/{layout}"))
-        .args(["-newer", &format!("{MOUNT}{ROOT}/{layout}.stamp")])
-        .args(["-size", &format!("{SIZE}c"), "-name", NAME])
-        .env("LD_PRELOAD", preload)
-        .env("MADFS_CLUSTER", cluster)
-        .env("MADFS_MOUNT", MOUNT)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    bench_env(&mut cmd);
-    let t0 = Instant::now();
-    let out = cmd.spawn()?.wait_with_output()?;
-    let secs = t0.elapsed().as_secs_f64();
-    if !out.status.success() {
-        bail!("GNU find failed ({}): {}", out.status, tail(&out.stderr));
-    }
+    let (secs, out) = timed_find(Path::new("/usr/bin/find"), Some(preload), cluster, layout)?;
     if !out.stderr.is_empty() {
         eprintln!("GNU find stderr:\n{}", tail(&out.stderr));
     }

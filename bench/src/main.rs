@@ -9,9 +9,9 @@
 
 mod data;
 mod find;
-mod io500;
 mod preload;
 mod rpc;
+mod suite;
 
 use clap::{Parser, Subcommand};
 
@@ -26,7 +26,7 @@ struct Cli {
 enum Cmd {
     /// IO500 phases (ior-easy/hard, mdtest-easy/hard, find, ior-rand-4k, rpc) on a directory,
     /// or on madfs and a local directory in one run (--compare), with the IO500 score.
-    Io500(io500::Io500Args),
+    Io500(suite::Io500Args),
     /// RPC latency (empty request and stat) on TCP and shared memory, 1 and N clients.
     Rpc(rpc::RpcArgs),
     /// (internal) one measuring client process of `rpc`.
@@ -55,7 +55,7 @@ enum Cmd {
 fn main() {
     let cli = Cli::parse();
     let r = match cli.cmd {
-        Cmd::Io500(a) => io500::run(a),
+        Cmd::Io500(a) => suite::run(a),
         Cmd::Rpc(a) => rpc::run(a),
         Cmd::RpcWorker(a) => rpc::worker(a),
         Cmd::Preload(a) => preload::run(a),

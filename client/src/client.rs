@@ -238,10 +238,26 @@ impl Client {
     /// `stat` of a path already in normal form (skips normalisation; the preload library has
     /// normalised while resolving).
     pub fn stat_normalized(&self, path: &str) -> FsResult<Attr> {
-        match self.stat_norm(path) {
+        attr_of(self.call_on(path, &Request::Stat { path })?)
+    }
+
+    /// A request about `path` to its metadata server, with a server's ENOENT refined (a
+    /// missing ancestor stays ENOENT, one that is not a directory becomes ENOTDIR).
+    fn call_on(&self, path: &str, req: &Request<'_>) -> FsResult<Reply<'static>> {
+        match self.call(self.meta_of(path), req) {
             Err(Errno::ENOENT) => Err(self.refine_enoent(path)),
             r => r,
         }
+    }
+
+    /// The normal form of a path about to be created, its parent checked.
+    fn new_entry(&self, path: &str) -> FsResult<String> {
+        let path = normalize(path)?;
+        if path == "/" {
+            return Err(Errno::EEXIST);
+        }
+        self.check_parent(&path)?;
+        Ok(path)
     }
 
     /// Server-side find: every entry under `dir` (any depth) passing `filter`, evaluated by all
@@ -859,19 +875,13 @@ impl FileSystem for Client {
             size,
             mode: SizeMode::Exact,
         };
-        let a = match self.call(self.meta_of(&path), &req) {
-            Err(Errno::ENOENT) => return Err(self.refine_enoent(&path)),
-            r => attr_of(r?)?,
-        };
+        let a = attr_of(self.call_on(&path, &req)?)?;
         self.drop_chunks(a.id, size, a.chunk_size)
     }
 
     fn unlink(&self, path: &str) -> FsResult<()> {
         let path = normalize(path)?;
-        let a = match self.call(self.meta_of(&path), &Request::Unlink { path: &path }) {
-            Err(Errno::ENOENT) => return Err(self.refine_enoent(&path)),
-            r => attr_of(r?)?,
-        };
+        let a = attr_of(self.call_on(&path, &Request::Unlink { path: &path })?)?;
         if a.size > a.chunk_size as u64 {
             self.drop_chunks(a.id, 0, a.chunk_size)?;
         }
@@ -879,11 +889,7 @@ impl FileSystem for Client {
     }
 
     fn mkdir(&self, path: &str, mode: u32) -> FsResult<()> {
-        let path = normalize(path)?;
-        if path == "/" {
-            return Err(Errno::EEXIST);
-        }
-        self.check_parent(&path)?;
+        let path = self.new_entry(path)?;
         let req = Request::Mkdir {
             path: &path,
             mode,
@@ -895,11 +901,7 @@ impl FileSystem for Client {
     }
 
     fn symlink(&self, target: &str, path: &str) -> FsResult<()> {
-        let path = normalize(path)?;
-        if path == "/" {
-            return Err(Errno::EEXIST);
-        }
-        self.check_parent(&path)?;
+        let path = self.new_entry(path)?;
         let req = Request::Symlink {
             path: &path,
             target,
@@ -948,17 +950,12 @@ impl FileSystem for Client {
 
     fn chown(&self, path: &str, uid: u32, gid: u32) -> FsResult<()> {
         let path = normalize(path)?;
-        match self.call(
-            self.meta_of(&path),
-            &Request::Chown {
-                path: &path,
-                uid,
-                gid,
-            },
-        ) {
-            Err(Errno::ENOENT) => Err(self.refine_enoent(&path)),
-            r => r.map(|_| ()),
-        }
+        let req = Request::Chown {
+            path: &path,
+            uid,
+            gid,
+        };
+        self.call_on(&path, &req).map(|_| ())
     }
 
     fn rename(&self, from: &str, to: &str, noreplace: bool) -> FsResult<()> {
@@ -988,10 +985,8 @@ impl FileSystem for Client {
 
     fn chmod(&self, path: &str, mode: u32) -> FsResult<()> {
         let path = normalize(path)?;
-        match self.call(self.meta_of(&path), &Request::Chmod { path: &path, mode }) {
-            Err(Errno::ENOENT) => Err(self.refine_enoent(&path)),
-            r => r.map(|_| ()),
-        }
+        self.call_on(&path, &Request::Chmod { path: &path, mode })
+            .map(|_| ())
     }
 
     fn utimens(&self, path: &str, atime: TimeSpec, mtime: TimeSpec) -> FsResult<()> {
@@ -1001,10 +996,7 @@ impl FileSystem for Client {
             atime,
             mtime,
         };
-        match self.call(self.meta_of(&path), &req) {
-            Err(Errno::ENOENT) => Err(self.refine_enoent(&path)),
-            r => r.map(|_| ()),
-        }
+        self.call_on(&path, &req).map(|_| ())
     }
 
     fn statfs(&self) -> FsResult<StatFs> {

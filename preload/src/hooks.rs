@@ -266,7 +266,8 @@ fn with_links<T>(
     op: impl Fn(&str) -> FsResult<T>,
     outside: impl FnOnce(&CStr) -> FsResult<T>,
 ) -> FsResult<T> {
-    let mut p = p.to_string();
+    // no copy of the path unless a link is followed
+    let mut p = std::borrow::Cow::Borrowed(p);
     for _ in 0..MAX_LINKS {
         let next = match op(&p) {
             Err(Errno::ELOOP) if last => link_target(&p, &readlink_ours(&p)?, "")?,
@@ -279,26 +280,35 @@ fn with_links<T>(
             r => return r,
         };
         match next {
-            Followed::Ours(q) => p = q,
+            Followed::Ours(q) => p = std::borrow::Cow::Owned(q),
             Followed::Outside(h) => return outside(&h),
         }
     }
     Err(Errno::ELOOP)
 }
 
-/// `stat` with links followed (the last one too when `last`): the final madfs path and its
-/// attributes, or a host path.
-fn stat_links(p: &str, last: bool) -> FsResult<Result<(String, Attr), std::ffi::CString>> {
+/// `stat` with links followed (the last one too when `last`): `found(final madfs path,
+/// attributes)`, or a host path.
+fn stat_links_with<T>(
+    p: &str,
+    last: bool,
+    found: impl Fn(&str, Attr) -> T,
+) -> FsResult<Result<T, std::ffi::CString>> {
     with_links(
         p,
         true,
         |p| match stat_path(p) {
             Ok(a) if last && a.is_link() => Err(Errno::ELOOP),
-            Ok(a) => Ok(Ok((p.to_string(), a))),
+            Ok(a) => Ok(Ok(found(p, a))),
             Err(e) => Err(e),
         },
         |h| Ok(Err(h.to_owned())),
     )
+}
+
+/// `stat` with links followed: the attributes, or a host path.
+fn stat_links(p: &str, last: bool) -> FsResult<Result<Attr, std::ffi::CString>> {
+    stat_links_with(p, last, |_, a| a)
 }
 
 /// A raw syscall's 0-or-`-errno` return as a result.
@@ -316,6 +326,16 @@ fn raw_res(r: isize) -> FsResult<isize> {
 }
 
 const AT_FDCWD: isize = libc::AT_FDCWD as isize;
+
+/// A `*at` syscall on a host path, relative to the working directory:
+/// `nr(AT_FDCWD, h, a[0], a[1], a[2])`.
+///
+/// # Safety
+/// `a` holds what syscall `nr` expects after its path (the caller's own buffers and values).
+unsafe fn raw_at(nr: i64, h: &CStr, a: [isize; 3]) -> isize {
+    // SAFETY: per the contract; `h` is NUL-terminated.
+    unsafe { raw(nr as isize, AT_FDCWD, h.as_ptr() as isize, a[0], a[1], a[2]) }
+}
 
 fn stat_fd(d: &Desc) -> FsResult<Attr> {
     let mut a = conn::with(|c| c.stat_normalized(d.path()))?;
@@ -359,15 +379,7 @@ fn open_path(p: String, flags: i32, mode: u32) -> FsResult<i32> {
         |p| open_once(p, flags, mode),
         |h| {
             // SAFETY: openat on a host path; mode is read only with O_CREAT/O_TMPFILE.
-            let r = unsafe {
-                raw(
-                    libc::SYS_openat as isize,
-                    AT_FDCWD,
-                    h.as_ptr() as isize,
-                    flags as isize,
-                    mode as isize,
-                )
-            };
+            let r = unsafe { raw_at(libc::SYS_openat, h, [flags as isize, mode as isize, 0]) };
             raw_res(r).map(|fd| fd as i32)
         },
     )
@@ -896,7 +908,7 @@ fn attr_at(
         Target::External => None,
         Target::Fail(e) => Some(Err(e)),
         Target::Ours(p) => Some(match stat_links(&p, follow) {
-            Ok(Ok((_, a))) => Ok(StatAns::Attr(a)),
+            Ok(Ok(a)) => Ok(StatAns::Attr(a)),
             Ok(Err(h)) => Ok(StatAns::Kernel(outside(&h))),
             Err(e) => Err(e),
         }),
@@ -918,15 +930,7 @@ fn sys_stat_at(dirfd: i64, path: isize, buf: isize, flags: i64) -> Ret {
     let flags_k = (flags & !(libc::AT_EMPTY_PATH as i64)) as isize;
     let r = attr_at(dirfd, path, flags, |h| {
         // SAFETY: newfstatat of a host path into the caller's buffer.
-        unsafe {
-            raw(
-                libc::SYS_newfstatat as isize,
-                AT_FDCWD,
-                h.as_ptr() as isize,
-                buf,
-                flags_k,
-            )
-        }
+        unsafe { raw_at(libc::SYS_newfstatat, h, [buf, flags_k, 0]) }
     })?;
     // SAFETY: the caller's stat buffer.
     stat_answer(r, |a| unsafe { abi::fill_stat(buf as *mut libc::stat, a) })
@@ -947,16 +951,7 @@ fn sys_statx(dirfd: i64, path: isize, flags: i64, mask: isize, buf: isize) -> Re
     let flags_k = (flags & !(libc::AT_EMPTY_PATH as i64)) as isize;
     let r = attr_at(dirfd, path, flags, |h| {
         // SAFETY: statx of a host path into the caller's buffer.
-        unsafe {
-            raw(
-                libc::SYS_statx as isize,
-                AT_FDCWD,
-                h.as_ptr() as isize,
-                flags_k,
-                mask,
-                buf,
-            )
-        }
+        unsafe { raw_at(libc::SYS_statx, h, [flags_k, mask, buf]) }
     })?;
     // SAFETY: the caller's statx buffer.
     stat_answer(r, |a| unsafe {
@@ -977,14 +972,7 @@ fn sys_access(dirfd: i64, path: isize, mode: i64, flags: i64) -> Ret {
         stat_links(&p, flags & libc::AT_SYMLINK_NOFOLLOW as i64 == 0).and_then(|r| match r {
             Ok(_) => Ok(0),
             // SAFETY: faccessat of a host path.
-            Err(h) => raw_res(unsafe {
-                raw(
-                    libc::SYS_faccessat as isize,
-                    AT_FDCWD,
-                    h.as_ptr() as isize,
-                    mode as isize,
-                )
-            }),
+            Err(h) => raw_res(unsafe { raw_at(libc::SYS_faccessat, &h, [mode as isize, 0, 0]) }),
         }),
     )
 }
@@ -997,16 +985,7 @@ fn sys_mkdirat(dirfd: i64, path: isize, mode: i64) -> Ret {
         false,
         |p| conn::with(|c| c.mkdir(p, m)),
         // SAFETY: mkdirat of a host path.
-        |h| {
-            raw_unit(unsafe {
-                raw(
-                    libc::SYS_mkdirat as isize,
-                    AT_FDCWD,
-                    h.as_ptr() as isize,
-                    mode as isize,
-                )
-            })
-        },
+        |h| raw_unit(unsafe { raw_at(libc::SYS_mkdirat, h, [mode as isize, 0, 0]) }),
     ))
 }
 
@@ -1021,16 +1000,7 @@ fn sys_unlinkat(dirfd: i64, path: isize, flags: i64) -> Ret {
         false,
         |p| conn::with(|c| if rm { c.rmdir(p) } else { c.unlink(p) }),
         // SAFETY: unlinkat of a host path.
-        |h| {
-            raw_unit(unsafe {
-                raw(
-                    libc::SYS_unlinkat as isize,
-                    AT_FDCWD,
-                    h.as_ptr() as isize,
-                    flags as isize,
-                )
-            })
-        },
+        |h| raw_unit(unsafe { raw_at(libc::SYS_unlinkat, h, [flags as isize, 0, 0]) }),
     ))
 }
 
@@ -1086,17 +1056,7 @@ fn sys_utimensat(dirfd: i64, path: isize, ts: isize, flags: i64) -> Ret {
         follow,
         |p| conn::with(|c| c.utimens(p, a, m)),
         // SAFETY: utimensat of a host path with the caller's times.
-        |h| {
-            raw_unit(unsafe {
-                raw(
-                    libc::SYS_utimensat as isize,
-                    AT_FDCWD,
-                    h.as_ptr() as isize,
-                    ts,
-                    0,
-                )
-            })
-        },
+        |h| raw_unit(unsafe { raw_at(libc::SYS_utimensat, h, [ts, 0, 0]) }),
     ))
 }
 
@@ -1107,16 +1067,7 @@ fn sys_chmod(dirfd: i64, path: isize, mode: i64) -> Ret {
         true,
         |p| conn::with(|c| c.chmod(p, mode as u32)),
         // SAFETY: fchmodat of a host path.
-        |h| {
-            raw_unit(unsafe {
-                raw(
-                    libc::SYS_fchmodat as isize,
-                    AT_FDCWD,
-                    h.as_ptr() as isize,
-                    mode as isize,
-                )
-            })
-        },
+        |h| raw_unit(unsafe { raw_at(libc::SYS_fchmodat, h, [mode as isize, 0, 0]) }),
     ))
 }
 
@@ -1128,18 +1079,7 @@ fn sys_chown(dirfd: i64, path: isize, uid: i64, gid: i64, flags: i64) -> Ret {
         follow,
         |p| conn::with(|c| c.chown(p, uid as u32, gid as u32)),
         // SAFETY: fchownat of a host path.
-        |h| {
-            raw_unit(unsafe {
-                raw(
-                    libc::SYS_fchownat as isize,
-                    AT_FDCWD,
-                    h.as_ptr() as isize,
-                    uid as isize,
-                    gid as isize,
-                    0,
-                )
-            })
-        },
+        |h| raw_unit(unsafe { raw_at(libc::SYS_fchownat, h, [uid as isize, gid as isize, 0]) }),
     ))
 }
 
@@ -1155,7 +1095,7 @@ fn sys_readlinkat(dirfd: i64, path: isize, buf: isize, size: i64) -> Ret {
     if size <= 0 {
         return Some(neg(Errno::EINVAL));
     }
-    let r = stat_links(&p, false).and_then(|r| match r {
+    let r = stat_links_with(&p, false, |q, a| (q.to_string(), a)).and_then(|r| match r {
         Ok((q, a)) if a.is_link() => {
             let t = readlink_ours(&q)?;
             let n = t.len().min(size as usize);
@@ -1165,15 +1105,7 @@ fn sys_readlinkat(dirfd: i64, path: isize, buf: isize, size: i64) -> Ret {
         }
         Ok(_) => Err(Errno::EINVAL),
         // SAFETY: readlinkat of a host path into the caller's buffer.
-        Err(h) => raw_res(unsafe {
-            raw(
-                libc::SYS_readlinkat as isize,
-                AT_FDCWD,
-                h.as_ptr() as isize,
-                buf,
-                size as isize,
-            )
-        }),
+        Err(h) => raw_res(unsafe { raw_at(libc::SYS_readlinkat, &h, [buf, size as isize, 0]) }),
     });
     ret(r, |n| n)
 }
@@ -1413,7 +1345,7 @@ fn sys_chdir(t: Target, raw_call: impl FnOnce() -> isize) -> Ret {
             if conn::in_vfork_child() {
                 return Some(neg(Errno::ENOTSUP));
             }
-            match stat_links(&p, true) {
+            match stat_links_with(&p, true, |q, a| (q.to_string(), a)) {
                 Ok(Ok((q, a))) if a.is_dir() => {
                     set_cwd(Some(q));
                     Some(0)

@@ -4,21 +4,15 @@
 //! listing; `MADFS_IOC_DIR_RANGE` and the find ioctls; the rename matrix; `mv`/`cp -a` of a
 //! tree and back.
 
+mod common;
+
+use common::cluster;
 use madfs_client::{Client, ClientConfig, FileSystem, OpenFlags};
-use madfs_cluster::{find_bin, LocalCluster, Options};
+use madfs_cluster::LocalCluster;
 use std::collections::BTreeSet;
-use std::process::{Command, Output};
 
-const MOUNT: &str = "/madfs";
-
-fn cluster() -> LocalCluster {
-    let _ = std::fs::create_dir_all(MOUNT);
-    LocalCluster::start(Options {
-        servers: 3,
-        ..Default::default()
-    })
-    .expect("start servers")
-}
+/// Call deadline of the programs here (listings of 100,000 entries).
+const TIMEOUT_MS: u32 = 60_000;
 
 fn client(cl: &LocalCluster) -> Client {
     let mut cfg = ClientConfig::from_cluster_file(cl.cluster_file()).unwrap();
@@ -26,42 +20,12 @@ fn client(cl: &LocalCluster) -> Client {
     Client::new(&cfg).unwrap()
 }
 
-fn run(cl: &LocalCluster, argv: &[&str]) -> Output {
-    Command::new(argv[0])
-        .args(&argv[1..])
-        .env("LD_PRELOAD", find_bin("libmadfs.so"))
-        .env("MADFS_CLUSTER", cl.cluster_file())
-        .env("MADFS_MOUNT", MOUNT)
-        .env("MADFS_TIMEOUT_MS", "60000")
-        .env("UCX_NET_DEVICES", "lo")
-        .env("T", cl.root())
-        .output()
-        .expect("spawn")
-}
-
-fn ok(out: Output, what: &str) -> String {
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
 fn bash(cl: &LocalCluster, script: &str) -> String {
-    ok(
-        run(cl, &["/bin/bash", "-euo", "pipefail", "-c", script]),
-        script,
-    )
+    common::bash(cl, script, TIMEOUT_MS)
 }
 
 fn syscalls(cl: &LocalCluster, steps: &[&str]) -> String {
-    let bin = find_bin("madfs-syscall");
-    let mut argv = vec![bin.to_str().unwrap()];
-    argv.extend_from_slice(steps);
-    String::from_utf8_lossy(&run(cl, &argv).stdout).into_owned()
+    common::syscalls(cl, steps, TIMEOUT_MS)
 }
 
 #[test]

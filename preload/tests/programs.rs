@@ -1,45 +1,22 @@
 //! Real programs under `LD_PRELOAD=libmadfs.so` against 3 real servers on loopback:
 //! coreutils, tar, python, fio, shell redirections through exec, and errno-exact syscalls.
 
-use madfs_cluster::{find_bin, LocalCluster, Options};
+mod common;
+
+use common::cluster;
+use madfs_cluster::{find_bin, LocalCluster};
 use std::process::{Command, Output};
 
-const MOUNT: &str = "/madfs";
-
-fn cluster() -> LocalCluster {
-    // the mount point as a real directory makes `/madfs/..` resolve like on any mount
-    let _ = std::fs::create_dir_all(MOUNT);
-    LocalCluster::start(Options {
-        servers: 3,
-        ..Default::default()
-    })
-    .expect("start servers")
-}
+/// Call deadline of the programs here.
+const TIMEOUT_MS: u32 = 20_000;
 
 /// Runs a bash script with the preload library; returns its output (asserting success).
 fn bash(cl: &LocalCluster, script: &str) -> String {
-    let out = run(cl, &["/bin/bash", "-euo", "pipefail", "-c", script]);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "script failed ({}):\n{script}\n--- stdout\n{stdout}\n--- stderr\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
+    common::bash(cl, script, TIMEOUT_MS)
 }
 
 fn run(cl: &LocalCluster, argv: &[&str]) -> Output {
-    Command::new(argv[0])
-        .args(&argv[1..])
-        .env("LD_PRELOAD", find_bin("libmadfs.so"))
-        .env("MADFS_CLUSTER", cl.cluster_file())
-        .env("MADFS_MOUNT", MOUNT)
-        .env("MADFS_TIMEOUT_MS", "20000")
-        .env("UCX_NET_DEVICES", "lo")
-        .env("T", cl.root())
-        .output()
-        .expect("spawn")
+    common::run(cl, argv, TIMEOUT_MS)
 }
 
 #[test]
@@ -308,10 +285,7 @@ fn syscalls_errno_exact() {
         "chdir,/",
         "rmdir,/madfs/e",
     ];
-    let mut argv = vec![find_bin("madfs-syscall").to_str().unwrap().to_owned()];
-    argv.extend(steps.iter().map(|s| s.to_string()));
-    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    let out = String::from_utf8_lossy(&run(&cl, &argv).stdout).into_owned();
+    let out = common::syscalls(&cl, &steps, TIMEOUT_MS);
     let want = "mkdir OK 0\nopen OK *\nwrite OK 5\nlseek OK 0\ndata hello\nread OK 5\nlseek ERR EINVAL\n\
 lseek ERR EINVAL\nlseek OK 5\npread ERR EINVAL\nsize 5 mode 100644\nfstat OK 0\nclose OK 0\nclose ERR EBADF\n\
 open ERR EEXIST\nopen ERR EISDIR\nopen ERR ENOTDIR\nopen ERR ENOENT\nrmdir ERR ENOTEMPTY\nrmdir ERR ENOTDIR\n\

@@ -201,8 +201,9 @@ impl Ops {
                 trunc,
             } => {
                 not_root(path, Errno::EISDIR)?;
-                match self.meta.get(path)? {
-                    Some(_) if excl => Err(Errno::EEXIST),
+                // O_EXCL: the insert itself answers EEXIST (one lookup, not two)
+                let old = if excl { None } else { self.meta.get(path)? };
+                match old {
                     Some(a) if a.is_dir() => Err(Errno::EISDIR),
                     // a link: the client follows it (never truncate its target string)
                     Some(a) if a.is_link() => Ok(Answer::Created {
@@ -262,9 +263,6 @@ impl Ops {
                 if target.len() >= libc::PATH_MAX as usize {
                     return Err(Errno::ENAMETOOLONG);
                 }
-                if self.meta.get(path)?.is_some() {
-                    return Err(Errno::EEXIST);
-                }
                 let now = now_ns();
                 let a = Attr {
                     id: self.meta.next_id()?,
@@ -293,9 +291,6 @@ impl Ops {
                 gid,
             } => {
                 not_root(path, Errno::EEXIST)?;
-                if self.meta.get(path)?.is_some() {
-                    return Err(Errno::EEXIST);
-                }
                 let now = now_ns();
                 let a = Attr {
                     id: self.meta.next_id()?,
