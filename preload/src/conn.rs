@@ -57,7 +57,21 @@ impl Drop for Flusher {
 }
 
 fn context(gen: u64) -> FsResult<Arc<madfs_rpc::Context>> {
-    let mut slot = CONTEXT.try_lock().map_err(|_| Errno::EAGAIN)?;
+    // Threads starting at once wait for the one that creates the context. (No blocking
+    // `lock()`: a fork child whose parent forked while another thread held the lock would wait
+    // forever; it gives up after a minute instead.)
+    let mut tries = 0;
+    let mut slot = loop {
+        match CONTEXT.try_lock() {
+            Ok(s) => break s,
+            Err(std::sync::TryLockError::Poisoned(p)) => break p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) if tries < 60_000 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Err(_) => return Err(Errno::EAGAIN),
+        }
+    };
     if let Some((g, c)) = &*slot {
         if *g == gen {
             return Ok(c.clone());
@@ -93,7 +107,7 @@ pub extern "C" fn after_fork_child() {
 pub fn in_vfork_child() -> bool {
     // SAFETY: a raw getpid syscall (glibc caches nothing since 2.25; the raw call also skips
     // the interception trampoline).
-    let pid = unsafe { syscall_intercept::syscall_no_intercept(libc::SYS_getpid as isize) };
+    let pid = unsafe { madfs_intercept::raw!(libc::SYS_getpid) };
     pid as i32 != MY_PID.load(Acquire)
 }
 

@@ -77,10 +77,22 @@ impl Conns {
         }
     }
 
-    fn remove(&self, id: u32) {
+    fn remove(&self, id: u32) -> Option<Rc<Endpoint>> {
         let mut map = self.map.borrow_mut();
-        map.remove(&id);
+        let ep = map.remove(&id);
         self.stats.live_connections.store(map.len() as u64, Relaxed);
+        ep
+    }
+
+    /// A client said goodbye: forget it and close the endpoint with a flush (a forced close
+    /// is undefined behaviour for a peer in error mode `none`); a close that does not finish
+    /// in time is forced when the endpoint is dropped.
+    fn close(&self, id: u32, timeout: Duration) {
+        if let Some(ep) = self.remove(id) {
+            tokio::task::spawn_local(async move {
+                let _ = tokio::time::timeout(timeout, ep.close(false)).await;
+            });
+        }
     }
 }
 
@@ -340,7 +352,7 @@ async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: 
         let inline = match frame::decode_request(&b.recv) {
             Ok((Request::Bye, _)) => {
                 ops.stats.request("bye");
-                conns.remove(conn);
+                conns.close(conn, cfg.send_timeout);
                 bufs = Some(b);
                 continue;
             }

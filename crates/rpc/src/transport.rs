@@ -550,7 +550,12 @@ impl Transport {
 
 impl Drop for Transport {
     /// Says goodbye to every server this transport is connected to over UCX, so they drop the
-    /// connection (with error mode `none` UCX would never tell them). Best effort, ≤ 50 ms.
+    /// connection (with error mode `none` UCX would never tell them), then closes the
+    /// endpoints with a flush instead of letting them be force-closed: a forced close is
+    /// undefined behaviour for a peer whose endpoint has error mode `none` (UCX's
+    /// `ucp_ep_close_nbx` documentation), and servers crashed in `ucp_tag_send_nb` when many
+    /// client threads came and went. Best effort, ≤ 200 ms; what does not finish is
+    /// force-closed.
     fn drop(&mut self) {
         let Net::Ucx { conns, worker, .. } = &self.net else {
             return;
@@ -568,12 +573,15 @@ impl Drop for Transport {
                     c.ep.tag_send_vectored(tag::request(tag::REQUEST, c.welcome.conn, *seq), &iov)
                         .await;
             }
+            for c in &live {
+                let _ = c.ep.close(false).await;
+            }
         };
         let _ = block_on(
             worker,
             fut,
             self.settings.spin,
-            Instant::now() + Duration::from_millis(50),
+            Instant::now() + Duration::from_millis(200),
         );
     }
 }

@@ -281,9 +281,19 @@ impl Endpoint {
             ucp_ep_close_mode::UCP_EP_CLOSE_MODE_FLUSH as u32
         };
         let status = unsafe { ucp_ep_close_nb(self.handle, mode) };
+        // madfs: from here on the handle is gone, whatever the outcome: no new operation may
+        // use it, and `Drop` must not close it a second time (also when this future is dropped
+        // before the close completes, or the close fails).
+        self.inner.set_status(ucs_status_t::UCS_ERR_CONNECTION_RESET);
+        struct MarkClosed<'a>(&'a Rc<EndpointInner>);
+        impl Drop for MarkClosed<'_> {
+            fn drop(&mut self) {
+                self.0.closed();
+            }
+        }
+        let _mark = MarkClosed(&self.inner);
         if status.is_null() {
             trace!("close: complete");
-            self.inner.closed();
             Ok(())
         } else if UCS_PTR_IS_PTR(status) {
             let result = loop {
@@ -294,9 +304,6 @@ impl Endpoint {
                     futures_lite::future::yield_now().await;
                 }
             };
-            if result.is_ok() {
-                self.inner.closed();
-            }
 
             result
         } else {
