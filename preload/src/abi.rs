@@ -1,6 +1,10 @@
-//! Architecture-specific pieces: how attributes are laid out for `stat`, `statx`, `statfs`
-//! and `getdents64`. (x86_64 and aarch64 share the generic Linux layouts used here through
-//! the `libc` crate; the syscall numbers come from `libc::SYS_*`.)
+//! Everything architecture-specific in the preload: how attributes are laid out for `stat`,
+//! `statx`, `statfs` and `getdents64` (through the `libc` crate's per-architecture structs:
+//! `struct stat` is 144 bytes on x86_64, 128 on aarch64), and the legacy path syscalls that
+//! only x86_64 has (`open`, `stat`, `mkdir`, …), which [`legacy`] rewrites into the `*at`
+//! forms that both architectures share, so the handlers only know those. Syscall numbers come
+//! from `libc::SYS_*` of the target. (The interception engines themselves live in
+//! `madfs-intercept`.)
 
 use madfs_proto::{Attr, StatFs, S_IFDIR, S_IFMT};
 
@@ -125,6 +129,91 @@ pub fn put_dirent(out: &mut [u8], ino: u64, off: i64, dtype: u8, name: &str) -> 
     Some(reclen)
 }
 
+/// Pseudo syscall number [`legacy`] gives `dup2`, which differs from `dup3` when both fds
+/// are equal (no number of a real syscall is negative).
+pub const DUP2: i64 = -2;
+/// Pseudo syscall number for `utime`/`utimes`/`futimesat` (args: dirfd, path): refused with
+/// ENOSYS on madfs paths; glibc itself uses `utimensat`.
+pub const LEGACY_TIME: i64 = -3;
+
+/// Whether `nr` is a legacy path syscall of this architecture (see [`legacy`]).
+#[cfg(target_arch = "x86_64")]
+pub fn is_legacy(nr: i64) -> bool {
+    matches!(
+        nr,
+        libc::SYS_open
+            | libc::SYS_creat
+            | libc::SYS_stat
+            | libc::SYS_lstat
+            | libc::SYS_access
+            | libc::SYS_mkdir
+            | libc::SYS_rmdir
+            | libc::SYS_unlink
+            | libc::SYS_rename
+            | libc::SYS_dup2
+            | libc::SYS_chmod
+            | libc::SYS_chown
+            | libc::SYS_lchown
+            | libc::SYS_readlink
+            | libc::SYS_symlink
+            | libc::SYS_link
+            | libc::SYS_mknod
+            | libc::SYS_utimes
+            | libc::SYS_utime
+            | libc::SYS_futimesat
+    )
+}
+
+/// aarch64 has only the `*at` forms.
+#[cfg(not(target_arch = "x86_64"))]
+pub fn is_legacy(_nr: i64) -> bool {
+    false
+}
+
+/// Rewrites a legacy path syscall into the `*at` syscall with the same meaning (or into
+/// [`DUP2`]/[`LEGACY_TIME`]); `None` for anything else.
+#[cfg(target_arch = "x86_64")]
+pub fn legacy(nr: i64, a: [isize; 6]) -> Option<(i64, [isize; 6])> {
+    let cwd = libc::AT_FDCWD as isize;
+    let [a0, a1, a2, a3, ..] = a;
+    let nofollow = libc::AT_SYMLINK_NOFOLLOW as isize;
+    let at = |nr: i64, b: [isize; 5]| Some((nr, [b[0], b[1], b[2], b[3], b[4], 0]));
+    match nr {
+        libc::SYS_open => at(libc::SYS_openat, [cwd, a0, a1, a2, 0]),
+        libc::SYS_creat => {
+            let flags = (libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC) as isize;
+            at(libc::SYS_openat, [cwd, a0, flags, a1, 0])
+        }
+        libc::SYS_stat => at(libc::SYS_newfstatat, [cwd, a0, a1, 0, 0]),
+        libc::SYS_lstat => at(libc::SYS_newfstatat, [cwd, a0, a1, nofollow, 0]),
+        libc::SYS_access => at(libc::SYS_faccessat, [cwd, a0, a1, 0, 0]),
+        libc::SYS_mkdir => at(libc::SYS_mkdirat, [cwd, a0, a1, 0, 0]),
+        libc::SYS_rmdir => at(
+            libc::SYS_unlinkat,
+            [cwd, a0, libc::AT_REMOVEDIR as isize, 0, 0],
+        ),
+        libc::SYS_unlink => at(libc::SYS_unlinkat, [cwd, a0, 0, 0, 0]),
+        libc::SYS_rename => at(libc::SYS_renameat, [cwd, a0, cwd, a1, 0]),
+        libc::SYS_dup2 => at(DUP2, [a0, a1, 0, 0, 0]),
+        libc::SYS_chmod => at(libc::SYS_fchmodat, [cwd, a0, a1, 0, 0]),
+        libc::SYS_chown => at(libc::SYS_fchownat, [cwd, a0, a1, a2, 0]),
+        libc::SYS_lchown => at(libc::SYS_fchownat, [cwd, a0, a1, a2, nofollow]),
+        libc::SYS_readlink => at(libc::SYS_readlinkat, [cwd, a0, a1, a2, 0]),
+        libc::SYS_symlink => at(libc::SYS_symlinkat, [a0, cwd, a1, 0, 0]),
+        libc::SYS_link => at(libc::SYS_linkat, [cwd, a0, cwd, a1, 0]),
+        libc::SYS_mknod => at(libc::SYS_mknodat, [cwd, a0, a1, a2, 0]),
+        libc::SYS_utime | libc::SYS_utimes => at(LEGACY_TIME, [cwd, a0, 0, 0, 0]),
+        libc::SYS_futimesat => at(LEGACY_TIME, [a0, a1, a2, a3, 0]),
+        _ => None,
+    }
+}
+
+/// aarch64 has only the `*at` forms.
+#[cfg(not(target_arch = "x86_64"))]
+pub fn legacy(_nr: i64, _a: [isize; 6]) -> Option<(i64, [isize; 6])> {
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,5 +256,44 @@ mod tests {
             ),
             (9, 1025, 3, 1, 500_000_000)
         );
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn x86_64_layouts_and_legacy_calls() {
+        assert_eq!(std::mem::size_of::<libc::stat>(), 144);
+        assert!(is_legacy(libc::SYS_open) && is_legacy(libc::SYS_dup2));
+        assert!(!is_legacy(libc::SYS_openat));
+        let p = 0x1000;
+        assert_eq!(
+            legacy(libc::SYS_open, [p, 2, 0o644, 9, 9, 9]),
+            Some((
+                libc::SYS_openat,
+                [libc::AT_FDCWD as isize, p, 2, 0o644, 0, 0]
+            ))
+        );
+        let lstat = legacy(libc::SYS_lstat, [p, 0x2000, 0, 0, 0, 0]).unwrap();
+        assert_eq!(lstat.0, libc::SYS_newfstatat);
+        assert_eq!(lstat.1[3], libc::AT_SYMLINK_NOFOLLOW as isize);
+        assert_eq!(
+            legacy(libc::SYS_rmdir, [p; 6]).unwrap().1[2],
+            libc::AT_REMOVEDIR as isize
+        );
+        assert_eq!(legacy(libc::SYS_dup2, [3, 4, 0, 0, 0, 0]).unwrap().0, DUP2);
+        assert_eq!(legacy(libc::SYS_openat, [0; 6]), None);
+    }
+
+    #[test]
+    #[cfg(target_arch = "aarch64")]
+    fn aarch64_layouts_and_no_legacy_calls() {
+        assert_eq!(std::mem::size_of::<libc::stat>(), 128);
+        assert!(!is_legacy(libc::SYS_openat));
+        assert_eq!(legacy(libc::SYS_openat, [0; 6]), None);
+    }
+
+    #[test]
+    fn shared_layouts() {
+        assert_eq!(std::mem::size_of::<libc::statx>(), 256);
+        assert_eq!(std::mem::size_of::<libc::statfs>(), 120);
     }
 }

@@ -1,5 +1,5 @@
-//! The raw entry: the one `extern "C"` function syscall_intercept calls for every syscall of
-//! libc. It decides in a few instructions whether a syscall can concern madfs at all, guards
+//! The raw entry: the one function the interception engine (`madfs-intercept`) calls for every
+//! syscall of libc. It decides in a few instructions whether a syscall can concern madfs at all, guards
 //! against re-entrance (our own client makes syscalls through libc too), and never lets a
 //! panic cross into C.
 
@@ -20,16 +20,8 @@ fn trace(nr: i64, a: &[isize; 6], r: isize) {
         a[3]
     );
     // SAFETY: raw write to stderr, outside the hook.
-    unsafe {
-        syscall_intercept::syscall_no_intercept(
-            libc::SYS_write as isize,
-            2isize,
-            line.as_ptr() as isize,
-            line.len() as isize,
-        )
-    };
+    unsafe { madfs_intercept::raw!(libc::SYS_write, 2, line.as_ptr(), line.len()) };
 }
-use syscall_intercept::InterceptResult;
 
 thread_local! {
     static IN_HOOK: Cell<bool> = const { Cell::new(false) };
@@ -146,93 +138,31 @@ fn candidate(nr: i64) -> bool {
                 | libc::SYS_execve
                 | libc::SYS_execveat
         )
-        || arch_candidate(nr)
+        || crate::abi::is_legacy(nr)
 }
 
-#[cfg(target_arch = "x86_64")]
-fn arch_candidate(nr: i64) -> bool {
-    matches!(
-        nr,
-        libc::SYS_open
-            | libc::SYS_creat
-            | libc::SYS_stat
-            | libc::SYS_lstat
-            | libc::SYS_access
-            | libc::SYS_mkdir
-            | libc::SYS_rmdir
-            | libc::SYS_unlink
-            | libc::SYS_rename
-            | libc::SYS_dup2
-            | libc::SYS_chmod
-            | libc::SYS_chown
-            | libc::SYS_lchown
-            | libc::SYS_readlink
-            | libc::SYS_symlink
-            | libc::SYS_link
-            | libc::SYS_mknod
-            | libc::SYS_utimes
-            | libc::SYS_utime
-            | libc::SYS_futimesat
-    )
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn arch_candidate(_nr: i64) -> bool {
-    false
-}
-
-/// The hook syscall_intercept calls. Returns `Forward` to let the kernel run the syscall, or
-/// `Hook` with `*result` set to the return value (`-errno` on failure).
-#[allow(clippy::too_many_arguments)]
-pub extern "C" fn hook(
-    num: isize,
-    a0: isize,
-    a1: isize,
-    a2: isize,
-    a3: isize,
-    a4: isize,
-    a5: isize,
-    result: &mut isize,
-) -> InterceptResult {
-    let nr = num as i64;
-    if nr == libc::SYS_clone3 {
-        // syscall_intercept 0.1 cannot follow a clone3 child onto its new stack; glibc falls
-        // back to clone, which it handles.
-        *result = -(libc::ENOSYS as isize);
-        return InterceptResult::Hook;
-    }
+/// The hook the interception engine calls: `None` lets the kernel run the syscall, `Some(v)`
+/// answers it with `v` (`-errno` on failure).
+pub fn hook(nr: i64, a: &[isize; 6]) -> Option<isize> {
     if !candidate(nr) {
-        return InterceptResult::Forward;
+        return None;
     }
-    if fd_only(nr) && !crate::fdtable::is_ours(a0 as i32 as i64) {
-        return InterceptResult::Forward;
+    if fd_only(nr) && !crate::fdtable::is_ours(a[0] as i32 as i64) {
+        return None;
     }
-    if nr == libc::SYS_mmap && !crate::fdtable::is_ours(a4 as i32 as i64) {
-        return InterceptResult::Forward;
+    if nr == libc::SYS_mmap && !crate::fdtable::is_ours(a[4] as i32 as i64) {
+        return None;
     }
-    let Some(_guard) = Guard::enter() else {
-        return InterceptResult::Forward;
-    };
-    let args = [a0, a1, a2, a3, a4, a5];
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hooks::dispatch(nr, args)));
+    let _guard = Guard::enter()?;
+    let r = std::panic::catch_unwind(|| hooks::dispatch(nr, *a));
     if TRACE.load(Relaxed) {
         match r {
-            Ok(Some(v)) => trace(nr, &args, v),
+            Ok(Some(v)) => trace(nr, a, v),
             Ok(None) if nr != libc::SYS_read && nr != libc::SYS_write && nr != libc::SYS_close => {
-                trace(nr, &args, 9999)
+                trace(nr, a, 9999)
             }
             _ => {}
         }
     }
-    match r {
-        Ok(None) => InterceptResult::Forward,
-        Ok(Some(v)) => {
-            *result = v;
-            InterceptResult::Hook
-        }
-        Err(_) => {
-            *result = -(libc::EIO as isize);
-            InterceptResult::Hook
-        }
-    }
+    r.unwrap_or(Some(-(libc::EIO as isize)))
 }

@@ -7,11 +7,11 @@
 //!   processes), because they live in the shared page;
 //! * an fd we do not know is never ours: membership is one bit in a lock-free bitmap.
 
+use madfs_intercept::raw;
 use madfs_proto::{Attr, Errno, FsResult};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex, MutexGuard};
-use syscall_intercept::syscall_no_intercept as raw;
 
 /// fds at or above this are never madfs fds (we refuse to create them there).
 pub const MAX_FD: usize = 1 << 16;
@@ -93,7 +93,7 @@ impl Drop for Desc {
     fn drop(&mut self) {
         // SAFETY: we mapped exactly MAP_BYTES at hdr.
         unsafe {
-            raw(
+            raw!(
                 libc::SYS_munmap as isize,
                 self.hdr.as_ptr() as isize,
                 MAP_BYTES as isize,
@@ -184,7 +184,7 @@ impl Desc {
         // Raw syscalls (not through libc): they would only pass through the hook again.
         // SAFETY: NUL-terminated name.
         let fd = unsafe {
-            raw(
+            raw!(
                 libc::SYS_memfd_create as isize,
                 MEMFD_NAME.as_ptr() as isize,
                 mfd_flags as isize,
@@ -196,7 +196,7 @@ impl Desc {
         let fd = fd as i32;
         let fail = |e: Errno| {
             // SAFETY: our fd.
-            unsafe { raw(libc::SYS_close as isize, fd as isize) };
+            unsafe { raw!(libc::SYS_close as isize, fd as isize) };
             Err(e)
         };
         if fd as usize >= MAX_FD {
@@ -204,7 +204,7 @@ impl Desc {
         }
         // SAFETY: resizing our own memfd.
         if unsafe {
-            raw(
+            raw!(
                 libc::SYS_ftruncate as isize,
                 fd as isize,
                 MAP_BYTES as isize,
@@ -245,7 +245,7 @@ impl Desc {
         if unsafe { hdr.as_ref() }.magic.load(Acquire) != MAGIC {
             // SAFETY: the mapping we just made.
             unsafe {
-                raw(
+                raw!(
                     libc::SYS_munmap as isize,
                     hdr.as_ptr() as isize,
                     MAP_BYTES as isize,
@@ -270,7 +270,7 @@ fn map(fd: i32) -> Option<NonNull<Header>> {
     // SAFETY: shared mapping of a file we hold open (raw syscall, skipping the hook).
     let p = unsafe {
         // every variadic argument must be a full isize: a bare `0` would be passed as i32
-        raw(
+        raw!(
             libc::SYS_mmap as isize,
             0isize,
             MAP_BYTES as isize,

@@ -7,11 +7,11 @@ use crate::conn;
 use crate::fdtable::{self, Desc, KIND_DIR, KIND_FILE};
 use crate::path::{external, internal, is_under_mount, resolve_in, Resolved};
 use madfs_client::{Client, FileSystem, OpenFile, OpenFlags};
+use madfs_intercept::raw;
 use madfs_proto::{Attr, Errno, FsResult, TimeSpec};
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
 use std::sync::{Arc, Mutex, OnceLock};
-use syscall_intercept::syscall_no_intercept as raw;
 
 type Ret = Option<isize>;
 
@@ -334,7 +334,7 @@ const AT_FDCWD: isize = libc::AT_FDCWD as isize;
 /// `a` holds what syscall `nr` expects after its path (the caller's own buffers and values).
 unsafe fn raw_at(nr: i64, h: &CStr, a: [isize; 3]) -> isize {
     // SAFETY: per the contract; `h` is NUL-terminated.
-    unsafe { raw(nr as isize, AT_FDCWD, h.as_ptr() as isize, a[0], a[1], a[2]) }
+    unsafe { raw!(nr as isize, AT_FDCWD, h.as_ptr() as isize, a[0], a[1], a[2]) }
 }
 
 fn stat_fd(d: &Desc) -> FsResult<Attr> {
@@ -352,7 +352,7 @@ fn publish(d: &Desc) -> FsResult<()> {
             let msg = format!("[madfs] publish {} size={size}: {r:?}\n", d.path());
             // SAFETY: raw write to stderr.
             unsafe {
-                raw(
+                raw!(
                     libc::SYS_write as isize,
                     2isize,
                     msg.as_ptr() as isize,
@@ -467,7 +467,7 @@ fn sys_close(fd: i64) -> Ret {
     }
     let r = forget(fd);
     // SAFETY: closing the kernel fd that backed the madfs fd.
-    let k = unsafe { raw(libc::SYS_close as isize, fd as isize) };
+    let k = unsafe { raw!(libc::SYS_close as isize, fd as isize) };
     Some(if r.is_err() && k == 0 {
         neg(Errno::EIO)
     } else {
@@ -493,7 +493,7 @@ fn adopt_dup(new: isize, d: Arc<Desc>) -> isize {
     if new >= 0 {
         if new as usize >= fdtable::MAX_FD {
             // SAFETY: closing the fd we just got.
-            unsafe { raw(libc::SYS_close as isize, new) };
+            unsafe { raw!(libc::SYS_close as isize, new) };
             return neg(Errno::EMFILE);
         }
         fdtable::insert(new as i32, d);
@@ -507,7 +507,7 @@ fn sys_dup(fd: i64) -> Ret {
     }
     let d = fdtable::get(fd)?;
     // SAFETY: dup of a valid fd.
-    let new = unsafe { raw(libc::SYS_dup as isize, fd as isize) };
+    let new = unsafe { raw!(libc::SYS_dup as isize, fd as isize) };
     Some(adopt_dup(new, d))
 }
 
@@ -533,7 +533,7 @@ fn sys_dup3(old: i64, new: i64, flags: i64, is_dup2: bool) -> Ret {
     let d = fdtable::get(old)?;
     // SAFETY: dup3 on fds the caller named.
     let r = unsafe {
-        raw(
+        raw!(
             libc::SYS_dup3 as isize,
             old as isize,
             new as isize,
@@ -555,7 +555,7 @@ fn sys_fcntl(fd: i64, cmd: i64, arg: i64) -> Ret {
             }
             // SAFETY: fcntl dup on a valid fd.
             let r = unsafe {
-                raw(
+                raw!(
                     libc::SYS_fcntl as isize,
                     fd as isize,
                     cmd as isize,
@@ -829,7 +829,7 @@ fn sys_truncate(path: isize, len: i64) -> Ret {
         // SAFETY: truncate of a host path.
         |h| {
             raw_unit(unsafe {
-                raw(
+                raw!(
                     libc::SYS_truncate as isize,
                     h.as_ptr() as isize,
                     len as isize,
@@ -1126,7 +1126,7 @@ fn sys_symlinkat(target_ptr: isize, dirfd: i64, path: isize) -> Ret {
         // SAFETY: symlinkat at a host path.
         |h| {
             raw_unit(unsafe {
-                raw(
+                raw!(
                     libc::SYS_symlinkat as isize,
                     target_ptr,
                     AT_FDCWD,
@@ -1353,7 +1353,7 @@ fn sys_chdir(t: Target, raw_call: impl FnOnce() -> isize) -> Ret {
                 Ok(Ok(_)) => Some(neg(Errno::ENOTDIR)),
                 Ok(Err(h)) => {
                     // SAFETY: chdir to a host path.
-                    let r = unsafe { raw(libc::SYS_chdir as isize, h.as_ptr() as isize) };
+                    let r = unsafe { raw!(libc::SYS_chdir as isize, h.as_ptr() as isize) };
                     if r == 0 {
                         set_cwd(None);
                     }
@@ -1450,13 +1450,13 @@ fn sys_execve(path: isize, argv: isize, envp: isize, extra: Option<(i64, i64)>) 
     // SAFETY: execve with the caller's path/argv and our NULL-terminated envp.
     let r = unsafe {
         match extra {
-            None => raw(
+            None => raw!(
                 libc::SYS_execve as isize,
                 path,
                 argv,
                 ptrs.as_ptr() as isize,
             ),
-            Some((dirfd, flags)) => raw(
+            Some((dirfd, flags)) => raw!(
                 libc::SYS_execveat as isize,
                 dirfd as isize,
                 path,
@@ -1478,7 +1478,7 @@ fn fd(a: isize) -> i64 {
 
 /// Routes one syscall. `None`: not ours, let the kernel do it.
 pub fn dispatch(nr: i64, a: [isize; 6]) -> Ret {
-    let [a0, a1, a2, a3, a4, a5] = a;
+    let [a0, a1, a2, a3, a4, _] = a;
     // integer arguments as the kernel reads them (64-bit values) ...
     let (i1, i2, i3) = (a1 as i64, a2 as i64, a3 as i64);
     // ... and fd/int arguments (the upper 32 bits of an `int` register are not defined)
@@ -1519,7 +1519,7 @@ pub fn dispatch(nr: i64, a: [isize; 6]) -> Ret {
         libc::SYS_dup3 => sys_dup3(f0, f1, f2, false),
         libc::SYS_fcntl => sys_fcntl(f0, f1, i2),
         libc::SYS_chdir => sys_chdir(target(cwd_fd, a0), || unsafe {
-            raw(libc::SYS_chdir as isize, a0)
+            raw!(libc::SYS_chdir as isize, a0)
         }),
         libc::SYS_fchdir => {
             let t = if fdtable::is_ours(f0) {
@@ -1530,7 +1530,7 @@ pub fn dispatch(nr: i64, a: [isize; 6]) -> Ret {
             } else {
                 Target::External
             };
-            sys_chdir(t, || unsafe { raw(libc::SYS_fchdir as isize, a0) })
+            sys_chdir(t, || unsafe { raw!(libc::SYS_fchdir as isize, a0) })
         }
         libc::SYS_getcwd => sys_getcwd(a0, i1),
         libc::SYS_utimensat => sys_utimensat(f0, a1, a2, f3),
@@ -1581,7 +1581,7 @@ pub fn dispatch(nr: i64, a: [isize; 6]) -> Ret {
         libc::SYS_flock => refuse_fd(f0, Errno::ENOLCK),
         libc::SYS_umask => {
             // SAFETY: umask cannot fail.
-            let old = unsafe { raw(libc::SYS_umask as isize, a0) };
+            let old = unsafe { raw!(libc::SYS_umask as isize, a0) };
             UMASK.store(f0 as u32 & 0o777, Relaxed);
             Some(old)
         }
@@ -1591,54 +1591,8 @@ pub fn dispatch(nr: i64, a: [isize; 6]) -> Ret {
         }
         libc::SYS_execve => sys_execve(a0, a1, a2, None),
         libc::SYS_execveat => sys_execve(a1, a2, a3, Some((f0, f4))),
-        _ => arch_dispatch(nr, a, a5),
+        abi::DUP2 => sys_dup3(f0, f1, 0, true),
+        abi::LEGACY_TIME => refuse_path(f0, a1, Errno::ENOSYS),
+        _ => abi::legacy(nr, a).and_then(|(nr, a)| dispatch(nr, a)),
     }
-}
-
-/// Legacy syscalls that exist on x86_64 only (aarch64 has just the `*at` forms).
-#[cfg(target_arch = "x86_64")]
-fn arch_dispatch(nr: i64, a: [isize; 6], _a5: isize) -> Ret {
-    let [a0, a1, a2, a3, ..] = a;
-    let (i0, i1, i2) = (fd(a0), fd(a1), fd(a2));
-    let cwd_fd = libc::AT_FDCWD as i64;
-    match nr {
-        libc::SYS_open => sys_openat(cwd_fd, a0, i1, i2),
-        libc::SYS_creat => sys_openat(
-            cwd_fd,
-            a0,
-            (libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC) as i64,
-            i1,
-        ),
-        libc::SYS_stat => sys_stat_at(cwd_fd, a0, a1, 0),
-        libc::SYS_lstat => sys_stat_at(cwd_fd, a0, a1, libc::AT_SYMLINK_NOFOLLOW as i64),
-        libc::SYS_access => sys_access(cwd_fd, a0, i1, 0),
-        libc::SYS_mkdir => sys_mkdirat(cwd_fd, a0, i1),
-        libc::SYS_rmdir => sys_unlinkat(cwd_fd, a0, libc::AT_REMOVEDIR as i64),
-        libc::SYS_unlink => sys_unlinkat(cwd_fd, a0, 0),
-        libc::SYS_rename => sys_renameat(cwd_fd, a0, cwd_fd, a1, 0),
-        libc::SYS_dup2 => sys_dup3(i0, i1, 0, true),
-        libc::SYS_chmod => sys_chmod(cwd_fd, a0, i1),
-        libc::SYS_chown | libc::SYS_lchown => sys_chown(cwd_fd, a0, i1, i2, 0),
-        libc::SYS_readlink => sys_readlinkat(cwd_fd, a0, a1, i2),
-        libc::SYS_symlink => sys_symlinkat(a0, cwd_fd, a1),
-        libc::SYS_link => sys_linkat(cwd_fd, a0, cwd_fd, a1),
-        libc::SYS_mknod => refuse_path(cwd_fd, a0, Errno::EPERM),
-        libc::SYS_utimes | libc::SYS_utime | libc::SYS_futimesat => {
-            // legacy time calls: glibc uses utimensat; refuse rather than guess
-            let path = if nr == libc::SYS_futimesat { a1 } else { a0 };
-            let dirfd = if nr == libc::SYS_futimesat {
-                i0
-            } else {
-                cwd_fd
-            };
-            let _ = a3;
-            refuse_path(dirfd, path, Errno::ENOSYS)
-        }
-        _ => None,
-    }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn arch_dispatch(_nr: i64, _a: [isize; 6], _a5: isize) -> Ret {
-    None
 }

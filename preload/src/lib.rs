@@ -1,6 +1,7 @@
 //! `libmadfs.so`: run unmodified programs on madfs with `LD_PRELOAD`.
 //!
-//! Every syscall of libc goes through syscall_intercept to [`entry::hook`]. The request path
+//! Every syscall of libc goes through the interception engine (`madfs-intercept`:
+//! syscall_intercept on x86_64, our own `svc` trampolines on aarch64) to [`entry::hook`]. The request path
 //! has three layers:
 //! 1. [`entry`] — raw entry: syscall-number filter, re-entrancy guard, no panic across C;
 //! 2. [`hooks`] — one handler per syscall: decides "ours or not" on the raw path bytes or the
@@ -39,8 +40,13 @@ extern "C" fn init() {
         libc::pthread_atfork(None, None, Some(conn::after_fork_child));
         libc::atexit(at_exit);
     }
-    // SAFETY: installs our hook; syscall_intercept has patched libc in its own constructor.
-    unsafe { syscall_intercept::set_hook_fn(entry::hook) };
+    // SAFETY: the library constructor, before the program's threads start; the hook is
+    // re-entrant and catches panics.
+    if let Err(e) = unsafe { madfs_intercept::install(entry::hook) } {
+        let line = format!("madfs: syscall interception is off: {e}\n");
+        // SAFETY: a write to stderr.
+        unsafe { madfs_intercept::raw!(libc::SYS_write, 2, line.as_ptr(), line.len()) };
+    }
 }
 
 /// `exit()`: publish the sizes of files still open while the client library can still be

@@ -12,6 +12,10 @@
 //! SIZE` (`MADFS_IOC_FIND_COUNT`, then `MADFS_IOC_FIND_LIST` and getdents64), `smallbuf,DIR,
 //! BYTES` (getdents64 with a tiny buffer lists the same entries in the same order).
 //!
+//! Process checks: `threads,DIR,N` (N pthreads each write and read back their own file in
+//! DIR; returns N when every byte matched), `forkexec,FD,TEXT` (fork; the child execs this
+//! program to `write` TEXT to the inherited FD; returns the child's exit status).
+//!
 //! ```text
 //! madfs-syscall mkdir,/madfs/d open,/madfs/d/f,creat+excl+w write,#0,hello lseek,#0,0,set \
 //!               read,#0,5 close,#0 rmdir,/madfs/d unlink,/madfs/nope
@@ -148,6 +152,14 @@ fn main() {
                     }
                     r
                 }
+                "statfs" => {
+                    let mut st: libc::statfs = std::mem::zeroed();
+                    let r = libc::statfs(cs(a[1]).as_ptr(), &mut st) as i64;
+                    if r == 0 {
+                        println!("fstype {:x}", st.f_type);
+                    }
+                    r
+                }
                 "mkdir" => libc::mkdir(cs(a[1]).as_ptr(), 0o755) as i64,
                 "rmdir" => libc::rmdir(cs(a[1]).as_ptr()) as i64,
                 "unlink" => libc::unlink(cs(a[1]).as_ptr()) as i64,
@@ -235,6 +247,8 @@ fn main() {
                 "rangelist" => rangelist(a[1], num(2) as u64),
                 "findioctl" => findioctl(a[1], a[2], num(3) as u64),
                 "smallbuf" => smallbuf(a[1], num(2) as usize),
+                "threads" => threads(a[1], num(2) as usize),
+                "forkexec" => forkexec(fd(a[1]), a[2]),
                 op => panic!("unknown op {op}"),
             }
         };
@@ -512,4 +526,66 @@ fn findioctl(dir: &str, glob: &str, size: u64) -> i64 {
         names.join(" ")
     );
     names.len() as i64
+}
+
+/// N threads, each writing 256 KiB of its own pattern to `DIR/tK` and reading it back.
+fn threads(dir: &str, n: usize) -> i64 {
+    let results: Vec<Result<(), String>> = (0..n)
+        .map(|k| {
+            let path = format!("{dir}/t{k}");
+            std::thread::spawn(move || {
+                let data: Vec<u8> = (0..256 * 1024).map(|i| (i * 7 + k * 13) as u8).collect();
+                std::fs::write(&path, &data).map_err(|e| format!("write {path}: {e}"))?;
+                match std::fs::read(&path) {
+                    Ok(r) if r == data => Ok(()),
+                    Ok(r) => Err(format!("read {path}: {} bytes differ", r.len())),
+                    Err(e) => Err(format!("read {path}: {e}")),
+                }
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
+        .collect();
+    let ok = results.iter().filter(|r| r.is_ok()).count();
+    println!("threads: {ok} of {n} files written and read back");
+    for e in results.iter().filter_map(|r| r.as_ref().err()) {
+        eprintln!("threads: {e}");
+    }
+    if ok == n {
+        n as i64
+    } else {
+        // SAFETY: sets this thread's errno.
+        unsafe { *libc::__errno_location() = libc::EIO };
+        -1
+    }
+}
+
+/// Forks; the child execs this program with `write,FD,TEXT`; returns its exit status.
+fn forkexec(fd: i32, text: &str) -> i64 {
+    let exe = std::env::current_exe().expect("current_exe");
+    let exe = CString::new(exe.as_os_str().as_encoded_bytes()).expect("path");
+    let argv0 = cs("madfs-syscall");
+    let step = cs(&format!("write,{fd},{text}"));
+    let argv = [argv0.as_ptr(), step.as_ptr(), std::ptr::null()];
+    // SAFETY: the child only execs (or _exits).
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: valid NUL-terminated argv; environ inherited.
+        unsafe {
+            libc::execv(exe.as_ptr(), argv.as_ptr());
+            libc::_exit(127)
+        }
+    }
+    if pid < 0 {
+        return -1;
+    }
+    let mut status = 0;
+    // SAFETY: our child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status) as i64
+    } else {
+        -1
+    }
 }

@@ -1,5 +1,6 @@
 //! What the preload integration tests share: a 3-server cluster on loopback and programs run
-//! under `LD_PRELOAD=libmadfs.so` against it.
+//! under `LD_PRELOAD=libmadfs.so` against it. (Each test file uses a part of it.)
+#![allow(dead_code)]
 
 use madfs_cluster::{find_bin, LocalCluster, Options};
 use std::process::{Command, Output};

@@ -1,0 +1,147 @@
+//! Syscall interception for `libmadfs.so`: one API, two engines.
+//!
+//! * **x86_64** — the `syscall-intercept` crate (vendored, see `vendor/PATCHES.md`): PMem's
+//!   syscall_intercept rewrites every `syscall` instruction of libc into a jump to its
+//!   trampolines when the library is loaded.
+//! * **aarch64** — our own engine ([`aarch64`]): it finds every `svc #0` in the text of libc,
+//!   confirms each with capstone, and rewrites it into one `b` to a per-site trampoline that
+//!   saves the registers, calls the hook and either returns the hook's value or issues the
+//!   syscall itself, then branches back (the design is in `docs/architecture.md`).
+//!
+//! Both engines call one [`Hook`]: `Some(value)` answers the syscall (a result or `-errno`),
+//! `None` lets the kernel run it. [`raw`] issues a syscall that is never intercepted.
+//!
+//! The hook runs on the thread that made the syscall, possibly inside malloc or with signals
+//! pending: it must be re-entrant and must not unwind (the engines catch a panic and forward).
+
+#[cfg(target_arch = "aarch64")]
+pub mod aarch64;
+pub mod plan;
+#[cfg(target_arch = "x86_64")]
+mod x86_64;
+
+use std::fmt;
+use std::sync::OnceLock;
+
+/// The hook: syscall number and its six argument registers. `Some(v)`: the syscall returns
+/// `v` (`-errno` for an error) without reaching the kernel; `None`: the kernel runs it.
+pub type Hook = fn(nr: i64, args: &[isize; 6]) -> Option<isize>;
+
+static HOOK: OnceLock<Hook> = OnceLock::new();
+
+/// What `install` did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Installed {
+    /// Engine name ("syscall_intercept" or "svc-trampolines").
+    pub engine: &'static str,
+    /// Number of syscall instructions rewritten (0 where the engine does not report it).
+    pub sites: usize,
+}
+
+/// Why interception could not be set up. The process then runs without interception.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// No engine for this architecture.
+    Unsupported,
+    /// A hook is already installed.
+    AlreadyInstalled,
+    /// libc's text was not found among the loaded objects.
+    NoLibc,
+    /// The disassembler could not be used (message from capstone).
+    Disassembler(String),
+    /// No trampoline memory within branch range (±128 MiB) of the code to patch.
+    OutOfReach {
+        /// First byte of the code to patch.
+        code: usize,
+        /// Where the nearest trampoline memory could be had.
+        trampolines: usize,
+    },
+    /// A system call failed while patching (`errno`).
+    Os(&'static str, i32),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Unsupported => write!(f, "no syscall interception engine for this architecture"),
+            Error::AlreadyInstalled => write!(f, "a syscall hook is already installed"),
+            Error::NoLibc => write!(f, "libc's text was not found in this process"),
+            Error::Disassembler(m) => write!(f, "capstone: {m}"),
+            Error::OutOfReach { code, trampolines } => write!(
+                f,
+                "code at {code:#x} is out of branch range of trampolines at {trampolines:#x} \
+                 (±128 MiB); not intercepting"
+            ),
+            Error::Os(what, e) => write!(f, "{what}: errno {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Installs `hook` for every syscall libc makes from now on, in every thread.
+///
+/// # Safety
+/// Rewrites code of libc in this process: call it once, early (a library constructor), while
+/// no other thread runs libc code that the engine patches. `hook` must not unwind and must be
+/// safe to call re-entrantly from any thread, including from inside libc (e.g. malloc).
+pub unsafe fn install(hook: Hook) -> Result<Installed, Error> {
+    HOOK.set(hook).map_err(|_| Error::AlreadyInstalled)?;
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: forwarded contract.
+    return unsafe { x86_64::install() };
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: forwarded contract.
+    return unsafe { aarch64::install() };
+    #[allow(unreachable_code)]
+    Err(Error::Unsupported)
+}
+
+/// Calls the installed hook (engines' common path), never unwinding.
+#[inline]
+fn call_hook(nr: i64, args: &[isize; 6]) -> Option<isize> {
+    let hook = *HOOK.get()?;
+    std::panic::catch_unwind(|| hook(nr, args)).unwrap_or(None)
+}
+
+/// Issues syscall `nr` with up to six arguments (missing ones are 0), bypassing interception.
+///
+/// # Safety
+/// A raw system call: the caller vouches for the arguments (pointers valid for what `nr`
+/// does with them).
+#[inline]
+pub unsafe fn raw(nr: i64, args: &[isize]) -> isize {
+    let mut a = [0isize; 6];
+    a[..args.len()].copy_from_slice(args);
+    // SAFETY: forwarded contract.
+    unsafe { raw6(nr, a) }
+}
+
+/// [`raw`] with all six argument registers.
+///
+/// # Safety
+/// As for [`raw`].
+#[inline]
+pub unsafe fn raw6(nr: i64, a: [isize; 6]) -> isize {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: forwarded contract; syscall_no_intercept is syscall_intercept's raw syscall.
+    return unsafe {
+        syscall_intercept::syscall_no_intercept(nr as isize, a[0], a[1], a[2], a[3], a[4], a[5])
+    };
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: forwarded contract; our own `svc` is never patched.
+    return unsafe { aarch64::svc(nr, a) };
+    #[allow(unreachable_code)]
+    {
+        // SAFETY: forwarded contract.
+        unsafe { libc::syscall(nr as libc::c_long, a[0], a[1], a[2], a[3], a[4], a[5]) as isize }
+    }
+}
+
+/// `raw!(nr, a0, a1, …)`: [`raw`] with the arguments cast to `isize`.
+#[macro_export]
+macro_rules! raw {
+    ($nr:expr $(, $a:expr)* $(,)?) => {
+        $crate::raw($nr as i64, &[$($a as isize),*])
+    };
+}
