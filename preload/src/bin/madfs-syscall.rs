@@ -86,7 +86,11 @@ fn main() {
         let a: Vec<&str> = step.split(',').collect();
         let fd = |s: &str| -> i32 {
             match s.strip_prefix('#') {
-                Some(n) => fds[n.parse::<usize>().expect("fd index")],
+                // an fd whose open failed: -1, so the step reports EBADF
+                Some(n) => fds
+                    .get(n.parse::<usize>().expect("fd index"))
+                    .copied()
+                    .unwrap_or(-1),
                 None => s.parse().expect("fd number"),
             }
         };
