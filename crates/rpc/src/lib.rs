@@ -21,5 +21,8 @@ use std::sync::Arc;
 /// Creates a UCP context (tag matching, streams for the connection handshake, wake-ups for
 /// sleeping progress).
 pub fn new_context() -> std::io::Result<Arc<Context>> {
+    // UCX is loaded on first use (vendor/ucx1-sys): a missing UCX is an error here, not an
+    // abort inside the first UCX call.
+    ucx1_sys::load().map_err(std::io::Error::other)?;
     Context::new().map_err(|e| std::io::Error::other(format!("UCX context: {e}")))
 }

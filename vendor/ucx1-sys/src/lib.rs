@@ -8,6 +8,9 @@
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 
+mod lazy;
+pub use lazy::load;
+
 /// @ingroup UCP_DATATYPE
 /// @brief Generate an identifier for contiguous data type.
 ///

@@ -46,6 +46,56 @@
 #include <string.h>
 #include <syscall.h>
 #include "capstone_wrapper.h"
+#include <dlfcn.h>
+
+/*
+ * madfs: capstone is loaded with dlopen the first time a library has
+ * to be disassembled (a miss in the patch-site cache, see
+ * intercept_desc.c), not linked: loading its 4 MB of tables cost every
+ * process started under LD_PRELOAD about 1.4 ms, for nothing once the
+ * sites are cached.
+ */
+static cs_err (*p_cs_open)(cs_arch, cs_mode, csh *);
+static cs_err (*p_cs_option)(csh, cs_opt_type, size_t);
+static cs_insn *(*p_cs_malloc)(csh);
+static void (*p_cs_free)(cs_insn *, size_t);
+static cs_err (*p_cs_close)(csh *);
+static bool (*p_cs_disasm_iter)(csh, const uint8_t **, size_t *, uint64_t *,
+		cs_insn *);
+
+static void *
+capstone_sym(void *lib, const char *name)
+{
+	void *f = dlsym(lib, name);
+	if (f == NULL)
+		xabort("libcapstone: missing symbol");
+	return f;
+}
+
+static void
+load_capstone(void)
+{
+	if (p_cs_open != NULL)
+		return;
+	void *lib = dlopen("libcapstone.so.4", RTLD_NOW | RTLD_LOCAL);
+	if (lib == NULL)
+		lib = dlopen("libcapstone.so", RTLD_NOW | RTLD_LOCAL);
+	if (lib == NULL)
+		xabort("libcapstone.so.4 not found");
+	p_cs_option = capstone_sym(lib, "cs_option");
+	p_cs_malloc = capstone_sym(lib, "cs_malloc");
+	p_cs_free = capstone_sym(lib, "cs_free");
+	p_cs_close = capstone_sym(lib, "cs_close");
+	p_cs_disasm_iter = capstone_sym(lib, "cs_disasm_iter");
+	p_cs_open = capstone_sym(lib, "cs_open");
+}
+
+#define cs_open p_cs_open
+#define cs_option p_cs_option
+#define cs_malloc p_cs_malloc
+#define cs_free p_cs_free
+#define cs_close p_cs_close
+#define cs_disasm_iter p_cs_disasm_iter
 
 struct intercept_disasm_context {
 	csh handle;
@@ -82,6 +132,7 @@ intercept_disasm_init(const unsigned char *begin, const unsigned char *end)
 {
 	struct intercept_disasm_context *context;
 
+	load_capstone();
 	context = xmmap_anon(sizeof(*context));
 	context->begin = begin;
 	context->end = end;
