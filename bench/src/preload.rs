@@ -98,24 +98,38 @@ fn measure(
         .collect())
 }
 
-fn time_cmd(lib: Option<&std::path::Path>, argv: &[&str], runs: usize) -> anyhow::Result<f64> {
-    let mut v = vec![];
-    for _ in 0..runs {
-        let mut cmd = Command::new(argv[0]);
-        cmd.args(&argv[1..]).stdout(std::process::Stdio::null());
-        if let Some(l) = lib {
-            cmd.env("LD_PRELOAD", l)
-                .env("MADFS_CLUSTER", "/nonexistent");
-        }
-        let t = Instant::now();
-        let st = cmd.status()?;
-        if !st.success() {
-            bail!("{argv:?} failed");
-        }
-        v.push(t.elapsed().as_nanos() as u64);
+/// One run of `argv` (with the preload library if `lib`), in nanoseconds.
+fn time_cmd_once(lib: Option<&std::path::Path>, argv: &[&str]) -> anyhow::Result<u64> {
+    let mut cmd = Command::new(argv[0]);
+    cmd.args(&argv[1..]).stdout(std::process::Stdio::null());
+    if let Some(l) = lib {
+        cmd.env("LD_PRELOAD", l)
+            .env("MADFS_CLUSTER", "/nonexistent");
     }
-    // ms
-    Ok(median(v) / 1000.0)
+    let t = Instant::now();
+    let st = cmd.status()?;
+    if !st.success() {
+        bail!("{argv:?} failed");
+    }
+    Ok(t.elapsed().as_nanos() as u64)
+}
+
+/// `runs` runs of `argv` plain and preloaded, alternately (this VM's speed drifts; runs side
+/// by side see the same drift): (plain min, plain median, preloaded min, preloaded median) in
+/// ms.
+fn time_cmd(lib: &std::path::Path, argv: &[&str], runs: usize) -> anyhow::Result<[f64; 4]> {
+    let (mut plain, mut pre) = (vec![], vec![]);
+    for _ in 0..runs {
+        plain.push(time_cmd_once(None, argv)?);
+        pre.push(time_cmd_once(Some(lib), argv)?);
+    }
+    let min = |v: &[u64]| *v.iter().min().unwrap_or(&0) as f64 / 1e6;
+    Ok([
+        min(&plain),
+        median(plain) / 1e6,
+        min(&pre),
+        median(pre) / 1e6,
+    ])
 }
 
 pub fn run(a: PreloadArgs) -> anyhow::Result<()> {
@@ -192,18 +206,18 @@ pub fn run(a: PreloadArgs) -> anyhow::Result<()> {
         local_pre[0],
         (local_pre[0] / local_plain[0] - 1.0) * 100.0
     );
+    println!("(min and median of 21 runs each, plain and preloaded alternately)");
     for argv in [
+        &["/bin/true"][..],
         &["/usr/bin/find", "/usr/include"][..],
         &["/bin/tar", "-C", "/usr", "-cf", "/dev/null", "include"][..],
     ] {
-        let plain = time_cmd(None, argv, 7)?;
-        let pre = time_cmd(Some(&lib), argv, 7)?;
+        let [pmin, pmed, lmin, lmed] = time_cmd(&lib, argv, 21)?;
         println!(
-            "{:<34} {:>10.1} ms plain, {:.1} ms preloaded ({:+.1} %)",
+            "{:<34} plain {pmin:.2}/{pmed:.2} ms, preloaded {lmin:.2}/{lmed:.2} ms ({:+.1} % / {:+.1} %)",
             argv.join(" "),
-            plain,
-            pre,
-            (pre / plain - 1.0) * 100.0
+            (lmin / pmin - 1.0) * 100.0,
+            (lmed / pmed - 1.0) * 100.0
         );
     }
     Ok(())

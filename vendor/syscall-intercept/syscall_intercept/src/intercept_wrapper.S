@@ -52,6 +52,8 @@
 /* The boolean indicating whether YMM registers must saved */
 .global intercept_routine_must_save_ymm
 .hidden intercept_routine_must_save_ymm
+.global intercept_routine_has_xinuse
+.hidden intercept_routine_has_xinuse
 
 .text
 
@@ -133,6 +135,25 @@ intercept_wrapper:
 	jz          0f
 
 	/*
+	 * madfs: if the upper halves of the ymm registers are in their
+	 * initial state (XINUSE bit 2 clear, almost always: compilers end
+	 * AVX code with vzeroupper), saving xmm0-7 suffices, and no AVX
+	 * instruction here leaves the upper state dirty for the program
+	 * (SSE code after a dirty upper state pays a penalty).
+	 * The path taken is remembered at 0x400(%rsp).
+	 */
+	movb        intercept_routine_has_xinuse (%rip), %al
+	test        %al, %al
+	jz          2f
+	movq        %rcx, %r11
+	movl        $1, %ecx
+	xgetbv
+	movq        %r11, %rcx
+	testb       $4, %al
+	jz          0f
+2:
+	movb        $1, 0x400 (%rsp)
+	/*
 	 * Save the YMM registers.
 	 * Use vmovups. Must not use vmovaps, since 32 byte alignment is not
 	 * guaranteed.
@@ -158,6 +179,7 @@ intercept_wrapper:
 
 0:
 	/* Save the XMM registers. */
+	movb        $0, 0x400 (%rsp)
 	movaps      %xmm0, 0x3c0 (%rsp)
 	movaps      %xmm1, 0x380 (%rsp)
 	movaps      %xmm2, 0x340 (%rsp)
@@ -194,7 +216,7 @@ intercept_wrapper:
 	 * Restore the other registers, and return.
 	 */
 
-	movb        intercept_routine_must_save_ymm (%rip), %dl
+	movb        0x400 (%rsp), %dl
 	test        %dl, %dl
 	jz          0f
 

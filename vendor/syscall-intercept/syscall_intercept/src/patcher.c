@@ -68,6 +68,7 @@
  *
  */
 
+#include <cpuid.h>
 #include "intercept.h"
 #include "intercept_util.h"
 #include "intercept_log.h"
@@ -505,6 +506,8 @@ static ptrdiff_t o_patch_desc_addr;
 static ptrdiff_t o_wrapper_level1_addr;
 
 bool intercept_routine_must_save_ymm;
+/* madfs: xgetbv with ecx = 1 (XINUSE) is available, see intercept_wrapper.S */
+bool intercept_routine_has_xinuse;
 
 /*
  * init_patcher
@@ -541,6 +544,11 @@ init_patcher(void)
 	extern bool has_ymm_registers(void);
 
 	intercept_routine_must_save_ymm = has_ymm_registers();
+
+	unsigned eax, ebx, ecx, edx;
+	if (intercept_routine_must_save_ymm &&
+	    __get_cpuid_count(0xd, 1, &eax, &ebx, &ecx, &edx))
+		intercept_routine_has_xinuse = (eax & 4) != 0;
 }
 
 /*
