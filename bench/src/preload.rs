@@ -126,9 +126,9 @@ fn time_cmd(lib: &std::path::Path, argv: &[&str], runs: usize) -> anyhow::Result
     let min = |v: &[u64]| *v.iter().min().unwrap_or(&0) as f64 / 1e6;
     Ok([
         min(&plain),
-        median(plain) / 1e6,
+        median(plain) / 1e3,
         min(&pre),
-        median(pre) / 1e6,
+        median(pre) / 1e3,
     ])
 }
 
