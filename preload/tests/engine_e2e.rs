@@ -4,8 +4,7 @@
 
 mod common;
 
-use common::{cluster, run, syscalls, MOUNT};
-use madfs_cluster::find_bin;
+use common::{cluster, syscalls, syscalls_env};
 
 /// Compares output lines with expectations; an expectation ending in `*` is a prefix.
 fn expect(out: &str, err: &str, want: &[&str]) {
@@ -60,10 +59,7 @@ fn syscalls_threads_fork_exec_and_pass_through() {
         "pread,#2,4,3",
         "unlink,/madfs/a/nope",
     ];
-    let bin = find_bin("madfs-syscall");
-    let mut argv = vec![bin.to_str().unwrap()];
-    argv.extend_from_slice(&steps);
-    let o = run(&cl, &argv, 20_000);
+    let o = syscalls_env(&cl, &steps, 20_000, &[]);
     let (out, err) = (
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr),
@@ -123,14 +119,8 @@ fn syscalls_threads_fork_exec_and_pass_through() {
 #[test]
 fn libc_out_of_reach_runs_unintercepted() {
     let cl = cluster();
-    let out = std::process::Command::new(find_bin("madfs-syscall"))
-        .args(["statfs,/madfs", "stat,/madfs/a", "getcwd"])
-        .env("LD_PRELOAD", find_bin("libmadfs.so"))
-        .env("MADFS_CLUSTER", cl.cluster_file())
-        .env("MADFS_MOUNT", MOUNT)
-        .env("MADFS_INTERCEPT_FAR", "1")
-        .output()
-        .unwrap();
+    let steps = ["statfs,/madfs", "stat,/madfs/a", "getcwd"];
+    let out = syscalls_env(&cl, &steps, 20_000, &[("MADFS_INTERCEPT_FAR", "1")]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stderr.contains("syscall interception is off"), "{stderr}");
@@ -146,7 +136,7 @@ fn libc_out_of_reach_runs_unintercepted() {
 #[test]
 fn libc_out_of_reach_runs_unintercepted() {
     // x86_64: syscall_intercept places its trampolines itself; nothing to check here.
-    let _ = (find_bin, MOUNT);
+    let _ = syscalls_env;
 }
 
 /// Threads that each connect, write 256 KiB, read it back and exit, over and over, on TCP.
@@ -162,19 +152,11 @@ fn threads_coming_and_going_never_crash_servers() {
         (3, 16)
     };
     for r in 0..rounds {
-        let out = std::process::Command::new(find_bin("madfs-syscall"))
-            .args([
-                format!("mkdir,/madfs/r{r}"),
-                format!("threads,/madfs/r{r},{threads}"),
-            ])
-            .env("LD_PRELOAD", find_bin("libmadfs.so"))
-            .env("MADFS_CLUSTER", cl.cluster_file())
-            .env("MADFS_MOUNT", MOUNT)
-            .env("MADFS_TIMEOUT_MS", "20000")
-            .env("UCX_TLS", "tcp,self")
-            .env("UCX_NET_DEVICES", "lo")
-            .output()
-            .unwrap();
+        let (mkdir, run) = (
+            format!("mkdir,/madfs/r{r}"),
+            format!("threads,/madfs/r{r},{threads}"),
+        );
+        let out = syscalls_env(&cl, &[&mkdir, &run], 20_000, &[("UCX_TLS", "tcp,self")]);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             stdout.contains(&format!("threads OK {threads}")),

@@ -21,6 +21,11 @@ pub fn cluster() -> LocalCluster {
 /// Runs `argv` with the preload library (call deadline `timeout_ms`; `$T` = the cluster's
 /// scratch directory).
 pub fn run(cl: &LocalCluster, argv: &[&str], timeout_ms: u32) -> Output {
+    run_env(cl, argv, timeout_ms, &[])
+}
+
+/// [`run`] with extra environment variables.
+pub fn run_env(cl: &LocalCluster, argv: &[&str], timeout_ms: u32, env: &[(&str, &str)]) -> Output {
     Command::new(argv[0])
         .args(&argv[1..])
         .env("LD_PRELOAD", find_bin("libmadfs.so"))
@@ -29,6 +34,7 @@ pub fn run(cl: &LocalCluster, argv: &[&str], timeout_ms: u32) -> Output {
         .env("MADFS_TIMEOUT_MS", timeout_ms.to_string())
         .env("UCX_NET_DEVICES", "lo")
         .env("T", cl.root())
+        .envs(env.iter().copied())
         .output()
         .expect("spawn")
 }
@@ -53,8 +59,18 @@ pub fn bash(cl: &LocalCluster, script: &str, timeout_ms: u32) -> String {
 
 /// `madfs-syscall` with these steps under the preload; its stdout (steps may fail).
 pub fn syscalls(cl: &LocalCluster, steps: &[&str], timeout_ms: u32) -> String {
+    String::from_utf8_lossy(&syscalls_env(cl, steps, timeout_ms, &[]).stdout).into_owned()
+}
+
+/// `madfs-syscall` with these steps and extra environment under the preload; its output.
+pub fn syscalls_env(
+    cl: &LocalCluster,
+    steps: &[&str],
+    timeout_ms: u32,
+    env: &[(&str, &str)],
+) -> Output {
     let bin = find_bin("madfs-syscall");
     let mut argv = vec![bin.to_str().unwrap()];
     argv.extend_from_slice(steps);
-    String::from_utf8_lossy(&run(cl, &argv, timeout_ms).stdout).into_owned()
+    run_env(cl, &argv, timeout_ms, env)
 }
