@@ -138,7 +138,7 @@ pub const LEGACY_TIME: i64 = -3;
 
 /// Whether `nr` is a legacy path syscall of this architecture (see [`legacy`]).
 #[cfg(target_arch = "x86_64")]
-pub fn is_legacy(nr: i64) -> bool {
+pub const fn is_legacy(nr: i64) -> bool {
     matches!(
         nr,
         libc::SYS_open
@@ -166,7 +166,7 @@ pub fn is_legacy(nr: i64) -> bool {
 
 /// aarch64 has only the `*at` forms.
 #[cfg(not(target_arch = "x86_64"))]
-pub fn is_legacy(_nr: i64) -> bool {
+pub const fn is_legacy(_nr: i64) -> bool {
     false
 }
 

@@ -54,7 +54,7 @@ impl Drop for Guard {
 
 /// Syscalls whose only file argument is the fd in their first argument: not ours unless that
 /// fd is a madfs fd (one bit test, before any thread-local access).
-fn fd_only(nr: i64) -> bool {
+const fn fd_only(nr: i64) -> bool {
     matches!(
         nr,
         libc::SYS_read
@@ -91,8 +91,11 @@ fn fd_only(nr: i64) -> bool {
     )
 }
 
+// libc sites of every other syscall with a known number stay unpatched (x86_64).
+madfs_intercept::syscall_set!(candidate);
+
 /// Syscalls that can concern madfs (everything else is passed through at once).
-fn candidate(nr: i64) -> bool {
+const fn candidate(nr: i64) -> bool {
     fd_only(nr)
         || matches!(
             nr,

@@ -359,44 +359,168 @@ pub fn all() -> Vec<Arc<Desc>> {
 }
 
 /// After exec: finds inherited madfs fds (memfds named `madfs`) and registers them,
-/// one description per memfd inode.
+/// one description per memfd inode. This runs in every process start, so it is cheap: one
+/// `poll` over fds 0..1023 (open or not) where the fd limit allows (reading `/proc/self/fd`
+/// costs ≈ 40 µs the first time in a process), then an `fstat` per open fd; only a deleted
+/// regular file of our size is looked at closer (its link name, then its header's magic).
 pub fn adopt_inherited() {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
-        return;
-    };
     let mut seen: Vec<(u64, Arc<Desc>)> = Vec::new();
-    for ent in dir.flatten() {
-        let Some(fd) = ent.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        let Ok(target) = std::fs::read_link(ent.path()) else {
-            continue;
-        };
-        if !target
-            .as_os_str()
-            .as_encoded_bytes()
-            .starts_with(b"/memfd:madfs")
-            || fd as usize >= MAX_FD
-        {
-            continue;
+    let mut found = |fd: i32| {
+        if let Some(d) = inherited(fd, &mut seen) {
+            insert(fd, d);
         }
-        // SAFETY: fstat into a zeroed buffer.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        if unsafe { libc::fstat(fd, &mut st) } != 0 {
-            continue;
-        }
-        let d = match seen.iter().find(|(ino, _)| *ino == st.st_ino) {
-            Some((_, d)) => d.clone(),
-            None => match Desc::adopt(fd) {
-                Some(d) => {
-                    seen.push((st.st_ino, d.clone()));
-                    d
+    };
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: prlimit64 reading our own limit into `lim`.
+    let r = unsafe {
+        raw!(
+            libc::SYS_prlimit64 as isize,
+            0isize,
+            libc::RLIMIT_NOFILE as isize,
+            0isize,
+            &mut lim as *mut _ as isize,
+        )
+    };
+    if r == 0 && lim.rlim_cur <= POLL_SCAN_MAX {
+        let mut pfd = [libc::pollfd {
+            fd: 0,
+            events: 0,
+            revents: 0,
+        }; 1024];
+        let mut base = 0;
+        while (base as u64) < lim.rlim_cur {
+            for (i, p) in pfd.iter_mut().enumerate() {
+                *p = libc::pollfd {
+                    fd: base + i as i32,
+                    events: 0,
+                    revents: 0,
+                };
+            }
+            let zero = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: ppoll (aarch64 has no poll) with a zero timeout on our array.
+            let n = unsafe {
+                raw!(
+                    libc::SYS_ppoll as isize,
+                    pfd.as_mut_ptr() as isize,
+                    pfd.len() as isize,
+                    &zero as *const _ as isize,
+                    0isize,
+                    0isize,
+                )
+            };
+            if n < 0 {
+                return adopt_from_proc(&mut found);
+            }
+            for p in &pfd {
+                if p.revents & libc::POLLNVAL == 0 {
+                    found(p.fd);
                 }
-                None => continue,
-            },
-        };
-        insert(fd, d);
+            }
+            base += pfd.len() as i32;
+        }
+        return;
     }
+    adopt_from_proc(&mut found)
+}
+
+/// Up to this fd limit, [`adopt_inherited`] polls every possible fd instead of listing
+/// `/proc/self/fd`.
+const POLL_SCAN_MAX: u64 = 4096;
+
+/// Calls `found` for every open fd listed in `/proc/self/fd` (raw syscalls).
+fn adopt_from_proc(found: &mut dyn FnMut(i32)) {
+    // SAFETY: raw syscalls on our own buffers; the directory fd is closed below.
+    let dir = unsafe {
+        raw!(
+            libc::SYS_openat as isize,
+            libc::AT_FDCWD as isize,
+            c"/proc/self/fd".as_ptr() as isize,
+            (libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) as isize,
+        )
+    };
+    if dir < 0 {
+        return;
+    }
+    let mut buf = [0u64; 512];
+    loop {
+        // SAFETY: getdents64 into our buffer.
+        let n = unsafe {
+            raw!(
+                libc::SYS_getdents64 as isize,
+                dir,
+                buf.as_mut_ptr() as isize,
+                std::mem::size_of_val(&buf) as isize,
+            )
+        };
+        if n <= 0 {
+            break;
+        }
+        // SAFETY: the kernel wrote n bytes of linux_dirent64 records.
+        let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr() as *const u8, n as usize) };
+        let mut off = 0;
+        while off + 19 < bytes.len() {
+            let reclen = u16::from_ne_bytes([bytes[off + 16], bytes[off + 17]]) as usize;
+            let name = &bytes[off + 19..(off + reclen).min(bytes.len())];
+            let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+            off += reclen.max(1);
+            let Some(fd) = std::str::from_utf8(name)
+                .ok()
+                .and_then(|s| s.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            if fd as isize != dir {
+                found(fd);
+            }
+        }
+    }
+    // SAFETY: closing the directory fd we opened.
+    unsafe { raw!(libc::SYS_close as isize, dir) };
+}
+
+/// The description behind inherited `fd`, if it is one of our memfds.
+fn inherited(fd: i32, seen: &mut Vec<(u64, Arc<Desc>)>) -> Option<Arc<Desc>> {
+    if fd < 0 || fd as usize >= MAX_FD {
+        return None;
+    }
+    // SAFETY: fstat into a zeroed buffer.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { raw!(libc::SYS_fstat as isize, fd as isize, &mut st as *mut _ as isize) } != 0 {
+        return None;
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG
+        || st.st_nlink != 0
+        || st.st_size != MAP_BYTES as i64
+    {
+        return None;
+    }
+    let link = format!("/proc/self/fd/{fd}\0");
+    let mut target = [0u8; 64];
+    // SAFETY: readlinkat into our buffer, NUL-terminated path.
+    let n = unsafe {
+        raw!(
+            libc::SYS_readlinkat as isize,
+            libc::AT_FDCWD as isize,
+            link.as_ptr() as isize,
+            target.as_mut_ptr() as isize,
+            target.len() as isize,
+        )
+    };
+    if n <= 0 || !target[..n as usize].starts_with(b"/memfd:madfs") {
+        return None;
+    }
+    if let Some((_, d)) = seen.iter().find(|(ino, _)| *ino == st.st_ino) {
+        return Some(d.clone());
+    }
+    let d = Desc::adopt(fd)?;
+    seen.push((st.st_ino, d.clone()));
+    Some(d)
 }
 
 #[cfg(test)]

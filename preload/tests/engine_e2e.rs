@@ -112,6 +112,73 @@ fn syscalls_threads_fork_exec_and_pass_through() {
     assert!(out.contains("read OK 4"), "{out}");
 }
 
+/// x86_64: libc sites of syscalls the preload never answers (known number, `getppid`) stay
+/// unpatched, those it may answer (`dup`) are patched, after a full scan of libc as after a
+/// patch-site cache hit; `MADFS_INTERCEPT_ALL` patches all.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn only_wanted_syscall_sites_are_patched() {
+    let cl = cluster();
+    let steps = ["patched,getppid", "patched,dup", "statfs,/madfs"];
+    // a fresh patch-site cache: the first run scans libc, the second loads the cache
+    let cache = cl.root().join("intercept-cache");
+    let cache = cache.to_str().unwrap();
+    for _ in 0..2 {
+        let o = syscalls_env(&cl, &steps, 20_000, &[("MADFS_INTERCEPT_CACHE", cache)]);
+        let (out, err) = (
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr),
+        );
+        expect(
+            &out,
+            &err,
+            &[
+                "site getppid unpatched",
+                "patched OK 0",
+                "site dup patched",
+                "patched OK 0",
+                "fstype 6d616466",
+                "statfs OK 0",
+            ],
+        );
+    }
+    assert_eq!(std::fs::read_dir(cache).unwrap().count(), 1, "one cache file");
+    let o = syscalls_env(&cl, &steps, 20_000, &[]);
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    expect(
+        &out,
+        &err,
+        &[
+            "site getppid unpatched",
+            "patched OK 0",
+            "site dup patched",
+            "patched OK 0",
+            "fstype 6d616466",
+            "statfs OK 0",
+        ],
+    );
+    let o = syscalls_env(&cl, &steps, 20_000, &[("MADFS_INTERCEPT_ALL", "1")]);
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    expect(
+        &out,
+        &err,
+        &[
+            "site getppid patched",
+            "patched OK 0",
+            "site dup patched",
+            "patched OK 0",
+            "fstype 6d616466",
+            "statfs OK 0",
+        ],
+    );
+}
+
 /// The aarch64 engine refuses to patch when trampolines cannot be within branch reach of libc
 /// (`MADFS_INTERCEPT_FAR` places them ≥ 4 GiB away, as if libc had been loaded far from any
 /// free memory): the program runs unintercepted, with one line on stderr, and does not crash.

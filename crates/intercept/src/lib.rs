@@ -79,6 +79,37 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// Declares which syscall numbers the program's hook may answer (`wanted(nr)` for
+/// 0 ≤ nr < 512, evaluated at compile time), as the 512-bit set `madfs_intercept_syscalls`
+/// that the x86_64 engine reads while it patches libc, before any Rust code runs.
+///
+/// A libc site whose number is known (`mov $nr, %eax` right before the `syscall`, and no
+/// jump lands on the `syscall` itself) and not in the set is left unpatched: that syscall
+/// costs nothing extra and its page of libc stays shared with other processes. Sites with a
+/// number computed at run time (`syscall(3)`) are always patched, so the hook must still
+/// return `None` quickly for numbers outside the set. Without the set (or with
+/// `MADFS_INTERCEPT_ALL` set to anything) every site is patched. The aarch64 engine patches
+/// every `svc #0` regardless (it has no jump-target analysis to prove a number known).
+#[macro_export]
+macro_rules! syscall_set {
+    ($wanted:path) => {
+        #[allow(non_upper_case_globals)]
+        #[no_mangle]
+        #[used]
+        pub static madfs_intercept_syscalls: [u64; 8] = {
+            let mut set = [0u64; 8];
+            let mut nr = 0i64;
+            while nr < 512 {
+                if $wanted(nr) {
+                    set[(nr / 64) as usize] |= 1u64 << (nr % 64);
+                }
+                nr += 1;
+            }
+            set
+        };
+    };
+}
+
 /// Installs `hook` for every syscall libc makes from now on, in every thread.
 ///
 /// # Safety

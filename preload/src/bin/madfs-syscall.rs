@@ -187,6 +187,15 @@ fn main() {
                 "fsync" => libc::fsync(fd(a[1])) as i64,
                 "access" => libc::access(cs(a[1]).as_ptr(), libc::F_OK) as i64,
                 "chdir" => libc::chdir(cs(a[1]).as_ptr()) as i64,
+                "patched" => {
+                    // x86_64: is the first `syscall` instruction of a libc function still
+                    // there (site left alone) or rewritten into a jump?
+                    let f = libc::dlsym(libc::RTLD_DEFAULT, cs(a[1]).as_ptr()) as *const u8;
+                    let code = std::slice::from_raw_parts(f, 16);
+                    let kept = code.windows(2).any(|w| w == [0x0f, 0x05]);
+                    println!("site {} {}", a[1], if kept { "unpatched" } else { "patched" });
+                    0
+                }
                 "getcwd" => {
                     let mut buf = [0u8; 4096];
                     let p = libc::getcwd(buf.as_mut_ptr().cast(), buf.len());

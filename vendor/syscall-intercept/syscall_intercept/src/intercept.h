@@ -177,6 +177,15 @@ struct intercept_desc {
 	unsigned count;
 	unsigned char *jump_table;
 
+	/*
+	 * madfs: after a patch-site cache hit jump_table points into the
+	 * read-only cache mapping; jumps marked later (the patcher's return
+	 * addresses) go to this sorted list instead of dirtying its pages.
+	 */
+	const unsigned char **late_jumps;
+	size_t late_jump_count;
+	size_t late_jump_max;
+
 	size_t nop_count;
 	size_t max_nop_count;
 	struct range *nop_table;
@@ -189,6 +198,7 @@ struct intercept_desc {
 
 bool has_jump(const struct intercept_desc *desc, unsigned char *addr);
 void mark_jump(const struct intercept_desc *desc, const unsigned char *addr);
+void mark_return(struct intercept_desc *desc, const unsigned char *addr);
 
 void allocate_trampoline_table(struct intercept_desc *desc);
 void find_syscalls(struct intercept_desc *desc);

@@ -247,11 +247,22 @@ set_bit(unsigned char *table, uint64_t offset)
 bool
 has_jump(const struct intercept_desc *desc, unsigned char *addr)
 {
-	if (addr >= desc->text_start && addr <= desc->text_end)
-		return is_bit_set(desc->jump_table,
-		    (uint64_t)(addr - desc->text_start));
-	else
+	if (addr < desc->text_start || addr > desc->text_end)
 		return false;
+	if (is_bit_set(desc->jump_table, (uint64_t)(addr - desc->text_start)))
+		return true;
+	/* binary search in the late marks (madfs) */
+	size_t lo = 0, hi = desc->late_jump_count;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (desc->late_jumps[mid] == addr)
+			return true;
+		if (desc->late_jumps[mid] < addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return false;
 }
 
 /*
@@ -262,6 +273,30 @@ mark_jump(const struct intercept_desc *desc, const unsigned char *addr)
 {
 	if (addr >= desc->text_start && addr <= desc->text_end)
 		set_bit(desc->jump_table, (uint64_t)(addr - desc->text_start));
+}
+
+/*
+ * mark_return - the patcher marks the address a patch returns to (madfs:
+ * into desc->late_jumps after a cache hit, the bitmap is read only then).
+ */
+void
+mark_return(struct intercept_desc *desc, const unsigned char *addr)
+{
+	if (addr < desc->text_start || addr > desc->text_end)
+		return;
+	if (desc->late_jumps == NULL) {
+		mark_jump(desc, addr);
+		return;
+	}
+	/* sorted insert (the patcher marks in ascending order) */
+	if (desc->late_jump_count == desc->late_jump_max)
+		xabort("too many late jump marks");
+	size_t i = desc->late_jump_count++;
+	while (i > 0 && desc->late_jumps[i - 1] > addr) {
+		desc->late_jumps[i] = desc->late_jumps[i - 1];
+		--i;
+	}
+	desc->late_jumps[i] = addr;
 }
 
 /*
@@ -688,6 +723,63 @@ allocate_trampoline_table(struct intercept_desc *desc)
  * $MADFS_INTERCEPT_CACHE, or /tmp/.madfs-intercept-<uid>; it must
  * belong to the user and not be writable by others, or it is not used.
  */
+/*
+ * madfs: the set of syscall numbers the program wants to see, 512 bits,
+ * defined by the program (madfs_intercept::syscall_set!). Absent: every
+ * site is patched.
+ */
+extern const uint64_t madfs_intercept_syscalls[8] __attribute__((weak));
+
+/*
+ * unwanted_site - whether the syscall at addr, preceded by prev, has a known
+ * number that the program does not want: the instruction before it is
+ * `mov $imm32, %eax` (b8 imm32) and no jump lands on the syscall
+ * instruction, so nothing else can reach it with another number. Such
+ * sites are left unpatched: those syscalls cost nothing extra and their
+ * pages of libc stay shared. clone3 is always wanted (the hook turns it into
+ * ENOSYS, see crates/intercept). MADFS_INTERCEPT_ALL set to anything, or no
+ * set defined, patches every site.
+ */
+static bool
+unwanted_site(const struct intercept_desc *desc, const unsigned char *addr,
+		const struct intercept_disasm_result *prev)
+{
+	static int filtering = -1;
+	if (filtering < 0) {
+		const char *all = getenv("MADFS_INTERCEPT_ALL");
+		filtering = madfs_intercept_syscalls != NULL &&
+		    (all == NULL || all[0] == '\0');
+	}
+	if (!filtering || prev->length != 5 || prev->address == NULL ||
+	    prev->address + 5 != addr || prev->address[0] != 0xb8 ||
+	    has_jump(desc, (unsigned char *)addr))
+		return false;
+	uint32_t nr;
+	memcpy(&nr, prev->address + 1, sizeof(nr));
+	return nr < 512 && nr != SYS_clone3 &&
+	    (madfs_intercept_syscalls[nr / 64] &
+	    ((uint64_t)1 << (nr % 64))) == 0;
+}
+
+/*
+ * filter_patches - drops the unwanted sites (after a full scan; a cache hit
+ * drops them while loading).
+ */
+static void
+filter_patches(struct intercept_desc *desc)
+{
+	unsigned kept = 0;
+	for (unsigned i = 0; i < desc->count; ++i) {
+		const struct patch_desc *p = desc->items + i;
+		if (unwanted_site(desc, p->syscall_addr, &p->preceding_ins))
+			continue;
+		if (kept != i)
+			desc->items[kept] = *p;
+		++kept;
+	}
+	desc->count = kept;
+}
+
 #define CACHE_MAGIC "MADFSIC1"
 
 struct cache_header {
@@ -857,10 +949,14 @@ cache_load(struct intercept_desc *desc, const struct cache_header *key)
 	    h->nop_count <= desc->max_nop_count &&
 	    h->count < (1u << 24) && want == len;
 	const unsigned char *p = base + sizeof(*h);
-	if (ok) {
-		memcpy(desc->jump_table, p, h->jump_bytes);
+	/*
+	 * madfs: the jump-target bitmap is used in place, read only (later
+	 * marks go to desc->late_jumps), not copied into anonymous memory;
+	 * the mapping stays for the life of the process.
+	 */
+	const unsigned char *jumps = p;
+	if (ok)
 		p += h->jump_bytes;
-	}
 	for (uint64_t i = 0; ok && i < h->nop_count; ++i) {
 		uint64_t v[2];
 		memcpy(v, p, sizeof(v));
@@ -869,31 +965,48 @@ cache_load(struct intercept_desc *desc, const struct cache_header *key)
 		desc->nop_table[i].address = desc->text_start + v[0];
 		desc->nop_table[i].size = v[1];
 	}
-	if (ok)
-		desc->nop_count = h->nop_count;
+	if (ok && h->count > 0)
+		/* one allocation, not add_new_patch's doubling */
+		desc->items = xmmap_anon(h->count * sizeof(desc->items[0]));
+	desc->jump_table = (unsigned char *)jumps;
+	unsigned kept = 0;
 	for (uint64_t i = 0; ok && i < h->count; ++i) {
-		struct cached_patch cp;
+		struct cached_patch cp; /* memcpy: p is not aligned */
 		memcpy(&cp, p, sizeof(cp));
 		p += sizeof(cp);
 		ok = cp.syscall_off < h->text_bytes;
 		if (!ok)
 			break;
-		struct patch_desc *patch = add_new_patch(desc);
+		struct intercept_disasm_result prev;
+		unsigned char *addr = desc->text_start + cp.syscall_off;
+		unpack_result(desc, &cp.prev, &prev);
+		if (unwanted_site(desc, addr, &prev))
+			continue;
+		struct patch_desc *patch = desc->items + kept++;
 		patch->containing_lib_path = desc->path;
-		patch->syscall_addr = desc->text_start + cp.syscall_off;
+		patch->syscall_addr = addr;
 		patch->syscall_offset = cp.syscall_offset;
+		patch->preceding_ins = prev;
 		unpack_result(desc, &cp.prev2, &patch->preceding_ins_2);
-		unpack_result(desc, &cp.prev, &patch->preceding_ins);
 		unpack_result(desc, &cp.next, &patch->following_ins);
 	}
-	syscall_no_intercept(SYS_munmap, base, len);
 	if (!ok) {
+		desc->jump_table = NULL;
+		syscall_no_intercept(SYS_munmap, base, len);
+		if (desc->items != NULL && h->count > 0)
+			syscall_no_intercept(SYS_munmap, desc->items,
+			    h->count * sizeof(desc->items[0]));
 		/* start over: scan as if there were no cache */
-		memset(desc->jump_table, 0, key->text_bytes / 8 + 1);
+		desc->items = NULL;
 		desc->nop_count = 0;
 		desc->count = 0;
 		return -1;
 	}
+	desc->nop_count = h->nop_count;
+	desc->count = kept;
+	desc->late_jump_max = desc->count + 1;
+	desc->late_jumps = xmmap_anon(desc->late_jump_max *
+	    sizeof(desc->late_jumps[0]));
 	return 0;
 }
 
@@ -940,6 +1053,7 @@ cache_store(const struct intercept_desc *desc, struct cache_header *key)
 		syscall_no_intercept(SYS_unlink, tmp);
 }
 
+
 /*
  * find_syscalls
  * The routine that disassembles a text section. Here is some higher level
@@ -967,7 +1081,6 @@ find_syscalls(struct intercept_desc *desc)
 	    desc->path,
 	    (uintptr_t)desc->text_start,
 	    (uintptr_t)desc->text_end);
-	allocate_jump_table(desc);
 	allocate_nop_table(desc);
 
 	struct cache_header key;
@@ -976,6 +1089,7 @@ find_syscalls(struct intercept_desc *desc)
 		syscall_no_intercept(SYS_close, fd);
 		return;
 	}
+	allocate_jump_table(desc);
 
 	for (Elf64_Half i = 0; i < desc->symbol_tables.count; ++i)
 		find_jumps_in_section_syms(desc,
@@ -989,4 +1103,5 @@ find_syscalls(struct intercept_desc *desc)
 
 	crawl_text(desc);
 	cache_store(desc, &key);
+	filter_patches(desc);
 }

@@ -486,7 +486,7 @@ create_patch_wrappers(struct intercept_desc *desc, unsigned char **dst)
 			}
 		}
 
-		mark_jump(desc, patch->return_address);
+		mark_return(desc, patch->return_address);
 
 		create_wrapper(patch, dst);
 	}
