@@ -161,6 +161,8 @@ pub const fn is_legacy(nr: i64) -> bool {
             | libc::SYS_utimes
             | libc::SYS_utime
             | libc::SYS_futimesat
+            | libc::SYS_fork
+            | libc::SYS_vfork
     )
 }
 
@@ -204,6 +206,10 @@ pub fn legacy(nr: i64, a: [isize; 6]) -> Option<(i64, [isize; 6])> {
         libc::SYS_mknod => at(libc::SYS_mknodat, [cwd, a0, a1, a2, 0]),
         libc::SYS_utime | libc::SYS_utimes => at(LEGACY_TIME, [cwd, a0, 0, 0, 0]),
         libc::SYS_futimesat => at(LEGACY_TIME, [a0, a1, a2, a3, 0]),
+        // a new process: as `clone` without CLONE_THREAD
+        libc::SYS_fork | libc::SYS_vfork => {
+            at(libc::SYS_clone, [libc::SIGCHLD as isize, 0, 0, 0, 0])
+        }
         _ => None,
     }
 }

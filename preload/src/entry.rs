@@ -140,6 +140,8 @@ const fn candidate(nr: i64) -> bool {
                 | libc::SYS_exit_group
                 | libc::SYS_execve
                 | libc::SYS_execveat
+                | libc::SYS_clone
+                | libc::SYS_clone3
         )
         || crate::abi::is_legacy(nr)
 }

@@ -1,17 +1,26 @@
 //! The fd table. Every madfs open file description is backed by a real kernel fd: a small
-//! `memfd` named `madfs` whose first page holds the description's shared state (path, file id,
-//! flags, offset, written high-water mark) and is mapped `MAP_SHARED`. So:
+//! `memfd` named `madfs` that carries the description's shared state (path, file id, flags,
+//! offset, written high-water mark) across `fork` and `exec`. So:
 //! * the kernel hands out fd numbers, and `dup`, `fork`, `exec` and `posix_spawn` carry madfs
-//!   fds like any other: after `exec` the new image finds them by scanning `/proc/self/fd`;
+//!   fds like any other: after `exec` the new image finds them among its open fds;
 //! * offsets are shared exactly as the kernel shares them (one description, many fds, many
-//!   processes), because they live in the shared page;
+//!   processes): once a description can be seen by another process, its state lives in the
+//!   memfd's first page, mapped `MAP_SHARED` by every process that holds it;
 //! * an fd we do not know is never ours: membership is one bit in a lock-free bitmap.
+//!
+//! Mapping a page costs ≈ 8 µs (ftruncate, mmap, first touch, munmap: more than the RPC of an
+//! open), so a description starts with its state in process memory and moves it into the
+//! memfd only when it could be shared: before a new process is cloned (`fork`, `vfork`,
+//! `posix_spawn`: the parent's `clone` syscall) and before `execve` — [`share_all`]. (A
+//! `vfork` child cannot do it for its parent: it may already have closed or renumbered the
+//! fds, and its own changes to the fd table are not the parent's.) Users of the mutable state hold a shared lock for one
+//! operation ([`Desc::hdr`]); the move takes it exclusively, so no update is lost.
 
 use madfs_intercept::raw;
 use madfs_proto::{Attr, Errno, FsResult};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 /// fds at or above this are never madfs fds (we refuse to create them there).
 pub const MAX_FD: usize = 1 << 16;
@@ -52,16 +61,37 @@ pub struct Header {
 
 /// One open file description in this process.
 pub struct Desc {
-    hdr: NonNull<Header>,
+    /// Where the state is now: `own`, or the memfd's page once shared.
+    hdr: AtomicPtr<Header>,
+    /// The state in process memory (null for a description adopted after exec). Freed only
+    /// with the Desc: immutable fields may be read from either copy at any time.
+    own: *mut Header,
+    /// The state lives in the memfd's mapped page.
+    shared: AtomicBool,
+    /// Held shared for one use of the mutable state, exclusively while it moves.
+    moving: RwLock<()>,
     /// Process-local cache (directory listing).
     pub local: Mutex<Local>,
 }
 
-// SAFETY: the header is a MAP_SHARED page that lives as long as the Desc; fields written after
-// creation are atomics, the others are written once before the Desc is shared.
+// SAFETY: both copies of the header live as long as the Desc; fields written after creation
+// are atomics (moved under `moving`), the others are written once before the Desc is shared.
 unsafe impl Send for Desc {}
 // SAFETY: as above.
 unsafe impl Sync for Desc {}
+
+/// The mutable state of a description, for one operation (the state cannot move meanwhile).
+pub struct HdrRef<'a> {
+    _g: RwLockReadGuard<'a, ()>,
+    h: &'a Header,
+}
+
+impl std::ops::Deref for HdrRef<'_> {
+    type Target = Header;
+    fn deref(&self) -> &Header {
+        self.h
+    }
+}
 
 /// Process-local state of a description.
 #[derive(Default)]
@@ -91,44 +121,62 @@ pub struct DirState {
 
 impl Drop for Desc {
     fn drop(&mut self) {
-        // SAFETY: we mapped exactly MAP_BYTES at hdr.
-        unsafe {
-            raw!(
-                libc::SYS_munmap as isize,
-                self.hdr.as_ptr() as isize,
-                MAP_BYTES as isize,
-            )
-        };
+        if self.shared.load(Acquire) {
+            // SAFETY: we mapped exactly MAP_BYTES there.
+            unsafe {
+                raw!(
+                    libc::SYS_munmap as isize,
+                    self.hdr.load(Acquire) as isize,
+                    MAP_BYTES as isize,
+                )
+            };
+        }
+        if !self.own.is_null() {
+            // SAFETY: allocated by Box::into_raw in create, freed once here.
+            drop(unsafe { Box::from_raw(self.own) });
+        }
     }
 }
 
 impl Desc {
-    fn h(&self) -> &Header {
-        // SAFETY: mapped for the life of self.
-        unsafe { self.hdr.as_ref() }
+    /// The fields written once (either copy: both hold them and live as long as self).
+    fn fixed(&self) -> &Header {
+        // SAFETY: see the struct; immutable fields only.
+        unsafe { &*self.hdr.load(Acquire) }
     }
-    /// Shared state.
-    pub fn hdr(&self) -> &Header {
+    fn h(&self) -> HdrRef<'_> {
+        let g = self.moving.read().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: the state cannot move while we hold `moving`; both copies live as long as
+        // self.
+        let h = unsafe { &*self.hdr.load(Acquire) };
+        HdrRef { _g: g, h }
+    }
+    /// The mutable state, for one operation (hold it briefly: it blocks `fork` and `exec`).
+    pub fn hdr(&self) -> HdrRef<'_> {
         self.h()
     }
     /// Directory?
     pub fn is_dir(&self) -> bool {
-        self.h().kind == KIND_DIR
+        self.fixed().kind == KIND_DIR
     }
     /// madfs path.
     pub fn path(&self) -> &str {
-        let h = self.h();
+        let h = self.fixed();
         std::str::from_utf8(&h.path[..h.path_len as usize]).unwrap_or("/")
     }
     /// Attributes as known to this description (size: max of known size and written).
     pub fn attr(&self) -> Attr {
-        let h = self.h();
+        let f = self.fixed();
+        let size = {
+            let h = self.h();
+            h.size.load(Acquire).max(h.written.load(Acquire))
+        };
         Attr {
-            id: h.id,
-            mode: h.mode,
+            id: f.id,
+            mode: f.mode,
             nlink: 1,
-            size: h.size.load(Acquire).max(h.written.load(Acquire)),
-            chunk_size: h.chunk_size,
+            size,
+            chunk_size: f.chunk_size,
             ..Default::default()
         }
     }
@@ -169,7 +217,8 @@ impl Desc {
         h.written.fetch_min(size, AcqRel);
     }
 
-    /// Creates a description and its backing memfd; returns the fd.
+    /// Creates a description and its backing memfd; returns the fd. The state stays in
+    /// process memory until [`Desc::share`].
     pub fn create(
         kind: u32,
         flags: i32,
@@ -194,13 +243,44 @@ impl Desc {
             return Err(Errno::new(-fd as i32));
         }
         let fd = fd as i32;
-        let fail = |e: Errno| {
+        if fd as usize >= MAX_FD {
             // SAFETY: our fd.
             unsafe { raw!(libc::SYS_close as isize, fd as isize) };
-            Err(e)
-        };
-        if fd as usize >= MAX_FD {
-            return fail(Errno::EMFILE);
+            return Err(Errno::EMFILE);
+        }
+        // SAFETY: Header is atomics, integers and bytes: all-zero is a valid value.
+        let mut h: Box<Header> = unsafe { Box::new_zeroed().assume_init() };
+        h.kind = kind;
+        h.flags = AtomicU32::new(flags as u32);
+        h.mode = attr.mode;
+        h.id = attr.id;
+        h.chunk_size = attr.chunk_size;
+        h.size = AtomicU64::new(attr.size);
+        h.path_len = path.len() as u32;
+        h.path[..path.len()].copy_from_slice(path.as_bytes());
+        h.magic = AtomicU64::new(MAGIC);
+        let own = Box::into_raw(h);
+        Ok((
+            fd,
+            Arc::new(Desc {
+                hdr: AtomicPtr::new(own),
+                own,
+                shared: AtomicBool::new(false),
+                moving: RwLock::new(()),
+                local: Mutex::default(),
+            }),
+        ))
+    }
+
+    /// Moves the state into the memfd behind `fd` (one of this description's fds), mapped
+    /// shared, so that `fork` children and `exec`ed images see the same state. Idempotent.
+    pub fn share(&self, fd: i32) -> FsResult<()> {
+        if self.shared.load(Acquire) {
+            return Ok(());
+        }
+        let _w = self.moving.write().unwrap_or_else(|e| e.into_inner());
+        if self.shared.load(Acquire) {
+            return Ok(());
         }
         // SAFETY: resizing our own memfd.
         if unsafe {
@@ -211,35 +291,39 @@ impl Desc {
             )
         } != 0
         {
-            return fail(Errno::ENOMEM);
+            return Err(Errno::ENOMEM);
         }
-        let Some(hdr) = map(fd) else {
-            return fail(Errno::ENOMEM);
+        let Some(to) = map(fd) else {
+            return Err(Errno::ENOMEM);
         };
-        // SAFETY: fresh zeroed shared mapping of MAP_BYTES ≥ size_of::<Header>().
+        // SAFETY: `own` is the live process copy (nobody uses the state: we hold `moving`),
+        // `to` a fresh zeroed mapping of MAP_BYTES ≥ size_of::<Header>(); the path beyond
+        // path_len is zero in both.
         unsafe {
-            let h = hdr.as_ptr();
-            (*h).kind = kind;
-            (*h).flags.store(flags as u32, Relaxed);
-            (*h).mode = attr.mode;
-            (*h).id = attr.id;
-            (*h).chunk_size = attr.chunk_size;
-            (*h).size.store(attr.size, Relaxed);
-            (*h).path_len = path.len() as u32;
-            (&mut (*h).path)[..path.len()].copy_from_slice(path.as_bytes());
-            (*h).magic.store(MAGIC, Release);
+            let used = std::mem::offset_of!(Header, path) + (*self.own).path_len as usize;
+            std::ptr::copy_nonoverlapping(self.own as *const u8, to.as_ptr() as *mut u8, used);
         }
-        Ok((
-            fd,
-            Arc::new(Desc {
-                hdr,
-                local: Mutex::default(),
-            }),
-        ))
+        self.hdr.store(to.as_ptr(), Release);
+        self.shared.store(true, Release);
+        Ok(())
     }
 
     /// Maps the description behind an inherited fd (after exec), if it is one of ours.
     pub fn adopt(fd: i32) -> Option<Arc<Desc>> {
+        // SAFETY: fstat into a zeroed buffer. A memfd whose description was never shared
+        // is empty: mapping it would fault.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe {
+            raw!(
+                libc::SYS_fstat as isize,
+                fd as isize,
+                &mut st as *mut _ as isize
+            )
+        } != 0
+            || st.st_size < MAP_BYTES as i64
+        {
+            return None;
+        }
         let hdr = map(fd)?;
         // SAFETY: mapping of MAP_BYTES.
         if unsafe { hdr.as_ref() }.magic.load(Acquire) != MAGIC {
@@ -254,14 +338,12 @@ impl Desc {
             return None;
         }
         Some(Arc::new(Desc {
-            hdr,
+            hdr: AtomicPtr::new(hdr.as_ptr()),
+            own: std::ptr::null_mut(),
+            shared: AtomicBool::new(true),
+            moving: RwLock::new(()),
             local: Mutex::default(),
         }))
-    }
-
-    /// The header address (identity of the description within this process).
-    pub fn key(&self) -> usize {
-        self.hdr.as_ptr() as usize
     }
 }
 
@@ -356,6 +438,21 @@ pub fn all() -> Vec<Arc<Desc>> {
         }
     }
     out
+}
+
+/// Moves the state of every description of this process into its memfd (see the module
+/// documentation): before `fork` and `exec`. Allocates nothing (it may run in a `vfork`
+/// child); a description whose move fails stays private to this process.
+pub fn share_all() {
+    if is_empty() {
+        return;
+    }
+    let t = table();
+    for (fd, d) in t.iter().enumerate() {
+        if let Some(d) = d {
+            let _ = d.share(fd as i32);
+        }
+    }
 }
 
 /// After exec: finds inherited madfs fds (memfds named `madfs`) and registers them,
@@ -491,7 +588,14 @@ fn inherited(fd: i32, seen: &mut Vec<(u64, Arc<Desc>)>) -> Option<Arc<Desc>> {
     }
     // SAFETY: fstat into a zeroed buffer.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe { raw!(libc::SYS_fstat as isize, fd as isize, &mut st as *mut _ as isize) } != 0 {
+    if unsafe {
+        raw!(
+            libc::SYS_fstat as isize,
+            fd as isize,
+            &mut st as *mut _ as isize
+        )
+    } != 0
+    {
         return None;
     }
     if st.st_mode & libc::S_IFMT != libc::S_IFREG
@@ -540,7 +644,19 @@ mod tests {
         assert_eq!(d.path(), "/x/y");
         d.wrote(100, false);
         assert_eq!(d.attr().size, 100);
+        // not shared yet: nothing in the memfd
+        assert!(Desc::adopt(fd).is_none());
+        d.hdr().offset.store(7, Release);
+        d.share(fd).unwrap();
+        d.share(fd).unwrap();
+        assert_eq!(d.path(), "/x/y");
+        assert_eq!(d.hdr().offset.load(Acquire), 7);
+        assert_eq!(d.attr().size, 100);
         let again = Desc::adopt(fd).unwrap();
+        assert_eq!(again.hdr().offset.load(Acquire), 7);
+        // one description, two views of the same page
+        again.hdr().offset.store(9, Release);
+        assert_eq!(d.hdr().offset.load(Acquire), 9);
         assert_eq!(again.path(), "/x/y");
         assert_eq!(again.take_dirty(), Some(100));
         // SAFETY: closing our fd.

@@ -751,8 +751,7 @@ fn sys_lseek(fd: i64, off: i64, whence: i64) -> Ret {
         return None;
     }
     let d = fdtable::get(fd)?;
-    let h = d.hdr();
-    let cur = h.offset.load(Acquire) as i64;
+    let cur = d.hdr().offset.load(Acquire) as i64;
     let r = (|| -> FsResult<i64> {
         let new = match whence as i32 {
             libc::SEEK_SET => off,
@@ -788,7 +787,7 @@ fn sys_lseek(fd: i64, off: i64, whence: i64) -> Ret {
             l.dir.cursor = None;
             l.dir.found = None;
         }
-        h.offset.store(new as u64, Release);
+        d.hdr().offset.store(new as u64, Release);
     }
     ret(r, |n| n as isize)
 }
@@ -1401,6 +1400,8 @@ pub fn flush_all() {
 /// `execve`: carries a madfs working directory into the new image (`MADFS_CWD`), removing a
 /// stale one. Leaves the call alone when neither applies.
 fn sys_execve(path: isize, argv: isize, envp: isize, extra: Option<(i64, i64)>) -> Ret {
+    // the new image finds the state of inherited fds in their memfds
+    fdtable::share_all();
     let key = CWD_ENV.as_bytes();
     let mut has_key = false;
     let mut n = 0usize;
@@ -1587,6 +1588,25 @@ pub fn dispatch(nr: i64, a: [isize; 6]) -> Ret {
         }
         libc::SYS_exit_group => {
             flush_all();
+            None
+        }
+        // a new process (not a thread): it must share the state of the fds it inherits
+        libc::SYS_clone => {
+            if a0 as u64 & libc::CLONE_THREAD as u64 == 0 {
+                fdtable::share_all();
+            }
+            None
+        }
+        libc::SYS_clone3 => {
+            let flags = if a0 != 0 {
+                // SAFETY: clone3's first argument points to struct clone_args, flags first.
+                unsafe { *(a0 as *const u64) }
+            } else {
+                0
+            };
+            if flags & libc::CLONE_THREAD as u64 == 0 {
+                fdtable::share_all();
+            }
             None
         }
         libc::SYS_execve => sys_execve(a0, a1, a2, None),

@@ -142,7 +142,11 @@ fn only_wanted_syscall_sites_are_patched() {
             ],
         );
     }
-    assert_eq!(std::fs::read_dir(cache).unwrap().count(), 1, "one cache file");
+    assert_eq!(
+        std::fs::read_dir(cache).unwrap().count(),
+        1,
+        "one cache file"
+    );
     let o = syscalls_env(&cl, &steps, 20_000, &[]);
     let (out, err) = (
         String::from_utf8_lossy(&o.stdout),

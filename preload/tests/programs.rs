@@ -149,6 +149,16 @@ assert open(base + "/sub.txt").read() == "parent\nchild\nparent again\n"
 with open(base + "/out.txt", "w") as f:
     subprocess.run(["/bin/echo", "via stdout"], stdout=f, check=True)
 assert open(base + "/out.txt").read() == "via stdout\n"
+# a thread writes through a shared fd while another starts children (the fd's state moves
+# into shared memory at the first clone): no line lost or overwritten
+with open(base + "/log.txt", "w") as lf:
+    def logger():
+        for k in range(2000):
+            lf.write(f"line {k:05d}\n"); lf.flush()
+    t = threading.Thread(target=logger); t.start()
+    for k in range(10): subprocess.run(["/bin/true"], check=True)
+    t.join()
+assert open(base + "/log.txt").read() == "".join(f"line {k:05d}\n" for k in range(2000))
 pid = os.fork()
 if pid == 0:
     with open(base + "/forked", "w") as f: f.write("from the fork child")

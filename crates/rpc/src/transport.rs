@@ -140,6 +140,21 @@ fn ucx_errno(e: UcxError) -> Errno {
     }
 }
 
+/// Held while a transport of this process creates its UCX worker, connects, or says goodbye
+/// and destroys its worker. UCX 1.13 keys its asynchronous event handlers by fd number, one
+/// table for the process: an event that arrives while a worker is busy is queued as "missed"
+/// by fd, and if that fd is closed (endpoint closed) and the number reused by another
+/// thread's worker before the first worker polls its queue, UCX aborts
+/// (`__ucs_async_poll_missed`: "Assertion `handler->async == async' failed"; ≈ 1 % of rounds
+/// of 32 threads coming and going over TCP). Sockets are created while connecting and closed
+/// while dropping a transport, so doing those one thread at a time keeps a number from being
+/// reused while a dying worker still polls.
+static LIFECYCLE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn lifecycle() -> std::sync::MutexGuard<'static, ()> {
+    LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Transport {
     /// A transport for the servers at `addrs` (index = server id). With `cluster_file`, a
     /// reconnect re-reads the file, so a server restarted on another port is found again.
@@ -149,9 +164,12 @@ impl Transport {
         cluster_file: Option<PathBuf>,
         settings: UcxSettings,
     ) -> std::io::Result<Transport> {
-        let worker = context
-            .create_worker()
-            .map_err(|e| std::io::Error::other(format!("UCX worker: {e}")))?;
+        let worker = {
+            let _one = lifecycle();
+            context
+                .create_worker()
+                .map_err(|e| std::io::Error::other(format!("UCX worker: {e}")))?
+        };
         let n = addrs.len();
         let net = Net::Ucx {
             _context: context,
@@ -330,8 +348,11 @@ impl Transport {
                 welcome,
             })
         };
-        let conn = block_on(worker_ref(&self.net), fut, self.settings.spin, deadline)
-            .ok_or(Errno::EIO)??;
+        let conn = {
+            let _one = lifecycle();
+            block_on(worker_ref(&self.net), fut, self.settings.spin, deadline)
+        }
+        .ok_or(Errno::EIO)??;
         if conn.welcome.server != server {
             return Err(Errno::EPROTO);
         }
@@ -560,8 +581,14 @@ impl Drop for Transport {
         let Net::Ucx { conns, worker, .. } = &self.net else {
             return;
         };
+        // the worker goes too before another thread may reuse its fds (see `LIFECYCLE`)
+        let _one = lifecycle();
         let live: Vec<Conn> = conns.borrow().iter().flatten().cloned().collect();
         if live.is_empty() {
+            drop(live);
+            self.net = Net::Tcp {
+                conns: RefCell::new(Vec::new()),
+            };
             return;
         }
         let (prefix, hdr) = self.encode(&Request::Bye);
@@ -583,6 +610,10 @@ impl Drop for Transport {
             self.settings.spin,
             Instant::now() + Duration::from_millis(200),
         );
+        drop(live);
+        self.net = Net::Tcp {
+            conns: RefCell::new(Vec::new()),
+        };
     }
 }
 

@@ -193,7 +193,11 @@ fn main() {
                     let f = libc::dlsym(libc::RTLD_DEFAULT, cs(a[1]).as_ptr()) as *const u8;
                     let code = std::slice::from_raw_parts(f, 16);
                     let kept = code.windows(2).any(|w| w == [0x0f, 0x05]);
-                    println!("site {} {}", a[1], if kept { "unpatched" } else { "patched" });
+                    println!(
+                        "site {} {}",
+                        a[1],
+                        if kept { "unpatched" } else { "patched" }
+                    );
                     0
                 }
                 "getcwd" => {
