@@ -498,3 +498,46 @@ fn mpirun_launch_script_starts_and_stops_servers() {
     c.transport().set_timeout(Duration::from_secs(1));
     assert!(c.ping(0).is_err(), "servers stopped");
 }
+
+/// Large reads of chunk files are sent from a mapping of the file (no copy); a file shrunk
+/// meanwhile must neither fail such a read nor crash anything: every read returns bytes that
+/// are the file's or zeros (the truncated part), and the servers keep serving.
+#[test]
+fn large_reads_race_shrinking_truncates() {
+    const MIB: usize = 1 << 20;
+    let cl = cluster(3, &["--chunk-size", "1048576"], "none");
+    let c = client(&cl, Duration::from_secs(20), "none");
+    let bytes = data(8 * MIB, 77);
+    put(&c, "/race", &bytes, 2 * MIB, false);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let c = client(&cl, Duration::from_secs(20), "none");
+            for i in 0..60 {
+                // mid-chunk: chunk 2's file shrinks, chunks 3.. go
+                c.truncate("/race", (2 * MIB + MIB / 2) as u64).unwrap();
+                let mut f = c.open("/race", OpenFlags::default()).unwrap();
+                let off = 2 * MIB + MIB / 2;
+                c.write(&mut f, off as u64, &bytes[off..off + (i % 3 + 1) * MIB])
+                    .unwrap();
+                c.close(f).unwrap();
+            }
+            stop.store(true, std::sync::atomic::Ordering::Release);
+        });
+        let mut reads = 0;
+        let mut buf = vec![0u8; 4 * MIB];
+        while !stop.load(std::sync::atomic::Ordering::Acquire) || reads < 20 {
+            let f = c.open("/race", OpenFlags::default()).unwrap();
+            let n = c.read(&f, 2 * MIB as u64, &mut buf).unwrap();
+            c.close(f).unwrap();
+            for (k, b) in buf[..n].iter().enumerate() {
+                let want = bytes[2 * MIB + k];
+                assert!(*b == want || *b == 0, "read {reads}: byte {k} is {b}");
+            }
+            reads += 1;
+        }
+    });
+    let f = c.open("/race", OpenFlags::default()).unwrap();
+    assert!(f.size() >= (2 * MIB + MIB / 2) as u64);
+    c.close(f).unwrap();
+}

@@ -4,10 +4,11 @@
 //!
 //! Request path: `handler` receives a frame on the request tag → `serve_frame` decodes it and
 //! calls [`Ops::execute`] (inline for short metadata work, else on an IO thread) → the reply
-//! (prefix, header, data) goes back in one vectored send on `tag::reply(seq)`.
+//! (prefix, header, data) goes back in one vectored send on `tag::reply(seq)`, or, for a
+//! large read, the data alone in one contiguous send on `tag::reply_data(seq)`.
 //! fsync requests arrive on their own tag and are handed to the sync thread (`sync.rs`).
 
-use crate::ops::{runs_inline, Answer, Ops};
+use crate::ops::{runs_inline, Answer, Ops, MAX_CHUNK};
 use crate::sync::SyncJob;
 use madfs_proto::frame::{self, Encoder, PREFIX};
 use madfs_proto::{tag, Dirent, Errno, Reply, Request, Welcome};
@@ -323,6 +324,15 @@ async fn send_reply(
     matches!(tokio::time::timeout(timeout, send).await, Ok(Ok(_)))
 }
 
+/// Sends the raw data of a large read (`frame::RAW_READ_MIN`) on `tag::reply_data(seq)`.
+async fn send_raw(ep: &Endpoint, seq: u32, data: &[u8], timeout: Duration) -> bool {
+    let mut send = std::pin::pin!(ep.tag_send(tag::reply_data(seq), data));
+    if let std::task::Poll::Ready(r) = futures::poll!(send.as_mut()) {
+        return r.is_ok();
+    }
+    matches!(tokio::time::timeout(timeout, send).await, Ok(Ok(_)))
+}
+
 async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: Arc<Ops>) {
     let mut bufs = Some(Bufs {
         recv: Vec::with_capacity(cfg.max_frame),
@@ -349,16 +359,63 @@ async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: 
         // SAFETY: UCX wrote `len` bytes into the spare capacity.
         unsafe { b.recv.set_len(len) };
         let (_, conn, seq) = tag::split(t);
-        let inline = match frame::decode_request(&b.recv) {
+        let (inline, raw, mapped) = match frame::decode_request(&b.recv) {
             Ok((Request::Bye, _)) => {
                 ops.stats.request("bye");
                 conns.close(conn, cfg.send_timeout);
                 bufs = Some(b);
                 continue;
             }
-            Ok((req, _)) => runs_inline(&req, cfg.meta_inline),
-            Err(_) => true,
+            Ok((req, _)) => {
+                let raw = matches!(req, Request::Read { len, .. } if len >= frame::RAW_READ_MIN);
+                let mapped = match req {
+                    // a large read of a chunk file: sent from a mapping of the file, no copy
+                    Request::Read {
+                        id,
+                        chunk,
+                        offset,
+                        len,
+                    } if raw && chunk != 0 && offset as u64 + len as u64 <= MAX_CHUNK => {
+                        Some((id, chunk, offset as u64, len as usize))
+                    }
+                    _ => None,
+                };
+                (runs_inline(&req, cfg.meta_inline), raw, mapped)
+            }
+            Err(_) => (true, false, None),
         };
+        if let Some((id, chunk, offset, len)) = mapped {
+            let ops2 = ops.clone();
+            let m =
+                tokio::task::spawn_blocking(move || ops2.chunks.map_read(id, chunk, offset, len))
+                    .await
+                    .unwrap_or(Err(Errno::EIO));
+            let sent = match (m, conns.get(conn)) {
+                (Ok(None), _) => None, // the copying path below
+                (_, None) => Some(true),
+                (Ok(Some(m)), Some(ep)) => {
+                    ops.stats.request("read");
+                    ops.stats
+                        .bytes_out
+                        .fetch_add(m.bytes().len() as u64, Relaxed);
+                    Some(send_raw(&ep, seq, m.bytes(), cfg.send_timeout).await)
+                }
+                (Err(e), Some(ep)) => {
+                    ops.stats.request("read");
+                    ops.stats.errors.fetch_add(1, Relaxed);
+                    let p = frame::error_prefix(e);
+                    Some(send_reply(&ep, seq, &p, &[], &[], cfg.send_timeout).await)
+                }
+            };
+            if let Some(ok) = sent {
+                if !ok {
+                    tracing::warn!("reply to connection {conn} failed; dropping it");
+                    conns.remove(conn);
+                }
+                bufs = Some(b);
+                continue;
+            }
+        }
         let (b, prefix, n) = if inline {
             let (p, n) = serve_frame(&ops, &mut b);
             (b, p, n)
@@ -385,7 +442,13 @@ async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: 
             }
         };
         if let Some(ep) = conns.get(conn) {
-            if !send_reply(&ep, seq, &prefix, &b.hdr, &b.data[..n], cfg.send_timeout).await {
+            let sent = if raw && prefix == frame::bulk_reply_prefix() {
+                // a large read: the data alone, contiguous (zero-copy rendezvous)
+                send_raw(&ep, seq, &b.data[..n], cfg.send_timeout).await
+            } else {
+                send_reply(&ep, seq, &prefix, &b.hdr, &b.data[..n], cfg.send_timeout).await
+            };
+            if !sent {
                 tracing::warn!("reply to connection {conn} failed; dropping it");
                 conns.remove(conn);
             }

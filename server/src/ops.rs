@@ -96,7 +96,6 @@ pub fn runs_inline(req: &Request<'_>, meta_inline: bool) -> bool {
         | Request::Mkdir { .. }
         | Request::Unlink { .. }
         | Request::Rmdir { .. }
-        | Request::SetSize { .. }
         | Request::Chmod { .. }
         | Request::Utimens { .. }
         | Request::Chown { .. }
@@ -107,7 +106,10 @@ pub fn runs_inline(req: &Request<'_>, meta_inline: bool) -> bool {
         Request::Read { chunk, offset, .. } | Request::Write { chunk, offset, .. } => {
             *chunk == 0 && *offset < 64 * 1024 && meta_inline
         }
-        Request::Readdir { .. }
+        // SetSize may shrink a chunk file, which waits for replies sent from mappings of it
+        // (`FsChunks::map_read`): never on the net thread that sends them
+        Request::SetSize { .. }
+        | Request::Readdir { .. }
         | Request::Find { .. }
         | Request::TruncateChunks { .. }
         | Request::Fsync { .. } => false,

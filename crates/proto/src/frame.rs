@@ -64,6 +64,15 @@ impl Encoder {
     }
 }
 
+/// A `Read` of at least this many bytes is answered, when it succeeds, by the raw data alone
+/// on `tag::reply_data(seq)`: one contiguous message, which UCX can move with a zero-copy
+/// rendezvous (cross-memory attach on one host, RDMA across hosts) from the server's buffer
+/// into the reader's. A framed reply (prefix + data) is vectored, and UCX moves vectored
+/// messages by copying them through bounce buffers on both sides. Errors, and smaller reads,
+/// come as framed replies on `tag::reply(seq)`. Over the plain-TCP transport every reply is
+/// framed.
+pub const RAW_READ_MIN: u32 = 64 << 10;
+
 /// Prefix of a reply that carries only bulk data (a read): status 0, empty header.
 pub fn bulk_reply_prefix() -> [u8; PREFIX] {
     [0u8; PREFIX]

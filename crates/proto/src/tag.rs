@@ -20,6 +20,13 @@ pub const FSYNC: u64 = 2 << 60;
 pub const REPLY: u64 = 3 << 60;
 /// A server's welcome message.
 pub const WELCOME: u64 = 4 << 60;
+/// A reply that is the raw data of a large read (see [`crate::frame::RAW_READ_MIN`]): kind
+/// `REPLY` plus [`REPLY_DATA_BIT`], so one receive with [`REPLY_ANY_MASK`] takes either.
+pub const REPLY_DATA: u64 = 7 << 60;
+/// The bit that tells a raw-data reply from a framed one.
+pub const REPLY_DATA_BIT: u64 = 4 << 60;
+/// Receive mask matching `reply(seq)` and `reply_data(seq)`.
+pub const REPLY_ANY_MASK: u64 = !REPLY_DATA_BIT;
 /// Largest connection id.
 pub const MAX_CONN: u32 = (1 << 28) - 1;
 
@@ -34,6 +41,11 @@ pub fn reply(seq: u32) -> u64 {
 }
 
 /// Tag of the welcome message from server `server`.
+/// Tag of the raw-data reply to request `seq`.
+pub fn reply_data(seq: u32) -> u64 {
+    REPLY_DATA | seq as u64
+}
+
 pub fn welcome(server: u32) -> u64 {
     WELCOME | server as u64
 }
@@ -54,5 +66,17 @@ mod tests {
         assert_eq!(reply(7) & KIND_MASK, REPLY);
         assert_eq!(welcome(3), 0x4000_0000_0000_0003);
         assert_eq!(request(REQUEST, 1, 2), 0x1000_0001_0000_0002);
+        // one receive for both reply forms, and for nothing else
+        let recv = reply(9);
+        for (t, hit) in [
+            (reply(9), true),
+            (reply_data(9), true),
+            (reply(8), false),
+            (welcome(9), false),
+            (request(REQUEST, 0, 9), false),
+            (request(FSYNC, 0, 9), false),
+        ] {
+            assert_eq!(t & REPLY_ANY_MASK == recv & REPLY_ANY_MASK, hit, "{t:#x}");
+        }
     }
 }

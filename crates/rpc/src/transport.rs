@@ -16,6 +16,7 @@ use madfs_proto::{tag, Errno, Reply, Request, Welcome};
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::io::{IoSlice, IoSliceMut, Read, Write};
+use std::mem::MaybeUninit;
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::pin::pin;
@@ -545,6 +546,11 @@ impl Transport {
         }
         let (ep, conn) = self.endpoint(server)?;
         let seq = self.next_seq();
+        if let Request::Read { len, .. } = req {
+            if *len >= frame::RAW_READ_MIN {
+                return self.read_raw(&ep, conn, seq, (&prefix, &hdr), buf).await;
+            }
+        }
         let mut rprefix = [0u8; PREFIX];
         let n = {
             let mut iov = [IoSliceMut::new(&mut rprefix), IoSliceMut::new(buf)];
@@ -566,6 +572,44 @@ impl Transport {
             0 => Ok(n - PREFIX),
             _ => Err(Errno::EPROTO),
         }
+    }
+
+    /// A large read (`frame::RAW_READ_MIN`): one contiguous receive straight into `buf` that
+    /// takes either the raw data (`tag::reply_data`) or a framed error reply (`tag::reply`).
+    /// (More data than `buf` holds is an error: EMSGSIZE.)
+    async fn read_raw(
+        &self,
+        ep: &Endpoint,
+        conn: u32,
+        seq: u32,
+        (prefix, hdr): (&[u8], &[u8]),
+        buf: &mut [u8],
+    ) -> Result<usize, Errno> {
+        // SAFETY: u8 and MaybeUninit<u8> have the same layout; UCX only writes into it.
+        let out = unsafe {
+            std::slice::from_raw_parts_mut(buf.as_mut_ptr() as *mut MaybeUninit<u8>, buf.len())
+        };
+        let mut recv =
+            pin!(worker_ref(&self.net).tag_recv_mask(tag::reply(seq), tag::REPLY_ANY_MASK, out));
+        if let Poll::Ready(r) = futures::poll!(recv.as_mut()) {
+            r.map_err(ucx_errno)?;
+            return Err(Errno::EPROTO);
+        }
+        let send = [IoSlice::new(prefix), IoSlice::new(hdr)];
+        ep.tag_send_vectored(tag::request(tag::REQUEST, conn, seq), &send)
+            .await
+            .map_err(ucx_errno)?;
+        let (t, n) = recv.await.map_err(ucx_errno)?;
+        if t & tag::REPLY_DATA_BIT != 0 {
+            return Ok(n);
+        }
+        // a framed reply: an error (a successful read of this size always comes raw)
+        if n < PREFIX {
+            return Err(Errno::EPROTO);
+        }
+        let rprefix: [u8; PREFIX] = buf[..PREFIX].try_into().unwrap();
+        frame::reply_status(&rprefix)?;
+        Err(Errno::EPROTO)
     }
 }
 

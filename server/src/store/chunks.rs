@@ -8,12 +8,122 @@ use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
 
 /// Local-file chunk store.
 pub struct FsChunks {
     root: PathBuf,
     dirty: Mutex<HashMap<u64, HashSet<u64>>>,
+    pins: Arc<Pins>,
+}
+
+const PIN_SHARDS: usize = 64;
+
+/// Keeps chunk files from shrinking while a reply is sent straight out of a mapping of them
+/// (a mapped page beyond the end of the file cannot be read, and UCX would fail the transfer
+/// half-way). Sharded by file id; a read that finds a shrink under way takes the copying path.
+struct Pins {
+    readers: [AtomicU32; PIN_SHARDS],
+    shrinking: [AtomicU32; PIN_SHARDS],
+}
+
+impl Pins {
+    fn pin(self: &Arc<Self>, id: u64) -> Option<Pin> {
+        let s = (id % PIN_SHARDS as u64) as usize;
+        if self.shrinking[s].load(SeqCst) > 0 {
+            return None;
+        }
+        self.readers[s].fetch_add(1, SeqCst);
+        if self.shrinking[s].load(SeqCst) > 0 {
+            self.readers[s].fetch_sub(1, SeqCst);
+            return None;
+        }
+        Some(Pin {
+            pins: self.clone(),
+            s,
+        })
+    }
+
+    /// Waits until no reply maps a file of `id`'s shard; new mappings wait for the guard.
+    fn shrink(&self, id: u64) -> Shrink<'_> {
+        let s = (id % PIN_SHARDS as u64) as usize;
+        self.shrinking[s].fetch_add(1, SeqCst);
+        // bounded: a mapped reply is dropped after the server's send timeout
+        while self.readers[s].load(SeqCst) > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        Shrink { pins: self, s }
+    }
+}
+
+struct Pin {
+    pins: Arc<Pins>,
+    s: usize,
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        self.pins.readers[self.s].fetch_sub(1, SeqCst);
+    }
+}
+
+struct Shrink<'a> {
+    pins: &'a Pins,
+    s: usize,
+}
+
+impl Drop for Shrink<'_> {
+    fn drop(&mut self) {
+        self.pins.shrinking[self.s].fetch_sub(1, SeqCst);
+    }
+}
+
+/// Bytes of a chunk file, mapped read-only, for a reply sent without copying them (UCX reads
+/// them from the page cache into the client's buffer). The file cannot shrink meanwhile.
+pub struct Mapped {
+    base: *mut libc::c_void,
+    map_len: usize,
+    skip: usize,
+    _pin: Option<Pin>,
+}
+
+// SAFETY: a read-only private view of file pages; the mapping is owned by this value.
+unsafe impl Send for Mapped {}
+
+impl Mapped {
+    fn empty() -> Mapped {
+        Mapped {
+            base: std::ptr::null_mut(),
+            map_len: 0,
+            skip: 0,
+            _pin: None,
+        }
+    }
+
+    /// The mapped bytes (possibly none: a hole at the end, or no chunk file).
+    pub fn bytes(&self) -> &[u8] {
+        if self.base.is_null() {
+            return &[];
+        }
+        // SAFETY: we mapped map_len readable bytes at base; the file cannot shrink while the
+        // pin is held.
+        unsafe {
+            std::slice::from_raw_parts(
+                (self.base as *const u8).add(self.skip),
+                self.map_len - self.skip,
+            )
+        }
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        if !self.base.is_null() {
+            // SAFETY: our own mapping.
+            unsafe { libc::munmap(self.base, self.map_len) };
+        }
+    }
 }
 
 impl FsChunks {
@@ -23,6 +133,10 @@ impl FsChunks {
         Ok(FsChunks {
             root: root.to_owned(),
             dirty: Mutex::new(HashMap::new()),
+            pins: Arc::new(Pins {
+                readers: [const { AtomicU32::new(0) }; PIN_SHARDS],
+                shrinking: [const { AtomicU32::new(0) }; PIN_SHARDS],
+            }),
         })
     }
 
@@ -34,6 +148,56 @@ impl FsChunks {
 
     fn chunk_path(&self, id: u64, chunk: u64) -> PathBuf {
         self.file_dir(id).join(chunk.to_string())
+    }
+
+    /// Maps `len` bytes of chunk `chunk` of file `id` at `offset` (fewer at the end of the
+    /// file) for a zero-copy reply. `None`: use [`ChunkStore::read`] instead (a shrink of a
+    /// file of this shard is under way, or the mapping failed).
+    pub fn map_read(
+        &self,
+        id: u64,
+        chunk: u64,
+        offset: u64,
+        len: usize,
+    ) -> FsResult<Option<Mapped>> {
+        let Some(pin) = self.pins.pin(id) else {
+            return Ok(None);
+        };
+        let f = match File::open(self.chunk_path(id, chunk)) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Some(Mapped::empty())),
+            Err(e) => return Err(Errno::from_io(&e)),
+        };
+        let size = f.metadata()?.len();
+        if offset >= size || len == 0 {
+            return Ok(Some(Mapped::empty()));
+        }
+        let n = (size - offset).min(len as u64) as usize;
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+        let start = offset - offset % page;
+        let skip = (offset - start) as usize;
+        // SAFETY: a new read-only shared mapping of an open file; populated at once so that
+        // UCX finds every page present.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                skip + n,
+                libc::PROT_READ,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                start as libc::off_t,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Ok(None);
+        }
+        Ok(Some(Mapped {
+            base,
+            map_len: skip + n,
+            skip,
+            _pin: Some(pin),
+        }))
     }
 
     fn mark_dirty(&self, id: u64, chunk: u64) {
@@ -117,6 +281,7 @@ impl ChunkStore for FsChunks {
             } else if size < start + chunk_size {
                 let f = OpenOptions::new().write(true).open(ent.path())?;
                 if f.metadata()?.len() > size - start {
+                    let _no_mapped_replies = self.pins.shrink(id);
                     f.set_len(size - start)?;
                     self.mark_dirty(id, idx);
                 }
