@@ -4,7 +4,7 @@ use crate::fs::{DirEntry, FileSystem, OpenFlags};
 use crate::ClientConfig;
 use futures::future::join_all;
 use madfs_placement::{chunk_server, meta_server, normalize, split_parent};
-use madfs_proto::frame::PREFIX;
+use madfs_proto::frame::{self, PREFIX};
 use madfs_proto::{
     tag, Attr, Errno, FindFilter, FsResult, Reply, Request, SizeMode, StatFs, TimeSpec,
 };
@@ -788,17 +788,33 @@ impl FileSystem for Client {
         for group in calls.chunks(WINDOW) {
             let involved: Vec<u32> = group.iter().map(|g| g.0).collect();
             let futs = group.iter().map(|(server, chunk, in_chunk, bulk)| {
-                let req = Request::Write {
-                    id,
-                    chunk: *chunk,
-                    offset: *in_chunk,
-                    size_of: (*chunk == 0).then_some(path.as_str()),
+                let size_of = (*chunk == 0).then_some(path.as_str());
+                // large pieces: header and data as two messages, the data contiguous
+                let data_apart = bulk.len() >= frame::RAW_WRITE_MIN && !self.t.is_tcp();
+                let req = if data_apart {
+                    Request::WriteData {
+                        id,
+                        chunk: *chunk,
+                        offset: *in_chunk,
+                        len: bulk.len() as u32,
+                        size_of,
+                    }
+                } else {
+                    Request::Write {
+                        id,
+                        chunk: *chunk,
+                        offset: *in_chunk,
+                        size_of,
+                    }
                 };
                 async move {
-                    let raw = self
-                        .t
-                        .call(*server, tag::REQUEST, &req, bulk, SMALL_REPLY)
-                        .await?;
+                    let raw = if data_apart {
+                        self.t.call_write(*server, &req, bulk, SMALL_REPLY).await?
+                    } else {
+                        self.t
+                            .call(*server, tag::REQUEST, &req, bulk, SMALL_REPLY)
+                            .await?
+                    };
                     match raw.decode()?.0 {
                         Reply::Written(n) if n as usize == bulk.len() => Ok(()),
                         _ => Err(Errno::EIO),

@@ -151,6 +151,15 @@ fn malformed_frames_do_not_hurt_the_server() {
         len: u32::MAX,
     });
     let _ = (p, h);
+    // a WriteData whose data never comes: the handler gives up after its send timeout (5 s)
+    let (p, h) = enc.request(&Request::WriteData {
+        id: 77,
+        chunk: 3,
+        offset: 0,
+        len: 1 << 20,
+        size_of: None,
+    });
+    assert_eq!(raw(&c, s, tag::REQUEST, &[&p, h]).unwrap(), Err(Errno::EIO));
     // a large read is answered with its raw data (frame::RAW_READ_MIN)
     let mut buf = vec![0u8; 1 << 20];
     let req = Request::Read {

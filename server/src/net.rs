@@ -106,12 +106,40 @@ struct Bufs {
 }
 
 /// Decodes the frame in `b.recv`, executes it, and leaves the reply header in `b.hdr`.
-/// Returns the reply prefix and the length of read data in `b.data`.
-fn serve_frame(ops: &Ops, b: &mut Bufs) -> ([u8; PREFIX], usize) {
+/// Returns the reply prefix and the length of read data in `b.data`. `data`: the length of
+/// the data of a `WriteData` request, already received into `b.data`.
+fn serve_frame(ops: &Ops, b: &mut Bufs, data: Option<usize>) -> ([u8; PREFIX], usize) {
     let result = match frame::decode_request(&b.recv) {
         Err(e) => {
             ops.stats.bad_frames.fetch_add(1, Relaxed);
             Err(e)
+        }
+        Ok((
+            Request::WriteData {
+                id,
+                chunk,
+                offset,
+                len,
+                size_of,
+            },
+            _,
+        )) => {
+            ops.stats.request("write");
+            match data {
+                Some(n) if n == len as usize => {
+                    ops.stats.bytes_in.fetch_add(n as u64, Relaxed);
+                    let w = Request::Write {
+                        id,
+                        chunk,
+                        offset,
+                        size_of,
+                    };
+                    ops.execute(&w, &b.data[..n], &mut Vec::new())
+                }
+                // the data did not arrive whole (or not over UCX: the TCP transport has none)
+                Some(_) if len as usize > b.data.len() => Err(Errno::EFBIG),
+                _ => Err(Errno::EIO),
+            }
         }
         Ok((req, bulk)) => {
             ops.stats.request(req.name());
@@ -359,7 +387,7 @@ async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: 
         // SAFETY: UCX wrote `len` bytes into the spare capacity.
         unsafe { b.recv.set_len(len) };
         let (_, conn, seq) = tag::split(t);
-        let (inline, raw, mapped) = match frame::decode_request(&b.recv) {
+        let (inline, raw, mapped, data_len) = match frame::decode_request(&b.recv) {
             Ok((Request::Bye, _)) => {
                 ops.stats.request("bye");
                 conns.close(conn, cfg.send_timeout);
@@ -380,9 +408,36 @@ async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: 
                     }
                     _ => None,
                 };
-                (runs_inline(&req, cfg.meta_inline), raw, mapped)
+                let data_len = match req {
+                    Request::WriteData { len, .. } => Some(len as usize),
+                    _ => None,
+                };
+                (runs_inline(&req, cfg.meta_inline), raw, mapped, data_len)
             }
-            Err(_) => (true, false, None),
+            Err(_) => (true, false, None, None),
+        };
+        // a WriteData's bytes follow as their own message: always take it (a message nobody
+        // receives would stay queued in UCX), straight into the data buffer
+        let data = match data_len {
+            None => None,
+            Some(len) => {
+                let room = len.min(b.data.len());
+                // SAFETY: u8 and MaybeUninit<u8> have the same layout; UCX only writes.
+                let out = unsafe {
+                    std::slice::from_raw_parts_mut(
+                        b.data.as_mut_ptr() as *mut std::mem::MaybeUninit<u8>,
+                        room,
+                    )
+                };
+                let recv = worker.tag_recv(tag::request(tag::REQUEST_DATA, conn, seq), out);
+                // (a receive that times out is cancelled; one whose transfer already began
+                // cannot be, but a client that stalls mid-transfer fails it long before this)
+                match tokio::time::timeout(cfg.send_timeout, recv).await {
+                    Ok(Ok(n)) => Some(n),
+                    Ok(Err(_)) => Some(len + 1), // truncated (too long) or failed
+                    Err(_) => None,
+                }
+            }
         };
         if let Some((id, chunk, offset, len)) = mapped {
             let ops2 = ops.clone();
@@ -417,12 +472,12 @@ async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: 
             }
         }
         let (b, prefix, n) = if inline {
-            let (p, n) = serve_frame(&ops, &mut b);
+            let (p, n) = serve_frame(&ops, &mut b, data);
             (b, p, n)
         } else {
             let ops2 = ops.clone();
             match tokio::task::spawn_blocking(move || {
-                let (p, n) = serve_frame(&ops2, &mut b);
+                let (p, n) = serve_frame(&ops2, &mut b, data);
                 (b, p, n)
             })
             .await
@@ -615,13 +670,13 @@ async fn tcp_conn(
             };
             if inline {
                 let mut b = b;
-                let (p, n) = serve_frame(ops, &mut b);
+                let (p, n) = serve_frame(ops, &mut b, None);
                 (b, p, n)
             } else {
                 let ops2 = ops.clone();
                 let mut b = b;
                 tokio::task::spawn_blocking(move || {
-                    let (p, n) = serve_frame(&ops2, &mut b);
+                    let (p, n) = serve_frame(&ops2, &mut b, None);
                     (b, p, n)
                 })
                 .await

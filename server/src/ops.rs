@@ -103,7 +103,9 @@ pub fn runs_inline(req: &Request<'_>, meta_inline: bool) -> bool {
         | Request::Attach { .. }
         | Request::Detach { .. } => meta_inline,
         // chunk 0 starts inline in RocksDB; deep into chunk 0 it is a chunk file: IO thread
-        Request::Read { chunk, offset, .. } | Request::Write { chunk, offset, .. } => {
+        Request::Read { chunk, offset, .. }
+        | Request::Write { chunk, offset, .. }
+        | Request::WriteData { chunk, offset, .. } => {
             *chunk == 0 && *offset < 64 * 1024 && meta_inline
         }
         // SetSize may shrink a chunk file, which waits for replies sent from mappings of it
@@ -526,6 +528,8 @@ impl Ops {
             }
             Request::Statfs => self.chunks.statfs().map(Answer::StatFs),
             Request::Bye => Ok(Answer::Unit),
+            // its data comes as a separate message: the network side turns it into `Write`
+            Request::WriteData { .. } => Err(Errno::EINVAL),
             Request::Find {
                 dir,
                 filter,

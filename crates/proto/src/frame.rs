@@ -73,6 +73,11 @@ impl Encoder {
 /// framed.
 pub const RAW_READ_MIN: u32 = 64 << 10;
 
+/// A write of at least this many bytes into one chunk goes as `Request::WriteData` and a
+/// separate contiguous data message (zero-copy rendezvous), for the reason given at
+/// [`RAW_READ_MIN`].
+pub const RAW_WRITE_MIN: usize = 64 << 10;
+
 /// Prefix of a reply that carries only bulk data (a read): status 0, empty header.
 pub fn bulk_reply_prefix() -> [u8; PREFIX] {
     [0u8; PREFIX]

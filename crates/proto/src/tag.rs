@@ -20,6 +20,8 @@ pub const FSYNC: u64 = 2 << 60;
 pub const REPLY: u64 = 3 << 60;
 /// A server's welcome message.
 pub const WELCOME: u64 = 4 << 60;
+/// The data of a `Request::WriteData`, sent after it with the same connection and sequence.
+pub const REQUEST_DATA: u64 = 5 << 60;
 /// A reply that is the raw data of a large read (see [`crate::frame::RAW_READ_MIN`]): kind
 /// `REPLY` plus [`REPLY_DATA_BIT`], so one receive with [`REPLY_ANY_MASK`] takes either.
 pub const REPLY_DATA: u64 = 7 << 60;
@@ -75,6 +77,7 @@ mod tests {
             (welcome(9), false),
             (request(REQUEST, 0, 9), false),
             (request(FSYNC, 0, 9), false),
+            (request(REQUEST_DATA, 0, 9), false),
         ] {
             assert_eq!(t & REPLY_ANY_MASK == recv & REPLY_ANY_MASK, hit, "{t:#x}");
         }

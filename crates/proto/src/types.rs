@@ -320,6 +320,17 @@ pub enum Request<'a> {
         after: &'a [u8],
         max_bytes: u32,
     },
+    /// `Write` of `len` bytes that do not follow in this frame but come as their own message,
+    /// the raw data alone, on `tag::request(tag::REQUEST_DATA, conn, seq)` (same connection
+    /// and sequence number): one contiguous message that UCX can move with a zero-copy
+    /// rendezvous. Clients use it from `frame::RAW_WRITE_MIN` bytes. Reply: `Written`.
+    WriteData {
+        id: u64,
+        chunk: u64,
+        offset: u32,
+        len: u32,
+        size_of: Option<&'a str>,
+    },
 }
 
 /// What `Find` keeps (all conditions must hold).
@@ -362,6 +373,7 @@ impl Request<'_> {
             Request::Statfs => "statfs",
             Request::Bye => "bye",
             Request::Find { .. } => "find",
+            Request::WriteData { .. } => "write",
         }
     }
 }

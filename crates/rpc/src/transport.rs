@@ -522,6 +522,41 @@ impl Transport {
         recv.await.map_err(ucx_errno)
     }
 
+    /// Sends a `Request::WriteData` and then `data` as its own contiguous message
+    /// (`tag::REQUEST_DATA`, zero-copy rendezvous), and receives the reply (at most
+    /// `reply_cap` bytes after the prefix). UCX transport only.
+    pub async fn call_write(
+        &self,
+        server: u32,
+        req: &Request<'_>,
+        data: &[u8],
+        reply_cap: usize,
+    ) -> Result<RawReply, Errno> {
+        let (prefix, hdr) = self.encode(req);
+        let (ep, conn) = self.endpoint(server)?;
+        let seq = self.next_seq();
+        let mut buf = Vec::<u8>::with_capacity(PREFIX + reply_cap);
+        let n = {
+            let mut recv =
+                pin!(worker_ref(&self.net).tag_recv(tag::reply(seq), buf.spare_capacity_mut()));
+            if let Poll::Ready(r) = futures::poll!(recv.as_mut()) {
+                r.map_err(ucx_errno)?;
+                return Err(Errno::EPROTO);
+            }
+            let head = [IoSlice::new(&prefix), IoSlice::new(&hdr)];
+            ep.tag_send_vectored(tag::request(tag::REQUEST, conn, seq), &head)
+                .await
+                .map_err(ucx_errno)?;
+            ep.tag_send(tag::request(tag::REQUEST_DATA, conn, seq), data)
+                .await
+                .map_err(ucx_errno)?;
+            recv.await.map_err(ucx_errno)?
+        };
+        // SAFETY: UCX wrote `n` bytes into the spare capacity.
+        unsafe { buf.set_len(n) };
+        Ok(RawReply { buf })
+    }
+
     /// Sends a `Read` request and receives the data straight into `buf` (no copy). Returns the
     /// number of bytes the server had (short at the end of the stored data).
     pub async fn call_read(
