@@ -325,6 +325,7 @@ impl Client {
                 chunk: 0,
                 offset: 0,
                 len: inline.len() as u32,
+                chunk_size: a.chunk_size,
             };
             self.t.ensure(src)?;
             let n = self
@@ -746,6 +747,7 @@ impl FileSystem for Client {
                     chunk: *chunk,
                     offset: *in_chunk,
                     len: buf.len() as u32,
+                    chunk_size: cs as u32,
                 };
                 let server = *server;
                 async move {
@@ -797,6 +799,7 @@ impl FileSystem for Client {
                         chunk: *chunk,
                         offset: *in_chunk,
                         len: bulk.len() as u32,
+                        chunk_size: cs as u32,
                         size_of,
                     }
                 } else {
@@ -804,6 +807,7 @@ impl FileSystem for Client {
                         id,
                         chunk: *chunk,
                         offset: *in_chunk,
+                        chunk_size: cs as u32,
                         size_of,
                     }
                 };

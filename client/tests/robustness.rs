@@ -105,6 +105,28 @@ fn malformed_frames_do_not_hurt_the_server() {
             size: 0,
             chunk_size: 0,
         },
+        // a chunk size of 0 or past the largest, or a piece leaving its chunk
+        Request::Read {
+            id: 1,
+            chunk: 1,
+            offset: 0,
+            len: 16,
+            chunk_size: 0,
+        },
+        Request::Read {
+            id: 1,
+            chunk: 1,
+            offset: 0,
+            len: 16,
+            chunk_size: u32::MAX,
+        },
+        Request::Read {
+            id: 1,
+            chunk: 1,
+            offset: 5000,
+            len: 16,
+            chunk_size: 4096,
+        },
     ];
     for r in &hostile {
         let (p, h) = enc.request(r);
@@ -118,6 +140,7 @@ fn malformed_frames_do_not_hurt_the_server() {
         id: 77,
         chunk: u64::MAX,
         offset: u32::MAX,
+        chunk_size: 4096,
         size_of: None,
     });
     assert_eq!(
@@ -128,6 +151,7 @@ fn malformed_frames_do_not_hurt_the_server() {
         id: 77,
         chunk: 0,
         offset: 0,
+        chunk_size: 4096,
         size_of: Some("/../etc/passwd"),
     });
     assert_eq!(
@@ -138,6 +162,7 @@ fn malformed_frames_do_not_hurt_the_server() {
         id: 77,
         chunk: u64::MAX,
         offset: u32::MAX,
+        chunk_size: 4096,
         size_of: None,
     });
     assert_eq!(
@@ -148,6 +173,7 @@ fn malformed_frames_do_not_hurt_the_server() {
         id: 77,
         chunk: 5,
         offset: 0,
+        chunk_size: 4096,
         len: u32::MAX,
     });
     let _ = (p, h);
@@ -156,6 +182,7 @@ fn malformed_frames_do_not_hurt_the_server() {
         id: 77,
         chunk: 3,
         offset: 0,
+        chunk_size: 4096,
         len: 1 << 20,
         size_of: None,
     });
@@ -166,6 +193,7 @@ fn malformed_frames_do_not_hurt_the_server() {
         id: 77,
         chunk: 5,
         offset: 0,
+        chunk_size: 4096,
         len: u32::MAX,
     };
     let t = c.transport();
@@ -182,6 +210,7 @@ fn malformed_frames_do_not_hurt_the_server() {
         id: 78,
         chunk: 1,
         offset: 0,
+        chunk_size: 4096,
         size_of: None,
     });
     let big = vec![7u8; max + (1 << 20)];

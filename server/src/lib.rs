@@ -84,7 +84,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     let max_frame = cfg.chunk_size.max(1 << 20) as usize + net::HEADER_ROOM;
     let ops = Arc::new(ops::Ops {
         meta: store::rocks::RocksMeta::open(&cfg.data_dir.join("db"), cfg.id)?,
-        chunks: store::chunks::FsChunks::open(&cfg.data_dir.join("chunks"))?,
+        chunks: store::chunks::FsChunks::open(&cfg.data_dir.join("data"))?,
         chunk_size: cfg.chunk_size,
         max_list_bytes: net::HEADER_ROOM / 2,
         inline_max: cfg.inline_max as u64,

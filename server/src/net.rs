@@ -8,7 +8,7 @@
 //! large read, the data alone in one contiguous send on `tag::reply_data(seq)`.
 //! fsync requests arrive on their own tag and are handed to the sync thread (`sync.rs`).
 
-use crate::ops::{runs_inline, Answer, Ops, MAX_CHUNK};
+use crate::ops::{chunk_pos, runs_inline, Answer, Ops};
 use crate::sync::SyncJob;
 use madfs_proto::frame::{self, Encoder, PREFIX};
 use madfs_proto::{tag, Dirent, Errno, Reply, Request, Welcome};
@@ -120,6 +120,7 @@ fn serve_frame(ops: &Ops, b: &mut Bufs, data: Option<usize>) -> ([u8; PREFIX], u
                 chunk,
                 offset,
                 len,
+                chunk_size,
                 size_of,
             },
             _,
@@ -132,6 +133,7 @@ fn serve_frame(ops: &Ops, b: &mut Bufs, data: Option<usize>) -> ([u8; PREFIX], u
                         id,
                         chunk,
                         offset,
+                        chunk_size,
                         size_of,
                     };
                     ops.execute(&w, &b.data[..n], &mut Vec::new())
@@ -397,14 +399,18 @@ async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: 
             Ok((req, _)) => {
                 let raw = matches!(req, Request::Read { len, .. } if len >= frame::RAW_READ_MIN);
                 let mapped = match req {
-                    // a large read of a chunk file: sent from a mapping of the file, no copy
+                    // a large read of a chunk: sent from a mapping of the local file, no copy
                     Request::Read {
                         id,
                         chunk,
                         offset,
                         len,
-                    } if raw && chunk != 0 && offset as u64 + len as u64 <= MAX_CHUNK => {
-                        Some((id, chunk, offset as u64, len as usize))
+                        chunk_size,
+                    } if raw && chunk != 0 => {
+                        let len = len.min(chunk_size.saturating_sub(offset)) as u64;
+                        chunk_pos(chunk, offset, len, chunk_size, Errno::EINVAL)
+                            .ok()
+                            .map(|pos| (id, pos, len as usize))
                     }
                     _ => None,
                 };
@@ -439,12 +445,11 @@ async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: 
                 }
             }
         };
-        if let Some((id, chunk, offset, len)) = mapped {
+        if let Some((id, pos, len)) = mapped {
             let ops2 = ops.clone();
-            let m =
-                tokio::task::spawn_blocking(move || ops2.chunks.map_read(id, chunk, offset, len))
-                    .await
-                    .unwrap_or(Err(Errno::EIO));
+            let m = tokio::task::spawn_blocking(move || ops2.chunks.map_read(id, pos, len))
+                .await
+                .unwrap_or(Err(Errno::EIO));
             let sent = match (m, conns.get(conn)) {
                 (Ok(None), _) => None, // the copying path below
                 (_, None) => Some(true),

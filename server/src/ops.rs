@@ -118,6 +118,22 @@ pub fn runs_inline(req: &Request<'_>, meta_inline: bool) -> bool {
     }
 }
 
+/// Where `len` bytes at `offset` of chunk `chunk` (chunk size `cs`) are in the file, or
+/// `err` if they are not all in that chunk.
+pub fn chunk_pos(chunk: u64, offset: u32, len: u64, cs: u32, err: Errno) -> FsResult<u64> {
+    if cs == 0 || cs as u64 > MAX_CHUNK || offset as u64 + len > cs as u64 {
+        return Err(err);
+    }
+    let pos = chunk
+        .checked_mul(cs as u64)
+        .and_then(|p| p.checked_add(offset as u64))
+        .ok_or(Errno::EFBIG)?;
+    if pos.saturating_add(len) > i64::MAX as u64 {
+        return Err(Errno::EFBIG);
+    }
+    Ok(pos)
+}
+
 fn path_ok(p: &str) -> FsResult<()> {
     check_normalized(p)
 }
@@ -151,7 +167,7 @@ impl Ops {
         if end > t {
             let from = off.max(t);
             self.chunks
-                .write(id, 0, from, &data[(from - off) as usize..])?;
+                .write(id, from, &data[(from - off) as usize..])?;
         }
         Ok(())
     }
@@ -172,13 +188,13 @@ impl Ops {
         }
         let from = off.max(t);
         let skip = (from - off) as usize;
-        let m = self.chunks.read(id, 0, from, &mut out[skip..])?;
+        let m = self.chunks.read(id, from, &mut out[skip..])?;
         Ok(if m > 0 { skip + m } else { n })
     }
 
-    /// Drops file `id`'s chunk-0 file (and any chunk file) kept on this server.
-    fn drop_local_chunks(&self, id: u64, size: u64, chunk_size: u32) -> FsResult<()> {
-        self.chunks.truncate(id, size, chunk_size.max(1) as u64)
+    /// Drops the bytes of file `id` at or beyond `size` kept on this server.
+    fn drop_local_chunks(&self, id: u64, size: u64) -> FsResult<()> {
+        self.chunks.truncate(id, size)
     }
 
     fn get(&self, path: &str) -> FsResult<Attr> {
@@ -222,7 +238,7 @@ impl Ops {
                             a.mtime = now_ns();
                             a.ctime = a.mtime;
                             self.meta.truncate_inline(a.id, 0)?;
-                            self.drop_local_chunks(a.id, 0, a.chunk_size)?;
+                            self.drop_local_chunks(a.id, 0)?;
                             self.meta.put(path, &a)?;
                         }
                         Ok(Answer::Created {
@@ -318,7 +334,7 @@ impl Ops {
                     return Err(Errno::EISDIR);
                 }
                 self.meta.remove(path, a.id)?;
-                self.drop_local_chunks(a.id, 0, a.chunk_size)?;
+                self.drop_local_chunks(a.id, 0)?;
                 Ok(Answer::Attr(a))
             }
             Request::Rmdir { path } => {
@@ -366,7 +382,7 @@ impl Ops {
                         a.mtime = now_ns();
                         a.ctime = a.mtime;
                         self.meta.truncate_inline(a.id, size)?;
-                        self.drop_local_chunks(a.id, size, a.chunk_size)?;
+                        self.drop_local_chunks(a.id, size)?;
                         self.meta.put(path, &a)?;
                         Ok(Answer::Attr(a))
                     }
@@ -447,7 +463,7 @@ impl Ops {
                 self.meta
                     .attach(path, &attr, &bulk[..t], old.map(|o| o.id))?;
                 if bulk.len() > t {
-                    self.chunks.write(attr.id, 0, t as u64, &bulk[t..])?;
+                    self.chunks.write(attr.id, t as u64, &bulk[t..])?;
                 }
                 Ok(Answer::Replaced(old.filter(|o| o.id != attr.id)))
             }
@@ -463,7 +479,8 @@ impl Ops {
                 }
                 if drop_inline {
                     self.meta.remove(path, id)?;
-                    self.chunks.remove_chunk(id, 0)?;
+                    // chunk 0's bytes beyond the inline part (other chunks may share the file)
+                    self.chunks.punch(id, 0, a.chunk_size.max(1) as u64)?;
                 } else {
                     self.meta.remove_entry(path)?;
                 }
@@ -474,16 +491,18 @@ impl Ops {
                 chunk,
                 offset,
                 len,
+                chunk_size,
             } => {
-                let len = (len as usize).min(data.len());
-                if offset as u64 + len as u64 > MAX_CHUNK {
-                    return Err(Errno::EINVAL);
-                }
+                // a read past the end of the chunk is cut there
+                let len = (len as usize)
+                    .min(data.len())
+                    .min((chunk_size as usize).saturating_sub(offset as usize));
+                let pos = chunk_pos(chunk, offset, len as u64, chunk_size, Errno::EINVAL)?;
                 let out = &mut data[..len];
                 let n = if chunk == 0 {
-                    self.read_chunk0(id, offset as u64, out)?
+                    self.read_chunk0(id, pos, out)?
                 } else {
-                    self.chunks.read(id, chunk, offset as u64, out)?
+                    self.chunks.read(id, pos, out)?
                 };
                 Ok(Answer::Data(n))
             }
@@ -491,11 +510,10 @@ impl Ops {
                 id,
                 chunk,
                 offset,
+                chunk_size,
                 size_of,
             } => {
-                if offset as u64 + bulk.len() as u64 > MAX_CHUNK {
-                    return Err(Errno::EFBIG);
-                }
+                let pos = chunk_pos(chunk, offset, bulk.len() as u64, chunk_size, Errno::EFBIG)?;
                 if chunk == 0 {
                     if let Some(p) = size_of {
                         path_ok(p)?;
@@ -506,7 +524,7 @@ impl Ops {
                             .merge_size(p, offset as u64 + bulk.len() as u64, now_ns())?;
                     }
                 } else {
-                    self.chunks.write(id, chunk, offset as u64, bulk)?;
+                    self.chunks.write(id, pos, bulk)?;
                 }
                 Ok(Answer::Written(bulk.len() as u32))
             }
@@ -518,7 +536,7 @@ impl Ops {
                 if chunk_size == 0 {
                     return Err(Errno::EINVAL);
                 }
-                self.chunks.truncate(id, size, chunk_size as u64)?;
+                self.chunks.truncate(id, size)?;
                 Ok(Answer::Unit)
             }
             Request::Fsync { id } => {
@@ -575,7 +593,7 @@ mod tests {
     fn ops(dir: &std::path::Path) -> Ops {
         Ops {
             meta: RocksMeta::open(&dir.join("db"), 0).unwrap(),
-            chunks: FsChunks::open(&dir.join("chunks")).unwrap(),
+            chunks: FsChunks::open(&dir.join("data")).unwrap(),
             chunk_size: 4096,
             max_list_bytes: 1 << 16,
             inline_max: 1024,
@@ -646,6 +664,7 @@ mod tests {
                 id: 1,
                 chunk: 0,
                 offset: u32::MAX,
+                chunk_size: 4096,
                 size_of: None
             }),
             Err(Errno::EFBIG)
@@ -674,6 +693,7 @@ mod tests {
                 id: attr.id,
                 chunk: 0,
                 offset: 2,
+                chunk_size: attr.chunk_size,
                 size_of: None,
             },
             b"hey",
@@ -714,6 +734,7 @@ mod tests {
                     chunk: 0,
                     offset: 0,
                     len: 16,
+                    chunk_size: attr.chunk_size,
                 },
                 b"",
                 &mut d,
@@ -752,7 +773,7 @@ mod chunk0_tests {
         let dir = tempfile::tempdir().unwrap();
         let o = Ops {
             meta: RocksMeta::open(&dir.path().join("db"), 0).unwrap(),
-            chunks: FsChunks::open(&dir.path().join("chunks")).unwrap(),
+            chunks: FsChunks::open(&dir.path().join("data")).unwrap(),
             chunk_size: 4096,
             max_list_bytes: 1 << 16,
             inline_max: 1024,
@@ -773,7 +794,7 @@ mod chunk0_tests {
         // small reads inside the inline part stay short at its end
         let mut out = vec![0u8; 10];
         assert_eq!(o.read_chunk0(8, 0, &mut out).unwrap(), 0);
-        o.drop_local_chunks(7, 0, 4096).unwrap();
+        o.drop_local_chunks(7, 0).unwrap();
         let mut out = vec![0u8; 100];
         assert_eq!(o.read_chunk0(7, 2000, &mut out).unwrap(), 0);
     }

@@ -164,6 +164,7 @@ mod tests {
                 id: 42,
                 chunk: 0,
                 offset: 17,
+                chunk_size: 4096,
                 size_of: Some("/f"),
             },
             Request::SetSize {

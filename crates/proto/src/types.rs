@@ -282,12 +282,14 @@ pub enum Request<'a> {
         drop_inline: bool,
     },
     /// Read `len` bytes of chunk `chunk` of a file at `offset` within the chunk. Reply bulk:
-    /// the bytes that exist (short at the end of the stored data).
+    /// the bytes that exist (short at the end of the stored data). `chunk_size`: the file's
+    /// (a server keeps a file's chunks at their byte positions in one local file).
     Read {
         id: u64,
         chunk: u64,
         offset: u32,
         len: u32,
+        chunk_size: u32,
     },
     /// Write the request's bulk data into chunk `chunk` at `offset`. For chunk 0 (inline on
     /// the metadata server) `size_of` may name the file's path: the end of the write is then
@@ -296,6 +298,7 @@ pub enum Request<'a> {
         id: u64,
         chunk: u64,
         offset: u32,
+        chunk_size: u32,
         size_of: Option<&'a str>,
     },
     /// Drop every byte at or past `size` of file `id` held by this server.
@@ -329,6 +332,7 @@ pub enum Request<'a> {
         chunk: u64,
         offset: u32,
         len: u32,
+        chunk_size: u32,
         size_of: Option<&'a str>,
     },
 }

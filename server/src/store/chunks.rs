@@ -1,10 +1,15 @@
-//! Chunk store on a local directory: chunk *i* of file *id* is the file
-//! `chunks/<id % 256 as 2 hex>/<id as 16 hex>/<i>`. Names are built from numbers only, so no
-//! request can name a path outside the data directory. Plain `std::fs` on IO threads.
+//! Chunk store on a local directory: the chunks of file *id* that live on this server are
+//! kept in one sparse local file, `data/<id % 256 as 2 hex>/<id as 16 hex>`, each at its byte
+//! position in the madfs file (chunk *c* at *c* × chunk size); the chunks placed on other
+//! servers are holes. One file per madfs file and server, not one per chunk: creating and
+//! deleting a local file per 752 KiB chunk cost more than the writes (ext4 inode allocation
+//! after many deletions), and an fsync then syncs one file. Truncation is one `set_len`.
+//! Names are built from numbers only, so no request can name a path outside the data
+//! directory. Plain `std::fs` on IO threads.
 
 use super::ChunkStore;
 use madfs_proto::{Errno, FsResult, StatFs};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -14,7 +19,7 @@ use std::sync::{Arc, Mutex};
 /// Local-file chunk store.
 pub struct FsChunks {
     root: PathBuf,
-    dirty: Mutex<HashMap<u64, HashSet<u64>>>,
+    dirty: Mutex<HashSet<u64>>,
     pins: Arc<Pins>,
 }
 
@@ -132,7 +137,7 @@ impl FsChunks {
         std::fs::create_dir_all(root)?;
         Ok(FsChunks {
             root: root.to_owned(),
-            dirty: Mutex::new(HashMap::new()),
+            dirty: Mutex::new(HashSet::new()),
             pins: Arc::new(Pins {
                 readers: [const { AtomicU32::new(0) }; PIN_SHARDS],
                 shrinking: [const { AtomicU32::new(0) }; PIN_SHARDS],
@@ -141,42 +146,34 @@ impl FsChunks {
     }
 
     fn file_dir(&self, id: u64) -> PathBuf {
-        self.root
-            .join(format!("{:02x}", id % 256))
-            .join(format!("{id:016x}"))
+        self.root.join(format!("{:02x}", id % 256))
     }
 
-    fn chunk_path(&self, id: u64, chunk: u64) -> PathBuf {
-        self.file_dir(id).join(chunk.to_string())
+    fn file_path(&self, id: u64) -> PathBuf {
+        self.file_dir(id).join(format!("{id:016x}"))
     }
 
-    /// Maps `len` bytes of chunk `chunk` of file `id` at `offset` (fewer at the end of the
-    /// file) for a zero-copy reply. `None`: use [`ChunkStore::read`] instead (a shrink of a
-    /// file of this shard is under way, or the mapping failed).
-    pub fn map_read(
-        &self,
-        id: u64,
-        chunk: u64,
-        offset: u64,
-        len: usize,
-    ) -> FsResult<Option<Mapped>> {
+    /// Maps `len` bytes of file `id` at byte `pos` (fewer at the end of the local file) for a
+    /// zero-copy reply. `None`: use [`ChunkStore::read`] instead (a shrink of a file of this
+    /// shard is under way, or the mapping failed).
+    pub fn map_read(&self, id: u64, pos: u64, len: usize) -> FsResult<Option<Mapped>> {
         let Some(pin) = self.pins.pin(id) else {
             return Ok(None);
         };
-        let f = match File::open(self.chunk_path(id, chunk)) {
+        let f = match File::open(self.file_path(id)) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Some(Mapped::empty())),
             Err(e) => return Err(Errno::from_io(&e)),
         };
         let size = f.metadata()?.len();
-        if offset >= size || len == 0 {
+        if pos >= size || len == 0 {
             return Ok(Some(Mapped::empty()));
         }
-        let n = (size - offset).min(len as u64) as usize;
+        let n = (size - pos).min(len as u64) as usize;
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
-        let start = offset - offset % page;
-        let skip = (offset - start) as usize;
+        let start = pos - pos % page;
+        let skip = (pos - start) as usize;
         // SAFETY: a new read-only shared mapping of an open file; populated at once so that
         // UCX finds every page present.
         let base = unsafe {
@@ -200,13 +197,11 @@ impl FsChunks {
         }))
     }
 
-    fn mark_dirty(&self, id: u64, chunk: u64) {
+    fn mark_dirty(&self, id: u64) {
         self.dirty
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .entry(id)
-            .or_default()
-            .insert(chunk);
+            .insert(id);
     }
 }
 
@@ -219,15 +214,15 @@ fn not_found_is_ok(e: std::io::Error) -> FsResult<()> {
 }
 
 impl ChunkStore for FsChunks {
-    fn read(&self, id: u64, chunk: u64, offset: u64, out: &mut [u8]) -> FsResult<usize> {
-        let f = match File::open(self.chunk_path(id, chunk)) {
+    fn read(&self, id: u64, pos: u64, out: &mut [u8]) -> FsResult<usize> {
+        let f = match File::open(self.file_path(id)) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
             Err(e) => return Err(Errno::from_io(&e)),
         };
         let mut done = 0;
         while done < out.len() {
-            match f.read_at(&mut out[done..], offset + done as u64) {
+            match f.read_at(&mut out[done..], pos + done as u64) {
                 Ok(0) => break,
                 Ok(n) => done += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -237,81 +232,90 @@ impl ChunkStore for FsChunks {
         Ok(done)
     }
 
-    fn write(&self, id: u64, chunk: u64, offset: u64, data: &[u8]) -> FsResult<()> {
-        let path = self.chunk_path(id, chunk);
-        let f = match OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-        {
+    fn write(&self, id: u64, pos: u64, data: &[u8]) -> FsResult<()> {
+        let path = self.file_path(id);
+        let open = || {
+            OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+        };
+        let f = match open() {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 std::fs::create_dir_all(self.file_dir(id))?;
-                OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(false)
-                    .open(&path)?
+                open()?
             }
             Err(e) => return Err(Errno::from_io(&e)),
         };
-        f.write_all_at(data, offset)?;
-        self.mark_dirty(id, chunk);
+        f.write_all_at(data, pos)?;
+        self.mark_dirty(id);
         Ok(())
     }
 
-    fn truncate(&self, id: u64, size: u64, chunk_size: u64) -> FsResult<()> {
-        if chunk_size == 0 {
-            return Err(Errno::EINVAL);
-        }
-        let dir = self.file_dir(id);
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(e) => e,
-            Err(e) => return not_found_is_ok(e),
-        };
-        for ent in entries {
-            let ent = ent?;
-            let Some(idx) = ent.file_name().to_str().and_then(|s| s.parse::<u64>().ok()) else {
-                continue;
-            };
-            let start = idx.saturating_mul(chunk_size);
-            if start >= size {
-                std::fs::remove_file(ent.path()).or_else(not_found_is_ok)?;
-            } else if size < start + chunk_size {
-                let f = OpenOptions::new().write(true).open(ent.path())?;
-                if f.metadata()?.len() > size - start {
-                    let _no_mapped_replies = self.pins.shrink(id);
-                    f.set_len(size - start)?;
-                    self.mark_dirty(id, idx);
-                }
-            }
-        }
+    fn truncate(&self, id: u64, size: u64) -> FsResult<()> {
+        let path = self.file_path(id);
         if size == 0 {
-            std::fs::remove_dir(&dir).or_else(|e| match e.raw_os_error() {
-                Some(libc::ENOTEMPTY) => Ok(()),
-                _ => not_found_is_ok(e),
-            })?;
+            // nothing kept: the file goes (a mapped reply keeps reading the unlinked pages)
+            std::fs::remove_file(&path).or_else(not_found_is_ok)?;
             self.dirty
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .remove(&id);
+            return Ok(());
+        }
+        let f = match OpenOptions::new().write(true).open(&path) {
+            Ok(f) => f,
+            Err(e) => return not_found_is_ok(e),
+        };
+        if f.metadata()?.len() > size {
+            let _no_mapped_replies = self.pins.shrink(id);
+            f.set_len(size)?;
+            self.mark_dirty(id);
         }
         Ok(())
     }
 
-    fn remove_chunk(&self, id: u64, chunk: u64) -> FsResult<()> {
-        std::fs::remove_file(self.chunk_path(id, chunk)).or_else(not_found_is_ok)
+    fn punch(&self, id: u64, pos: u64, len: u64) -> FsResult<()> {
+        let f = match OpenOptions::new().write(true).open(self.file_path(id)) {
+            Ok(f) => f,
+            Err(e) => return not_found_is_ok(e),
+        };
+        let size = f.metadata()?.len();
+        if pos >= size || len == 0 {
+            return Ok(());
+        }
+        if pos + len >= size {
+            // the end of the file: cut it
+            let _no_mapped_replies = self.pins.shrink(id);
+            f.set_len(pos)?;
+        } else {
+            // SAFETY: fallocate on our open file; the range reads as zeros afterwards.
+            let r = unsafe {
+                libc::fallocate(
+                    std::os::fd::AsRawFd::as_raw_fd(&f),
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    pos as libc::off_t,
+                    len as libc::off_t,
+                )
+            };
+            if r != 0 {
+                return Err(Errno::from_io(&std::io::Error::last_os_error()));
+            }
+        }
+        self.mark_dirty(id);
+        Ok(())
     }
 
     fn sync(&self, id: u64) -> FsResult<()> {
-        let chunks = self
+        let dirty = self
             .dirty
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&id);
-        for chunk in chunks.into_iter().flatten() {
-            match File::open(self.chunk_path(id, chunk)) {
+        if dirty {
+            match File::open(self.file_path(id)) {
                 Ok(f) => f.sync_data()?,
                 Err(e) => not_found_is_ok(e)?,
             }
@@ -344,21 +348,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn write_read_truncate() {
+    fn write_read_truncate_punch() {
         let dir = tempfile::tempdir().unwrap();
         let c = FsChunks::open(dir.path()).unwrap();
         let mut out = [0u8; 8];
-        assert_eq!(c.read(1, 1, 0, &mut out).unwrap(), 0);
-        c.write(1, 1, 2, b"hello").unwrap();
-        c.write(1, 3, 0, b"x").unwrap();
-        assert_eq!(c.read(1, 1, 0, &mut out).unwrap(), 7);
-        assert_eq!(&out[..7], b"\0\0hello");
+        assert_eq!(c.read(1, 10, &mut out).unwrap(), 0);
+        // "chunk 1" at 10.. and "chunk 3" at 30.. (chunk size 10): one sparse file
+        c.write(1, 12, b"hello").unwrap();
+        c.write(1, 30, b"x").unwrap();
+        assert_eq!(c.read(1, 10, &mut out).unwrap(), 8);
+        assert_eq!(&out, b"\0\0hello\0");
         c.sync(1).unwrap();
-        c.truncate(1, 10 + 4, 10).unwrap(); // keeps 4 bytes of chunk 1, drops chunk 3
-        assert_eq!(c.read(1, 1, 0, &mut out).unwrap(), 4);
-        assert_eq!(c.read(1, 3, 0, &mut out).unwrap(), 0);
-        c.truncate(1, 0, 10).unwrap();
-        assert!(!c.file_dir(1).exists());
+        c.truncate(1, 14).unwrap(); // keeps 4 bytes of chunk 1, drops chunk 3
+        assert_eq!(c.read(1, 10, &mut out).unwrap(), 4);
+        assert_eq!(c.read(1, 30, &mut out).unwrap(), 0);
+        // a mapped read sees the same bytes; past the end, nothing
+        assert_eq!(c.map_read(1, 10, 8).unwrap().unwrap().bytes(), b"\0\0he");
+        assert!(c.map_read(1, 30, 8).unwrap().unwrap().bytes().is_empty());
+        // punching a hole in the middle keeps the size, at the end it cuts
+        c.write(1, 100, &[7u8; 8192]).unwrap();
+        c.punch(1, 0, 20).unwrap();
+        assert_eq!(c.read(1, 10, &mut out).unwrap(), 8);
+        assert_eq!(out, [0u8; 8]);
+        c.punch(1, 100, 1 << 20).unwrap();
+        assert_eq!(c.read(1, 99, &mut out).unwrap(), 1);
+        c.truncate(1, 0).unwrap();
+        assert!(!c.file_path(1).exists());
         assert!(c.statfs().unwrap().blocks > 0);
     }
 }

@@ -67,17 +67,18 @@ pub trait MetadataStore: Send + Sync {
     fn sync(&self) -> FsResult<()>;
 }
 
-/// File data chunks (index ≥ 1) held by this server.
+/// File data held by this server: the chunks of a file that placement puts here (and the
+/// part of chunk 0 beyond the inline bytes), addressed by their byte position in the file.
 pub trait ChunkStore: Send + Sync {
-    /// Reads chunk `chunk` of file `id` at `offset`; returns bytes present (0 for a hole).
-    fn read(&self, id: u64, chunk: u64, offset: u64, out: &mut [u8]) -> FsResult<usize>;
-    /// Writes `data` into chunk `chunk` of file `id` at `offset`.
-    fn write(&self, id: u64, chunk: u64, offset: u64, data: &[u8]) -> FsResult<()>;
-    /// Drops every byte of file `id` at or beyond `size` (chunks of `chunk_size` bytes).
-    fn truncate(&self, id: u64, size: u64, chunk_size: u64) -> FsResult<()>;
-    /// Removes chunk `chunk` of file `id` (if present).
-    fn remove_chunk(&self, id: u64, chunk: u64) -> FsResult<()>;
-    /// Makes the written chunks of file `id` durable (fdatasync of each dirty chunk file).
+    /// Reads file `id` at byte `pos`; returns the bytes present (0 for a hole at the end).
+    fn read(&self, id: u64, pos: u64, out: &mut [u8]) -> FsResult<usize>;
+    /// Writes `data` into file `id` at byte `pos`.
+    fn write(&self, id: u64, pos: u64, data: &[u8]) -> FsResult<()>;
+    /// Drops every byte of file `id` at or beyond `size`.
+    fn truncate(&self, id: u64, size: u64) -> FsResult<()>;
+    /// Drops bytes `[pos, pos + len)` of file `id` (they read as zeros).
+    fn punch(&self, id: u64, pos: u64, len: u64) -> FsResult<()>;
+    /// Makes the written data of file `id` durable (fdatasync).
     fn sync(&self, id: u64) -> FsResult<()>;
     /// Totals of the local file system holding the chunks.
     fn statfs(&self) -> FsResult<StatFs>;
