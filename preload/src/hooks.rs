@@ -462,6 +462,7 @@ fn forget(fd: i64) -> FsResult<()> {
 }
 
 fn sys_close(fd: i64) -> Ret {
+    fdtable::fd_gone(fd);
     if !fdtable::is_ours(fd) || conn::in_vfork_child() {
         return None;
     }
@@ -477,6 +478,7 @@ fn sys_close(fd: i64) -> Ret {
 
 fn sys_close_range(first: i64, last: i64, flags: i64) -> Ret {
     if flags & libc::CLOSE_RANGE_CLOEXEC as i64 == 0 && !conn::in_vfork_child() {
+        fdtable::fds_gone(first, last);
         let last = last.min(fdtable::MAX_FD as i64 - 1);
         let mut fd = first.max(0);
         while fd <= last {
@@ -512,6 +514,9 @@ fn sys_dup(fd: i64) -> Ret {
 }
 
 fn sys_dup3(old: i64, new: i64, flags: i64, is_dup2: bool) -> Ret {
+    if old != new {
+        fdtable::fd_gone(new);
+    }
     let old_ours = fdtable::is_ours(old);
     let new_ours = fdtable::is_ours(new);
     if (!old_ours && !new_ours) || conn::in_vfork_child() {

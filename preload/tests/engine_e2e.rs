@@ -112,6 +112,59 @@ fn syscalls_threads_fork_exec_and_pass_through() {
     assert!(out.contains("read OK 4"), "{out}");
 }
 
+/// A madfs fd is a placeholder (a dup of one template file, kept at a high fd number) until
+/// its state must be shared: fd numbers are low ones, as for any open; a program that closes
+/// the high fds (the template with them) still opens madfs files; a fork+exec
+/// child writes through an inherited placeholder fd (moved onto a memfd at the clone) at the
+/// shared offset.
+#[test]
+fn placeholder_fds_numbers_closefrom_and_inheritance() {
+    let cl = cluster();
+    let steps = [
+        "open,/madfs/p1,creat+rw", // #0
+        "open,/madfs/p2,creat+rw", // #1
+        "close,#1",
+        "closefrom,100",
+        "open,/madfs/p3,creat+rw", // #2
+        "write,#2,abc",
+        "forkexec,#2,child",
+        "write,#2,!",
+        "lseek,#2,0,set",
+        "read,#2,100",
+        "close,#2",
+    ];
+    let o = syscalls_env(&cl, &steps, 20_000, &[]);
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    // (the numbers themselves also depend on the UCX connections opened meanwhile)
+    let fds: Vec<i32> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("open OK ")?.parse().ok())
+        .collect();
+    assert!(fds.len() == 3 && fds.iter().all(|&f| f < 100), "{out}");
+    expect(
+        &out,
+        &err,
+        &[
+            "open OK *",
+            "open OK *",
+            "close OK 0",
+            "closefrom OK 0",
+            "open OK *",
+            "write OK 3",
+            "write OK 5",
+            "forkexec OK 0",
+            "write OK 1",
+            "lseek OK 0",
+            "data abcchild!",
+            "read OK 9",
+            "close OK 0",
+        ],
+    );
+}
+
 /// x86_64: libc sites of syscalls the preload never answers (known number, `getppid`) stay
 /// unpatched, those it may answer (`dup`) are patched, after a full scan of libc as after a
 /// patch-site cache hit; `MADFS_INTERCEPT_ALL` patches all.

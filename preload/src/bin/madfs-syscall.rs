@@ -187,6 +187,8 @@ fn main() {
                 "fsync" => libc::fsync(fd(a[1])) as i64,
                 "access" => libc::access(cs(a[1]).as_ptr(), libc::F_OK) as i64,
                 "chdir" => libc::chdir(cs(a[1]).as_ptr()) as i64,
+                // closes every fd from N up (as daemons and subprocess children do)
+                "closefrom" => libc::syscall(libc::SYS_close_range, num(1) as u32, u32::MAX, 0),
                 "patched" => {
                     // x86_64: is the first `syscall` instruction of a libc function still
                     // there (site left alone) or rewritten into a jump?
