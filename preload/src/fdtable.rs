@@ -13,8 +13,9 @@
 //! memfd only when it could be shared: before a new process is cloned (`fork`, `vfork`,
 //! `posix_spawn`: the parent's `clone` syscall) and before `execve` — [`share_all`]. (A
 //! `vfork` child cannot do it for its parent: it may already have closed or renumbered the
-//! fds, and its own changes to the fd table are not the parent's.) Users of the mutable state hold a shared lock for one
-//! operation ([`Desc::hdr`]); the move takes it exclusively, so no update is lost.
+//! fds, and its own changes to the fd table are not the parent's.) Users of the mutable state
+//! hold a shared lock for one operation ([`Desc::hdr`]); the move takes it exclusively, so no
+//! update is lost.
 
 use madfs_intercept::raw;
 use madfs_proto::{Attr, Errno, FsResult};
@@ -277,14 +278,7 @@ impl Desc {
             return Ok(());
         }
         let memfd = if self.placeholder {
-            // SAFETY: NUL-terminated name; a new fd of ours.
-            let m = unsafe {
-                raw!(
-                    libc::SYS_memfd_create as isize,
-                    MEMFD_NAME.as_ptr() as isize,
-                    libc::MFD_CLOEXEC as isize,
-                )
-            };
+            let m = memfd(MEMFD_NAME, libc::MFD_CLOEXEC);
             if m < 0 {
                 return Err(Errno::new(-m as i32));
             }
@@ -331,18 +325,8 @@ impl Desc {
 
     /// Maps the description behind an inherited fd (after exec), if it is one of ours.
     pub fn adopt(fd: i32) -> Option<Arc<Desc>> {
-        // SAFETY: fstat into a zeroed buffer. A memfd whose description was never shared
-        // is empty: mapping it would fault.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        if unsafe {
-            raw!(
-                libc::SYS_fstat as isize,
-                fd as isize,
-                &mut st as *mut _ as isize
-            )
-        } != 0
-            || st.st_size < MAP_BYTES as i64
-        {
+        // a memfd whose description was never shared is empty: mapping it would fault
+        if fstat(fd)?.st_size < MAP_BYTES as i64 {
             return None;
         }
         let hdr = map(fd)?;
@@ -368,6 +352,52 @@ impl Desc {
             local: Mutex::default(),
         }))
     }
+}
+
+/// `fstat` of `fd` (raw syscall).
+fn fstat(fd: i32) -> Option<libc::stat> {
+    // SAFETY: fstat into a zeroed buffer of the right type.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let r = unsafe {
+        raw!(
+            libc::SYS_fstat as isize,
+            fd as isize,
+            &mut st as *mut _ as isize
+        )
+    };
+    (r == 0).then_some(st)
+}
+
+/// A new memfd named `name` (NUL-terminated), or `-errno`.
+fn memfd(name: &[u8], flags: u32) -> isize {
+    debug_assert_eq!(name.last(), Some(&0));
+    // SAFETY: a NUL-terminated name; creates a new fd of ours.
+    unsafe {
+        raw!(
+            libc::SYS_memfd_create as isize,
+            name.as_ptr() as isize,
+            flags as isize,
+        )
+    }
+}
+
+/// The soft limit on open fds.
+fn fd_limit() -> Option<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: prlimit64 reading our own limit into `lim`.
+    let r = unsafe {
+        raw!(
+            libc::SYS_prlimit64 as isize,
+            0isize,
+            libc::RLIMIT_NOFILE as isize,
+            0isize,
+            &mut lim as *mut _ as isize,
+        )
+    };
+    (r == 0).then_some(lim.rlim_cur)
 }
 
 fn map(fd: i32) -> Option<NonNull<Header>> {
@@ -532,16 +562,7 @@ pub fn fds_gone(first: i64, last: i64) {
 }
 
 fn inode(fd: i32) -> Option<u64> {
-    // SAFETY: fstat into a zeroed buffer.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    (unsafe {
-        raw!(
-            libc::SYS_fstat as isize,
-            fd as isize,
-            &mut st as *mut _ as isize
-        )
-    } == 0)
-        .then_some(st.st_ino)
+    fstat(fd).map(|st| st.st_ino)
 }
 
 /// A new kernel fd for a new description (lowest free number, like the kernel's open):
@@ -582,16 +603,7 @@ fn new_kernel_fd(cloexec: bool) -> FsResult<(i32, bool)> {
             return Ok((fd as i32, true));
         }
     }
-    let mfd_flags = if cloexec { libc::MFD_CLOEXEC } else { 0 };
-    // Raw syscalls (not through libc): they would only pass through the hook again.
-    // SAFETY: NUL-terminated name.
-    let fd = unsafe {
-        raw!(
-            libc::SYS_memfd_create as isize,
-            MEMFD_NAME.as_ptr() as isize,
-            mfd_flags as isize,
-        )
-    };
+    let fd = memfd(MEMFD_NAME, if cloexec { libc::MFD_CLOEXEC } else { 0 });
     if fd < 0 {
         return Err(Errno::new(-fd as i32));
     }
@@ -607,28 +619,13 @@ fn template() -> i32 {
     if t >= 0 {
         return t;
     }
-    // SAFETY: raw syscalls creating and renumbering our own fd.
+    let m = memfd(b"madfs-placeholder\0", libc::MFD_CLOEXEC);
+    if m < 0 {
+        return -1;
+    }
+    let high = (fd_limit().unwrap_or(0) / 2).clamp(3, 4096) as isize;
+    // SAFETY: raw syscalls renumbering and closing our own fd.
     unsafe {
-        let m = raw!(
-            libc::SYS_memfd_create as isize,
-            c"madfs-placeholder".as_ptr() as isize,
-            libc::MFD_CLOEXEC as isize,
-        );
-        if m < 0 {
-            return -1;
-        }
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        raw!(
-            libc::SYS_prlimit64 as isize,
-            0isize,
-            libc::RLIMIT_NOFILE as isize,
-            0isize,
-            &mut lim as *mut _ as isize,
-        );
-        let high = (lim.rlim_cur / 2).clamp(3, 4096) as isize;
         let t = raw!(
             libc::SYS_fcntl as isize,
             m,
@@ -651,7 +648,7 @@ fn template() -> i32 {
 
 /// After exec: finds inherited madfs fds (memfds named `madfs`) and registers them,
 /// one description per memfd inode. This runs in every process start, so it is cheap: one
-/// `poll` over fds 0..1023 (open or not) where the fd limit allows (reading `/proc/self/fd`
+/// `ppoll` over fds 0..1023 (open or not) where the fd limit allows (reading `/proc/self/fd`
 /// costs ≈ 40 µs the first time in a process), then an `fstat` per open fd; only a deleted
 /// regular file of our size is looked at closer (its link name, then its header's magic).
 pub fn adopt_inherited() {
@@ -661,28 +658,14 @@ pub fn adopt_inherited() {
             insert(fd, d);
         }
     };
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: prlimit64 reading our own limit into `lim`.
-    let r = unsafe {
-        raw!(
-            libc::SYS_prlimit64 as isize,
-            0isize,
-            libc::RLIMIT_NOFILE as isize,
-            0isize,
-            &mut lim as *mut _ as isize,
-        )
-    };
-    if r == 0 && lim.rlim_cur <= POLL_SCAN_MAX {
+    if let Some(limit) = fd_limit().filter(|l| *l <= POLL_SCAN_MAX) {
         let mut pfd = [libc::pollfd {
             fd: 0,
             events: 0,
             revents: 0,
         }; 1024];
         let mut base = 0;
-        while (base as u64) < lim.rlim_cur {
+        while (base as u64) < limit {
             for (i, p) in pfd.iter_mut().enumerate() {
                 *p = libc::pollfd {
                     fd: base + i as i32,
@@ -780,18 +763,7 @@ fn inherited(fd: i32, seen: &mut Vec<(u64, Arc<Desc>)>) -> Option<Arc<Desc>> {
     if fd < 0 || fd as usize >= MAX_FD {
         return None;
     }
-    // SAFETY: fstat into a zeroed buffer.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe {
-        raw!(
-            libc::SYS_fstat as isize,
-            fd as isize,
-            &mut st as *mut _ as isize
-        )
-    } != 0
-    {
-        return None;
-    }
+    let st = fstat(fd)?;
     if st.st_mode & libc::S_IFMT != libc::S_IFREG
         || st.st_nlink != 0
         || st.st_size != MAP_BYTES as i64

@@ -172,12 +172,10 @@ fn placeholder_fds_numbers_closefrom_and_inheritance() {
 #[test]
 fn only_wanted_syscall_sites_are_patched() {
     let cl = cluster();
-    let steps = ["patched,getppid", "patched,dup", "statfs,/madfs"];
-    // a fresh patch-site cache: the first run scans libc, the second loads the cache
-    let cache = cl.root().join("intercept-cache");
-    let cache = cache.to_str().unwrap();
-    for _ in 0..2 {
-        let o = syscalls_env(&cl, &steps, 20_000, &[("MADFS_INTERCEPT_CACHE", cache)]);
+    // runs the steps with `env`; `getppid`: how its libc site should look
+    let check = |env: &[(&str, &str)], getppid: &str| {
+        let steps = ["patched,getppid", "patched,dup", "statfs,/madfs"];
+        let o = syscalls_env(&cl, &steps, 20_000, env);
         let (out, err) = (
             String::from_utf8_lossy(&o.stdout),
             String::from_utf8_lossy(&o.stderr),
@@ -186,7 +184,7 @@ fn only_wanted_syscall_sites_are_patched() {
             &out,
             &err,
             &[
-                "site getppid unpatched",
+                &format!("site getppid {getppid}"),
                 "patched OK 0",
                 "site dup patched",
                 "patched OK 0",
@@ -194,46 +192,20 @@ fn only_wanted_syscall_sites_are_patched() {
                 "statfs OK 0",
             ],
         );
+    };
+    // a fresh patch-site cache: the first run scans libc, the second loads the cache
+    let cache = cl.root().join("intercept-cache");
+    let cache = cache.to_str().unwrap();
+    for _ in 0..2 {
+        check(&[("MADFS_INTERCEPT_CACHE", cache)], "unpatched");
     }
     assert_eq!(
         std::fs::read_dir(cache).unwrap().count(),
         1,
         "one cache file"
     );
-    let o = syscalls_env(&cl, &steps, 20_000, &[]);
-    let (out, err) = (
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr),
-    );
-    expect(
-        &out,
-        &err,
-        &[
-            "site getppid unpatched",
-            "patched OK 0",
-            "site dup patched",
-            "patched OK 0",
-            "fstype 6d616466",
-            "statfs OK 0",
-        ],
-    );
-    let o = syscalls_env(&cl, &steps, 20_000, &[("MADFS_INTERCEPT_ALL", "1")]);
-    let (out, err) = (
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr),
-    );
-    expect(
-        &out,
-        &err,
-        &[
-            "site getppid patched",
-            "patched OK 0",
-            "site dup patched",
-            "patched OK 0",
-            "fstype 6d616466",
-            "statfs OK 0",
-        ],
-    );
+    check(&[], "unpatched");
+    check(&[("MADFS_INTERCEPT_ALL", "1")], "patched");
 }
 
 /// The aarch64 engine refuses to patch when trampolines cannot be within branch reach of libc

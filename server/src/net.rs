@@ -8,7 +8,7 @@
 //! large read, the data alone in one contiguous send on `tag::reply_data(seq)`.
 //! fsync requests arrive on their own tag and are handed to the sync thread (`sync.rs`).
 
-use crate::ops::{chunk_pos, runs_inline, Answer, Ops};
+use crate::ops::{read_span, runs_inline, Answer, Ops};
 use crate::sync::SyncJob;
 use madfs_proto::frame::{self, Encoder, PREFIX};
 use madfs_proto::{tag, Dirent, Errno, Reply, Request, Welcome};
@@ -406,12 +406,9 @@ async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: 
                         offset,
                         len,
                         chunk_size,
-                    } if raw && chunk != 0 => {
-                        let len = len.min(chunk_size.saturating_sub(offset)) as u64;
-                        chunk_pos(chunk, offset, len, chunk_size, Errno::EINVAL)
-                            .ok()
-                            .map(|pos| (id, pos, len as usize))
-                    }
+                    } if raw && chunk != 0 => read_span(chunk, offset, len, chunk_size)
+                        .ok()
+                        .map(|(pos, len)| (id, pos, len)),
                     _ => None,
                 };
                 let data_len = match req {

@@ -134,6 +134,16 @@ pub fn chunk_pos(chunk: u64, offset: u32, len: u64, cs: u32, err: Errno) -> FsRe
     Ok(pos)
 }
 
+/// Where a read of `len` bytes at `offset` of chunk `chunk` (chunk size `cs`) starts in the
+/// file, and its length cut at the end of the chunk.
+pub fn read_span(chunk: u64, offset: u32, len: u32, cs: u32) -> FsResult<(u64, usize)> {
+    let len = len.min(cs.saturating_sub(offset));
+    Ok((
+        chunk_pos(chunk, offset, len as u64, cs, Errno::EINVAL)?,
+        len as usize,
+    ))
+}
+
 fn path_ok(p: &str) -> FsResult<()> {
     check_normalized(p)
 }
@@ -494,10 +504,8 @@ impl Ops {
                 chunk_size,
             } => {
                 // a read past the end of the chunk is cut there
-                let len = (len as usize)
-                    .min(data.len())
-                    .min((chunk_size as usize).saturating_sub(offset as usize));
-                let pos = chunk_pos(chunk, offset, len as u64, chunk_size, Errno::EINVAL)?;
+                let (pos, len) = read_span(chunk, offset, len, chunk_size)?;
+                let len = len.min(data.len());
                 let out = &mut data[..len];
                 let n = if chunk == 0 {
                     self.read_chunk0(id, pos, out)?
