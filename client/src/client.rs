@@ -238,7 +238,7 @@ impl Client {
     /// `stat` of a path already in normal form (skips normalisation; the preload library has
     /// normalised while resolving).
     pub fn stat_normalized(&self, path: &str) -> FsResult<Attr> {
-        attr_of(self.call_on(path, &Request::Stat { path })?)
+        attr_of(self.call_on(path, &Request::Stat(path))?)
     }
 
     /// A request about `path` to its metadata server, with a server's ENOENT refined (a
@@ -604,7 +604,7 @@ impl Client {
     }
 
     fn stat_norm(&self, path: &str) -> FsResult<Attr> {
-        attr_of(self.call(self.meta_of(path), &Request::Stat { path })?)
+        attr_of(self.call(self.meta_of(path), &Request::Stat(path))?)
     }
 
     /// The parent of a path being created must exist and be a directory.

@@ -69,7 +69,7 @@ fn malformed_frames_do_not_hurt_the_server() {
         );
     }
     // every truncation of a valid frame
-    let (p, h) = enc.request(&Request::Stat { path: "/keep" });
+    let (p, h) = enc.request(&Request::Stat("/keep"));
     let whole = [&p[..], h].concat();
     for n in 0..whole.len() {
         let r = raw(&c, s, tag::REQUEST, &[&whole[..n]]).unwrap();
@@ -77,9 +77,7 @@ fn malformed_frames_do_not_hurt_the_server() {
     }
     // well-formed requests with hostile contents
     let hostile = [
-        Request::Stat {
-            path: "/a/../../etc/passwd",
-        },
+        Request::Stat("/a/../../etc/passwd"),
         Request::Create {
             path: "/../escape",
             mode: 0o644,

@@ -88,7 +88,7 @@ pub fn runs_inline(req: &Request<'_>, meta_inline: bool) -> bool {
     match req {
         Request::Ping
         | Request::Bye
-        | Request::Stat { .. }
+        | Request::Stat(_)
         | Request::Statfs
         | Request::HasChildren { .. } => true,
         Request::Create { .. }
@@ -218,7 +218,7 @@ impl Ops {
     pub fn execute(&self, req: &Request<'_>, bulk: &[u8], data: &mut [u8]) -> FsResult<Answer> {
         match *req {
             Request::Ping => Ok(Answer::Unit),
-            Request::Stat { path } => {
+            Request::Stat(path) => {
                 path_ok(path)?;
                 self.get(path).map(Answer::Attr)
             }
@@ -626,9 +626,9 @@ mod tests {
         let o = ops(dir.path());
         let mut d = [0u8; 16];
         let mut run = |r: Request<'_>| o.execute(&r, b"", &mut d).map(|_| ());
-        assert_eq!(run(Request::Stat { path: "/nope" }), Err(Errno::ENOENT));
-        assert_eq!(run(Request::Stat { path: "/a/../b" }), Err(Errno::EINVAL));
-        assert_eq!(run(Request::Stat { path: "relative" }), Err(Errno::EINVAL));
+        assert_eq!(run(Request::Stat("/nope")), Err(Errno::ENOENT));
+        assert_eq!(run(Request::Stat("/a/../b")), Err(Errno::EINVAL));
+        assert_eq!(run(Request::Stat("relative")), Err(Errno::EINVAL));
         assert_eq!(
             run(Request::Mkdir {
                 path: "/d",
@@ -728,10 +728,7 @@ mod tests {
             &mut d,
         )
         .unwrap();
-        let Answer::Attr(a) = o
-            .execute(&Request::Stat { path: "/f" }, b"", &mut d)
-            .unwrap()
-        else {
+        let Answer::Attr(a) = o.execute(&Request::Stat("/f"), b"", &mut d).unwrap() else {
             panic!()
         };
         assert_eq!(a.size, 5);

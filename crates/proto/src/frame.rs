@@ -151,7 +151,7 @@ mod tests {
         let mut enc = Encoder::default();
         let reqs = [
             Request::Ping,
-            Request::Stat { path: "/a/b" },
+            Request::Stat("/a/b"),
             Request::Create {
                 path: "/x",
                 mode: 0o644,
@@ -184,7 +184,7 @@ mod tests {
             let (back, bulk) = decode_request(&f).unwrap();
             assert_eq!(back, req);
             assert_eq!(bulk, b"bulk!");
-            if let Request::Stat { path } = back {
+            if let Request::Stat(path) = back {
                 // zero-copy: the path points into the frame
                 let range = f.as_ptr_range();
                 assert!(range.contains(&path.as_ptr()));
@@ -207,12 +207,45 @@ mod tests {
         let (p, h) = enc.reply(&rep);
         let f = frame(p, h, b"");
         assert_eq!(decode_reply(&f).unwrap().0, rep);
-        let (p, h) = enc.reply(&Reply::Attr(Attr {
-            size: 7,
-            ..Default::default()
-        }));
-        let f = frame(p, h, b"");
-        assert!(matches!(decode_reply(&f).unwrap().0, Reply::Attr(a) if a.size == 7));
+        // every field of an attribute blob survives, in every reply that carries one
+        let a = Attr {
+            id: u64::MAX - 1,
+            mode: crate::S_IFREG | 0o640,
+            nlink: 3,
+            uid: 1000,
+            gid: 1001,
+            size: 1 << 40,
+            chunk_size: 752_128,
+            atime: -5,
+            mtime: 1_700_000_000_123_456_789,
+            ctime: i64::MIN,
+        };
+        for rep in [
+            Reply::Attr(a),
+            Reply::Created {
+                attr: a,
+                existed: true,
+                old_size: 9,
+            },
+            Reply::Replaced(Some(a)),
+        ] {
+            let (p, h) = enc.reply(&rep);
+            let f = frame(p, h, b"");
+            assert_eq!(decode_reply(&f).unwrap().0, rep);
+        }
+        assert_eq!(Attr::from_bytes(&a.to_bytes()), Some(a));
+        assert_eq!(Attr::from_bytes(&[0u8; 63]), None);
+        // a blob of the wrong length is a protocol error, not a short attribute
+        #[derive(serde::Serialize)]
+        enum Fake<'a> {
+            #[serde(with = "serde_bytes")]
+            Attr(&'a [u8]),
+        }
+        let mut ser = flexbuffers::FlexbufferSerializer::new();
+        serde::Serialize::serialize(&Fake::Attr(&[1u8; 63]), &mut ser).unwrap();
+        let mut f = frame([0; PREFIX], ser.view(), b"");
+        f[4..8].copy_from_slice(&(ser.view().len() as u32).to_le_bytes());
+        assert_eq!(decode_reply(&f), Err(Errno::EPROTO));
         let f = frame(error_prefix(Errno::ENOTEMPTY), b"", b"");
         assert_eq!(decode_reply(&f), Err(Errno::ENOTEMPTY));
         let f = frame(bulk_reply_prefix(), b"", b"data");
@@ -232,7 +265,7 @@ mod tests {
         assert_eq!(decode_request(&garbage).unwrap_err(), Errno::EPROTO);
         // every truncation of a valid frame is rejected or decodes, never panics
         let mut enc = Encoder::default();
-        let (p, h) = enc.request(&Request::Stat { path: "/some/path" });
+        let (p, h) = enc.request(&Request::Stat("/some/path"));
         let f = frame(p, h, b"");
         for n in 0..f.len() {
             let _ = decode_request(&f[..n]);

@@ -12,10 +12,10 @@ pub const S_IFREG: u32 = libc::S_IFREG;
 pub const S_IFLNK: u32 = libc::S_IFLNK;
 
 /// Attributes of an entry, as stored on its metadata server and returned by `stat`.
-/// On the wire a tuple (a flexbuffers vector): no field names to write, sort and look up on
-/// the hottest reply.
-#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[serde(into = "AttrWire", from = "AttrWire")]
+/// On the wire a 64-byte flexbuffers blob in the layout of [`Attr::to_bytes`]: writing and
+/// reading it is one copy, where a vector of ten numbers cost ≈ 0.5 µs each way (the stat
+/// reply is the hottest one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Attr {
     /// File id (immutable, assigned at creation); also the inode number.
     pub id: u64,
@@ -39,41 +39,67 @@ pub struct Attr {
     pub ctime: i64,
 }
 
-/// Wire form of [`Attr`], in field order.
-type AttrWire = (u64, u32, u32, u32, u32, u64, u32, i64, i64, i64);
+/// Size of [`Attr::to_bytes`].
+pub const ATTR_BYTES: usize = 64;
 
-impl From<Attr> for AttrWire {
-    fn from(a: Attr) -> AttrWire {
-        (
-            a.id,
-            a.mode,
-            a.nlink,
-            a.uid,
-            a.gid,
-            a.size,
-            a.chunk_size,
-            a.atime,
-            a.mtime,
-            a.ctime,
-        )
+impl Attr {
+    /// Fixed little-endian layout (bytes 36..40 are zero): id, mode, nlink, uid, gid, size,
+    /// chunk_size, —, atime, mtime, ctime. The wire form, and (after a version byte) the
+    /// metadata record in RocksDB.
+    pub fn to_bytes(&self) -> [u8; ATTR_BYTES] {
+        let mut b = [0u8; ATTR_BYTES];
+        b[0..8].copy_from_slice(&self.id.to_le_bytes());
+        b[8..12].copy_from_slice(&self.mode.to_le_bytes());
+        b[12..16].copy_from_slice(&self.nlink.to_le_bytes());
+        b[16..20].copy_from_slice(&self.uid.to_le_bytes());
+        b[20..24].copy_from_slice(&self.gid.to_le_bytes());
+        b[24..32].copy_from_slice(&self.size.to_le_bytes());
+        b[32..36].copy_from_slice(&self.chunk_size.to_le_bytes());
+        b[40..48].copy_from_slice(&self.atime.to_le_bytes());
+        b[48..56].copy_from_slice(&self.mtime.to_le_bytes());
+        b[56..64].copy_from_slice(&self.ctime.to_le_bytes());
+        b
+    }
+
+    /// The inverse of [`Attr::to_bytes`]; `None` unless `b` is exactly that long.
+    pub fn from_bytes(b: &[u8]) -> Option<Attr> {
+        let b: &[u8; ATTR_BYTES] = b.try_into().ok()?;
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+        Some(Attr {
+            id: u64_at(0),
+            mode: u32_at(8),
+            nlink: u32_at(12),
+            uid: u32_at(16),
+            gid: u32_at(20),
+            size: u64_at(24),
+            chunk_size: u32_at(32),
+            atime: u64_at(40) as i64,
+            mtime: u64_at(48) as i64,
+            ctime: u64_at(56) as i64,
+        })
     }
 }
 
-impl From<AttrWire> for Attr {
-    fn from(w: AttrWire) -> Attr {
-        let (id, mode, nlink, uid, gid, size, chunk_size, atime, mtime, ctime) = w;
-        Attr {
-            id,
-            mode,
-            nlink,
-            uid,
-            gid,
-            size,
-            chunk_size,
-            atime,
-            mtime,
-            ctime,
+impl Serialize for Attr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(&self.to_bytes())
+    }
+}
+
+impl<'de> Deserialize<'de> for Attr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Attr, D::Error> {
+        struct Blob;
+        impl serde::de::Visitor<'_> for Blob {
+            type Value = Attr;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{ATTR_BYTES} bytes of attributes")
+            }
+            fn visit_bytes<E: serde::de::Error>(self, b: &[u8]) -> Result<Attr, E> {
+                Attr::from_bytes(b).ok_or_else(|| E::invalid_length(b.len(), &self))
+            }
         }
+        d.deserialize_bytes(Blob)
     }
 }
 
@@ -205,8 +231,9 @@ pub enum TimeSpec {
 pub enum Request<'a> {
     /// Empty request (latency probe).
     Ping,
-    /// `stat` of a normalised absolute path: one point lookup.
-    Stat { path: &'a str },
+    /// `stat` of a normalised absolute path: one point lookup (a newtype variant: no field
+    /// name to write and look up on the hottest request).
+    Stat(&'a str),
     /// Create a regular file (`open(O_CREAT)`).
     Create {
         path: &'a str,
@@ -355,7 +382,7 @@ impl Request<'_> {
     pub fn name(&self) -> &'static str {
         match self {
             Request::Ping => "ping",
-            Request::Stat { .. } => "stat",
+            Request::Stat(_) => "stat",
             Request::Create { .. } => "create",
             Request::Mkdir { .. } => "mkdir",
             Request::Symlink { .. } => "symlink",

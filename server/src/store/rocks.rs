@@ -12,14 +12,14 @@
 
 use super::{Entry, MetadataStore};
 use madfs_placement::{name_hash, split_parent};
-use madfs_proto::{Attr, Errno, FsResult};
+use madfs_proto::{Attr, Errno, FsResult, ATTR_BYTES};
 use rocksdb::{MergeOperands, Options, WriteBatch, WriteOptions, DB};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 const REC_VERSION: u8 = 1;
-const REC_LEN: usize = 1 + 64;
+const REC_LEN: usize = 1 + ATTR_BYTES;
 const ID_BLOCK: u64 = 1 << 16;
 const STRIPES: usize = 64;
 
@@ -28,20 +28,11 @@ fn io(e: rocksdb::Error) -> Errno {
     Errno::EIO
 }
 
-/// Encodes an attribute record (fixed 65 bytes, little endian).
+/// Encodes an attribute record: a version byte, then [`Attr::to_bytes`].
 pub fn encode_attr(a: &Attr) -> [u8; REC_LEN] {
     let mut b = [0u8; REC_LEN];
     b[0] = REC_VERSION;
-    b[1..9].copy_from_slice(&a.id.to_le_bytes());
-    b[9..13].copy_from_slice(&a.mode.to_le_bytes());
-    b[13..17].copy_from_slice(&a.nlink.to_le_bytes());
-    b[17..21].copy_from_slice(&a.uid.to_le_bytes());
-    b[21..25].copy_from_slice(&a.gid.to_le_bytes());
-    b[25..33].copy_from_slice(&a.size.to_le_bytes());
-    b[33..37].copy_from_slice(&a.chunk_size.to_le_bytes());
-    b[41..49].copy_from_slice(&a.atime.to_le_bytes());
-    b[49..57].copy_from_slice(&a.mtime.to_le_bytes());
-    b[57..65].copy_from_slice(&a.ctime.to_le_bytes());
+    b[1..].copy_from_slice(&a.to_bytes());
     b
 }
 
@@ -50,20 +41,7 @@ pub fn decode_attr(b: &[u8]) -> Option<Attr> {
     if b.len() < REC_LEN || b[0] != REC_VERSION {
         return None;
     }
-    let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
-    let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
-    Some(Attr {
-        id: u64_at(1),
-        mode: u32_at(9),
-        nlink: u32_at(13),
-        uid: u32_at(17),
-        gid: u32_at(21),
-        size: u64_at(25),
-        chunk_size: u32_at(33),
-        atime: u64_at(41) as i64,
-        mtime: u64_at(49) as i64,
-        ctime: u64_at(57) as i64,
-    })
+    Attr::from_bytes(&b[1..REC_LEN])
 }
 
 /// Key of the entry of a normalised path (not the root).
