@@ -443,10 +443,17 @@ async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: 
             }
         };
         if let Some((id, pos, len)) = mapped {
-            let ops2 = ops.clone();
-            let m = tokio::task::spawn_blocking(move || ops2.chunks.map_read(id, pos, len))
-                .await
-                .unwrap_or(Err(Errno::EIO));
+            // the pieces of a streaming read are mapped here; a file not open yet is opened
+            // on an IO thread
+            let m = match ops.chunks.map_cached(id, pos, len) {
+                Some(m) => m,
+                None => {
+                    let ops2 = ops.clone();
+                    tokio::task::spawn_blocking(move || ops2.chunks.map_read(id, pos, len))
+                        .await
+                        .unwrap_or(Err(Errno::EIO))
+                }
+            };
             let sent = match (m, conns.get(conn)) {
                 (Ok(None), _) => None, // the copying path below
                 (_, None) => Some(true),

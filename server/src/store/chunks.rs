@@ -9,18 +9,36 @@
 
 use super::ChunkStore;
 use madfs_proto::{Errno, FsResult, StatFs};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 
+/// A write of at least this many bytes starts the write-out of its range at once
+/// (`sync_file_range`), so that the disk works while the client streams instead of all at
+/// its fsync; a write that small rather belongs to a record rewritten soon.
+const EARLY_WRITEBACK_MIN: usize = 256 << 10;
+
+/// Read-only descriptors kept for mapped reads (the cache is emptied when full).
+const OPEN_CACHE: usize = 256;
+
 /// Local-file chunk store.
 pub struct FsChunks {
     root: PathBuf,
     dirty: Mutex<HashSet<u64>>,
     pins: Arc<Pins>,
+    open: Mutex<OpenCache>,
+}
+
+/// Read-only descriptors of recently read files, so that the pieces of a streaming read are
+/// mapped on the net thread without an `open` (which may wait for the disk). `gen` counts
+/// removals: a descriptor opened before one is not cached (it may be the removed file).
+#[derive(Default)]
+struct OpenCache {
+    gen: u64,
+    files: HashMap<u64, Arc<File>>,
 }
 
 const PIN_SHARDS: usize = 64;
@@ -142,6 +160,7 @@ impl FsChunks {
                 readers: [const { AtomicU32::new(0) }; PIN_SHARDS],
                 shrinking: [const { AtomicU32::new(0) }; PIN_SHARDS],
             }),
+            open: Mutex::default(),
         })
     }
 
@@ -153,17 +172,49 @@ impl FsChunks {
         self.file_dir(id).join(format!("{id:016x}"))
     }
 
+    fn open_cache(&self) -> std::sync::MutexGuard<'_, OpenCache> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Maps `len` bytes of file `id` at byte `pos` (fewer at the end of the local file) for a
-    /// zero-copy reply. `None`: use [`ChunkStore::read`] instead (a shrink of a file of this
-    /// shard is under way, or the mapping failed).
+    /// zero-copy reply, opening the file if needed (blocking: an IO thread's work). `None`:
+    /// use [`ChunkStore::read`] instead (a shrink of a file of this shard is under way, or
+    /// the mapping failed).
     pub fn map_read(&self, id: u64, pos: u64, len: usize) -> FsResult<Option<Mapped>> {
+        let f = match self.map_cached(id, pos, len) {
+            Some(r) => return r,
+            None => {
+                let gen = self.open_cache().gen;
+                let f = match File::open(self.file_path(id)) {
+                    Ok(f) => Arc::new(f),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        return Ok(Some(Mapped::empty()))
+                    }
+                    Err(e) => return Err(Errno::from_io(&e)),
+                };
+                let mut c = self.open_cache();
+                if c.gen == gen {
+                    if c.files.len() >= OPEN_CACHE {
+                        c.files.clear();
+                    }
+                    c.files.insert(id, f.clone());
+                }
+                f
+            }
+        };
+        self.map_file(&f, id, pos, len)
+    }
+
+    /// [`FsChunks::map_read`] if the file is open already (no blocking call: the net thread
+    /// may use it), else `None`.
+    pub fn map_cached(&self, id: u64, pos: u64, len: usize) -> Option<FsResult<Option<Mapped>>> {
+        let f = self.open_cache().files.get(&id)?.clone();
+        Some(self.map_file(&f, id, pos, len))
+    }
+
+    fn map_file(&self, f: &File, id: u64, pos: u64, len: usize) -> FsResult<Option<Mapped>> {
         let Some(pin) = self.pins.pin(id) else {
             return Ok(None);
-        };
-        let f = match File::open(self.file_path(id)) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Some(Mapped::empty())),
-            Err(e) => return Err(Errno::from_io(&e)),
         };
         let size = f.metadata()?.len();
         if pos >= size || len == 0 {
@@ -174,15 +225,16 @@ impl FsChunks {
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
         let start = pos - pos % page;
         let skip = (pos - start) as usize;
-        // SAFETY: a new read-only shared mapping of an open file; populated at once so that
-        // UCX finds every page present.
+        // SAFETY: a new read-only shared mapping of an open file. Not populated: the reader's
+        // cross-memory copy faults the pages in (the work MAP_POPULATE would do here, without
+        // a second pass over the page tables on this thread).
         let base = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 skip + n,
                 libc::PROT_READ,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
-                std::os::fd::AsRawFd::as_raw_fd(&f),
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(f),
                 start as libc::off_t,
             )
         };
@@ -250,6 +302,17 @@ impl ChunkStore for FsChunks {
             Err(e) => return Err(Errno::from_io(&e)),
         };
         f.write_all_at(data, pos)?;
+        if data.len() >= EARLY_WRITEBACK_MIN {
+            // SAFETY: sync_file_range on our open file; it only starts write-out.
+            unsafe {
+                libc::sync_file_range(
+                    std::os::fd::AsRawFd::as_raw_fd(&f),
+                    pos as libc::off64_t,
+                    data.len() as libc::off64_t,
+                    libc::SYNC_FILE_RANGE_WRITE,
+                )
+            };
+        }
         self.mark_dirty(id);
         Ok(())
     }
@@ -258,7 +321,14 @@ impl ChunkStore for FsChunks {
         let path = self.file_path(id);
         if size == 0 {
             // nothing kept: the file goes (a mapped reply keeps reading the unlinked pages)
-            std::fs::remove_file(&path).or_else(not_found_is_ok)?;
+            let removed = std::fs::remove_file(&path).or_else(not_found_is_ok);
+            {
+                // after the removal: a descriptor opened before it was opened before this
+                let mut c = self.open_cache();
+                c.gen += 1;
+                c.files.remove(&id);
+            }
+            removed?;
             self.dirty
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -375,5 +445,29 @@ mod tests {
         c.truncate(1, 0).unwrap();
         assert!(!c.file_path(1).exists());
         assert!(c.statfs().unwrap().blocks > 0);
+    }
+
+    #[test]
+    fn mapped_reads_never_see_a_removed_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = FsChunks::open(dir.path()).unwrap();
+        assert!(c.map_cached(2, 0, 4).is_none()); // not open: the IO-thread path
+        assert!(c.map_read(2, 0, 4).unwrap().unwrap().bytes().is_empty()); // no file yet
+        c.write(2, 0, b"old!").unwrap();
+        assert_eq!(c.map_read(2, 0, 4).unwrap().unwrap().bytes(), b"old!");
+        // now open: the net thread maps it, and sees later writes and growth
+        c.write(2, 4, b"more").unwrap();
+        let m = c.map_cached(2, 0, 8).unwrap().unwrap().unwrap();
+        assert_eq!(m.bytes(), b"old!more");
+        drop(m);
+        // truncated to nothing (the file goes) and written again: only the new bytes
+        c.truncate(2, 0).unwrap();
+        assert!(c.map_cached(2, 0, 4).is_none());
+        c.write(2, 0, b"new").unwrap();
+        assert_eq!(c.map_read(2, 0, 8).unwrap().unwrap().bytes(), b"new");
+        assert_eq!(
+            c.map_cached(2, 0, 8).unwrap().unwrap().unwrap().bytes(),
+            b"new"
+        );
     }
 }
