@@ -166,18 +166,27 @@ fn resolve(t: TimeSpec, old: i64, now: i64) -> i64 {
 }
 
 impl Ops {
-    /// Writes into chunk 0: the first `inline_max` bytes in RocksDB, the rest in a chunk file.
-    fn write_chunk0(&self, id: u64, off: u64, data: &[u8]) -> FsResult<()> {
+    /// Writes into chunk 0: the first `inline_max` bytes in RocksDB, the rest in a chunk file;
+    /// then, with `size_of`, publishes the new end in the entry of that path — in the same
+    /// RocksDB write when everything went inline (a small file's write: one WAL record).
+    fn write_chunk0(&self, id: u64, off: u64, data: &[u8], size_of: Option<&str>) -> FsResult<()> {
         let t = self.inline_max;
         let end = off + data.len() as u64;
+        let now = now_ns();
+        let mut publish = size_of.map(|p| (p, end, now));
         if off < t {
             let n = (end.min(t) - off) as usize;
-            self.meta.write_inline(id, off, &data[..n])?;
+            // the size goes with the bytes only if they are all of them
+            let with = if end <= t { publish.take() } else { None };
+            self.meta.write_inline(id, off, &data[..n], with)?;
         }
         if end > t {
             let from = off.max(t);
             self.chunks
                 .write(id, from, &data[(from - off) as usize..])?;
+        }
+        if let Some((p, size, mtime)) = publish {
+            self.meta.merge_size(p, size, mtime)?;
         }
         Ok(())
     }
@@ -526,11 +535,7 @@ impl Ops {
                     if let Some(p) = size_of {
                         path_ok(p)?;
                     }
-                    self.write_chunk0(id, offset as u64, bulk)?;
-                    if let Some(p) = size_of {
-                        self.meta
-                            .merge_size(p, offset as u64 + bulk.len() as u64, now_ns())?;
-                    }
+                    self.write_chunk0(id, offset as u64, bulk, size_of)?;
                 } else {
                     self.chunks.write(id, pos, bulk)?;
                 }
@@ -785,13 +790,13 @@ mod chunk0_tests {
             stats: Arc::default(),
         };
         let data: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
-        o.write_chunk0(7, 100, &data).unwrap(); // spans the inline part and the file part
+        o.write_chunk0(7, 100, &data, None).unwrap(); // spans the inline part and the file part
         let mut out = vec![0xffu8; 3200];
         assert_eq!(o.read_chunk0(7, 0, &mut out).unwrap(), 3100);
         assert!(out[..100].iter().all(|b| *b == 0));
         assert_eq!(&out[100..3100], &data[..]);
         // a write only past the inline part leaves a hole that reads as zeros
-        o.write_chunk0(8, 2000, b"tail").unwrap();
+        o.write_chunk0(8, 2000, b"tail", None).unwrap();
         let mut out = vec![0xffu8; 2004];
         assert_eq!(o.read_chunk0(8, 0, &mut out).unwrap(), 2004);
         assert!(out[..2000].iter().all(|b| *b == 0));
@@ -802,5 +807,23 @@ mod chunk0_tests {
         o.drop_local_chunks(7, 0).unwrap();
         let mut out = vec![0u8; 100];
         assert_eq!(o.read_chunk0(7, 2000, &mut out).unwrap(), 0);
+        // the size is published with a small write (one batch) and after a split one
+        let a = Attr {
+            id: 9,
+            mode: S_IFREG | 0o644,
+            nlink: 1,
+            chunk_size: 4096,
+            ..Default::default()
+        };
+        o.meta.insert("/s", &a, b"").unwrap();
+        o.write_chunk0(9, 0, b"small", Some("/s")).unwrap();
+        assert_eq!(o.meta.get("/s").unwrap().unwrap().size, 5);
+        o.write_chunk0(9, 500, &data, Some("/s")).unwrap();
+        assert_eq!(o.meta.get("/s").unwrap().unwrap().size, 3500);
+        o.write_chunk0(9, 1, b"m", Some("/s")).unwrap(); // never shrinks
+        let mut out = vec![0u8; 3500];
+        assert_eq!(o.read_chunk0(9, 0, &mut out).unwrap(), 3500);
+        assert_eq!(&out[..5], b"small");
+        assert_eq!(o.meta.get("/s").unwrap().unwrap().size, 3500);
     }
 }

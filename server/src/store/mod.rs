@@ -57,8 +57,16 @@ pub trait MetadataStore: Send + Sync {
     fn has_children(&self, dir: &str) -> FsResult<bool>;
     /// Reads inline chunk 0 of file `id` at `offset` into `out`; returns bytes present.
     fn read_inline(&self, id: u64, offset: u64, out: &mut [u8]) -> FsResult<usize>;
-    /// Writes `data` into inline chunk 0 of file `id` at `offset` (zero-filling a gap).
-    fn write_inline(&self, id: u64, offset: u64, data: &[u8]) -> FsResult<()>;
+    /// Writes `data` into inline chunk 0 of file `id` at `offset` (zero-filling a gap) and,
+    /// with `size_of = Some((path, size, mtime))`, merges that size into the entry of `path`
+    /// in the same atomic write (one WAL record for a small file's write).
+    fn write_inline(
+        &self,
+        id: u64,
+        offset: u64,
+        data: &[u8],
+        size_of: Option<(&str, u64, i64)>,
+    ) -> FsResult<()>;
     /// Cuts inline chunk 0 of file `id` to `size` bytes.
     fn truncate_inline(&self, id: u64, size: u64) -> FsResult<()>;
     /// A new file id, unique in the cluster (server id in the top 16 bits).

@@ -454,7 +454,13 @@ impl MetadataStore for RocksDbMeta {
         Ok(n)
     }
 
-    fn write_inline(&self, id: u64, offset: u64, data: &[u8]) -> FsResult<()> {
+    fn write_inline(
+        &self,
+        id: u64,
+        offset: u64,
+        data: &[u8],
+        size_of: Option<(&str, u64, i64)>,
+    ) -> FsResult<()> {
         let _g = self.stripe(id);
         let key = inline_key(id);
         let off = offset as usize;
@@ -463,7 +469,12 @@ impl MetadataStore for RocksDbMeta {
             v.resize(off + data.len(), 0);
         }
         v[off..off + data.len()].copy_from_slice(data);
-        self.db.put(key, v).map_err(io)
+        let mut b = WriteBatch::default();
+        b.put(key, v);
+        if let Some((path, size, mtime)) = size_of {
+            b.merge(entry_key(path), size_operand(size, mtime));
+        }
+        self.db.write(b).map_err(io)
     }
 
     fn truncate_inline(&self, id: u64, size: u64) -> FsResult<()> {
@@ -621,7 +632,7 @@ mod tests {
     fn inline_data() {
         let dir = tempfile::tempdir().unwrap();
         let m = RocksDbMeta::open(dir.path(), 0).unwrap();
-        m.write_inline(5, 3, b"abc").unwrap();
+        m.write_inline(5, 3, b"abc", None).unwrap();
         let mut out = [9u8; 10];
         assert_eq!(m.read_inline(5, 0, &mut out).unwrap(), 6);
         assert_eq!(&out[..6], b"\0\0\0abc");
