@@ -105,6 +105,34 @@ struct Bufs {
     enc: Encoder,
 }
 
+/// A read of a chunk that the page cache holds whole, answered on the net thread (see
+/// [`crate::store::chunks::FsChunks::read_nowait`]): the reply prefix and the data length in `b.data`,
+/// or `None` to serve the request on an IO thread as usual.
+fn read_nowait(ops: &Ops, b: &mut Bufs) -> Option<([u8; PREFIX], usize)> {
+    let Ok((
+        Request::Read {
+            id,
+            chunk,
+            offset,
+            len,
+            chunk_size,
+        },
+        _,
+    )) = frame::decode_request(&b.recv)
+    else {
+        return None;
+    };
+    if chunk == 0 {
+        return None; // its first part lives in RocksDB
+    }
+    let (pos, len) = read_span(chunk, offset, len, chunk_size).ok()?;
+    let n = ops.chunks.read_nowait(id, pos, b.data.get_mut(..len)?)?;
+    ops.stats.request("read");
+    ops.stats.bytes_out.fetch_add(n as u64, Relaxed);
+    b.hdr.clear();
+    Some((frame::bulk_reply_prefix(), n))
+}
+
 /// Decodes the frame in `b.recv`, executes it, and leaves the reply header in `b.hdr`.
 /// Returns the reply prefix and the length of read data in `b.data`. `data`: the length of
 /// the data of a `WriteData` request, already received into `b.data`.
@@ -480,7 +508,14 @@ async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: 
                 continue;
             }
         }
-        let (b, prefix, n) = if inline {
+        let nowait = if inline {
+            None
+        } else {
+            read_nowait(&ops, &mut b)
+        };
+        let (b, prefix, n) = if let Some((p, n)) = nowait {
+            (b, p, n)
+        } else if inline {
             let (p, n) = serve_frame(&ops, &mut b, data);
             (b, p, n)
         } else {

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 /// its fsync; a write that small rather belongs to a record rewritten soon.
 const EARLY_WRITEBACK_MIN: usize = 256 << 10;
 
-/// Read-only descriptors kept for mapped reads (the cache is emptied when full).
+/// Read-only descriptors kept for reads (the cache is emptied when full).
 const OPEN_CACHE: usize = 256;
 
 /// Local-file chunk store.
@@ -32,9 +32,10 @@ pub struct FsChunks {
     open: Mutex<OpenCache>,
 }
 
-/// Read-only descriptors of recently read files, so that the pieces of a streaming read are
-/// mapped on the net thread without an `open` (which may wait for the disk). `gen` counts
-/// removals: a descriptor opened before one is not cached (it may be the removed file).
+/// Read-only descriptors of recently read files, so that the net thread can map the pieces of
+/// a streaming read and answer small reads from the page cache without an `open` (which may
+/// wait for the disk), and IO threads need no `open` per read. `gen` counts removals: a
+/// descriptor opened before one is not cached (it may be the removed file).
 #[derive(Default)]
 struct OpenCache {
     gen: u64,
@@ -181,35 +182,66 @@ impl FsChunks {
     /// use [`ChunkStore::read`] instead (a shrink of a file of this shard is under way, or
     /// the mapping failed).
     pub fn map_read(&self, id: u64, pos: u64, len: usize) -> FsResult<Option<Mapped>> {
-        let f = match self.map_cached(id, pos, len) {
-            Some(r) => return r,
-            None => {
-                let gen = self.open_cache().gen;
-                let f = match File::open(self.file_path(id)) {
-                    Ok(f) => Arc::new(f),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                        return Ok(Some(Mapped::empty()))
-                    }
-                    Err(e) => return Err(Errno::from_io(&e)),
-                };
-                let mut c = self.open_cache();
-                if c.gen == gen {
-                    if c.files.len() >= OPEN_CACHE {
-                        c.files.clear();
-                    }
-                    c.files.insert(id, f.clone());
-                }
-                f
-            }
-        };
-        self.map_file(&f, id, pos, len)
+        match self.open_ro(id)? {
+            Some(f) => self.map_file(&f, id, pos, len),
+            None => Ok(Some(Mapped::empty())),
+        }
     }
 
     /// [`FsChunks::map_read`] if the file is open already (no blocking call: the net thread
     /// may use it), else `None`.
     pub fn map_cached(&self, id: u64, pos: u64, len: usize) -> Option<FsResult<Option<Mapped>>> {
-        let f = self.open_cache().files.get(&id)?.clone();
+        let f = self.cached(id)?;
         Some(self.map_file(&f, id, pos, len))
+    }
+
+    /// Reads `out.len()` bytes of file `id` at `pos` only if that needs neither an `open` nor
+    /// the disk (`preadv2(RWF_NOWAIT)` on a cached descriptor: the page cache has them all),
+    /// so the net thread may answer a small read itself instead of handing it to an IO
+    /// thread. `None`: take the IO-thread path (not open, not cached, short, or an error).
+    pub fn read_nowait(&self, id: u64, pos: u64, out: &mut [u8]) -> Option<usize> {
+        let f = self.cached(id)?;
+        let iov = libc::iovec {
+            iov_base: out.as_mut_ptr().cast(),
+            iov_len: out.len(),
+        };
+        // SAFETY: one iovec over `out`, which outlives the call; a plain read of our own fd.
+        let n = unsafe {
+            libc::preadv2(
+                std::os::fd::AsRawFd::as_raw_fd(&*f),
+                &iov,
+                1,
+                pos as libc::off_t,
+                libc::RWF_NOWAIT,
+            )
+        };
+        (n >= 0 && n as usize == out.len()).then_some(n as usize)
+    }
+
+    fn cached(&self, id: u64) -> Option<Arc<File>> {
+        self.open_cache().files.get(&id).cloned()
+    }
+
+    /// A read-only descriptor of file `id`, from the cache or opened (blocking) and cached;
+    /// `None` if there is no local file.
+    fn open_ro(&self, id: u64) -> FsResult<Option<Arc<File>>> {
+        if let Some(f) = self.cached(id) {
+            return Ok(Some(f));
+        }
+        let gen = self.open_cache().gen;
+        let f = match File::open(self.file_path(id)) {
+            Ok(f) => Arc::new(f),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Errno::from_io(&e)),
+        };
+        let mut c = self.open_cache();
+        if c.gen == gen {
+            if c.files.len() >= OPEN_CACHE {
+                c.files.clear();
+            }
+            c.files.insert(id, f.clone());
+        }
+        Ok(Some(f))
     }
 
     fn map_file(&self, f: &File, id: u64, pos: u64, len: usize) -> FsResult<Option<Mapped>> {
@@ -267,10 +299,8 @@ fn not_found_is_ok(e: std::io::Error) -> FsResult<()> {
 
 impl ChunkStore for FsChunks {
     fn read(&self, id: u64, pos: u64, out: &mut [u8]) -> FsResult<usize> {
-        let f = match File::open(self.file_path(id)) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-            Err(e) => return Err(Errno::from_io(&e)),
+        let Some(f) = self.open_ro(id)? else {
+            return Ok(0);
         };
         let mut done = 0;
         while done < out.len() {
@@ -460,8 +490,15 @@ mod tests {
         let m = c.map_cached(2, 0, 8).unwrap().unwrap().unwrap();
         assert_eq!(m.bytes(), b"old!more");
         drop(m);
-        // truncated to nothing (the file goes) and written again: only the new bytes
+        // small reads from the page cache, without blocking: only whole and only when open
+        let mut out = [0u8; 8];
+        assert_eq!(c.read_nowait(2, 0, &mut out), Some(8));
+        assert_eq!(&out, b"old!more");
+        assert_eq!(c.read_nowait(2, 4, &mut out), None); // short: the IO thread's job
+        assert_eq!(c.read_nowait(3, 0, &mut out), None); // not open
+                                                         // truncated to nothing (the file goes) and written again: only the new bytes
         c.truncate(2, 0).unwrap();
+        assert_eq!(c.read_nowait(2, 0, &mut out[..3]), None);
         assert!(c.map_cached(2, 0, 4).is_none());
         c.write(2, 0, b"new").unwrap();
         assert_eq!(c.map_read(2, 0, 8).unwrap().unwrap().bytes(), b"new");
@@ -469,5 +506,7 @@ mod tests {
             c.map_cached(2, 0, 8).unwrap().unwrap().unwrap().bytes(),
             b"new"
         );
+        assert_eq!(c.read_nowait(2, 0, &mut out[..3]), Some(3));
+        assert_eq!(&out[..3], b"new");
     }
 }
