@@ -491,12 +491,21 @@ mod tests {
         assert_eq!(m.bytes(), b"old!more");
         drop(m);
         // small reads from the page cache, without blocking: only whole and only when open
+        // (qemu-user refuses RWF_NOWAIT: there every such read takes the IO-thread path)
         let mut out = [0u8; 8];
-        assert_eq!(c.read_nowait(2, 0, &mut out), Some(8));
-        assert_eq!(&out, b"old!more");
-        assert_eq!(c.read_nowait(2, 4, &mut out), None); // short: the IO thread's job
-        assert_eq!(c.read_nowait(3, 0, &mut out), None); // not open
-                                                         // truncated to nothing (the file goes) and written again: only the new bytes
+        let nowait = c.read_nowait(2, 0, &mut out);
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(nowait, Some(8));
+        if nowait.is_some() {
+            assert_eq!(&out, b"old!more");
+        }
+        assert_eq!(
+            c.read_nowait(2, 4, &mut out),
+            None,
+            "short: the IO thread's job"
+        );
+        assert_eq!(c.read_nowait(3, 0, &mut out), None, "not open");
+        // truncated to nothing (the file goes) and written again: only the new bytes
         c.truncate(2, 0).unwrap();
         assert_eq!(c.read_nowait(2, 0, &mut out[..3]), None);
         assert!(c.map_cached(2, 0, 4).is_none());
@@ -506,7 +515,9 @@ mod tests {
             c.map_cached(2, 0, 8).unwrap().unwrap().unwrap().bytes(),
             b"new"
         );
-        assert_eq!(c.read_nowait(2, 0, &mut out[..3]), Some(3));
-        assert_eq!(&out[..3], b"new");
+        if nowait.is_some() {
+            assert_eq!(c.read_nowait(2, 0, &mut out[..3]), Some(3));
+            assert_eq!(&out[..3], b"new");
+        }
     }
 }
