@@ -3,9 +3,10 @@
 //! handlers with preallocated buffers — memory does not grow with the number of clients.
 //!
 //! Request path: `handler` receives a frame on the request tag → `serve_frame` decodes it and
-//! calls [`Ops::execute`] (inline for short metadata work, else on an IO thread) → the reply
-//! (prefix, header, data) goes back in one vectored send on `tag::reply(seq)`, or, for a
-//! large read, the data alone in one contiguous send on `tag::reply_data(seq)`.
+//! calls [`Ops::execute`] (inline for short metadata work, else on an IO thread; a chunk read
+//! the page cache holds whole is answered inline by `read_nowait`, a large one from a mapping)
+//! → the reply (prefix, header, data) goes back in one vectored send on `tag::reply(seq)`, or,
+//! for a large read, the data alone in one contiguous send on `tag::reply_data(seq)`.
 //! fsync requests arrive on their own tag and are handed to the sync thread (`sync.rs`).
 
 use crate::ops::{read_span, runs_inline, Answer, Ops};
@@ -106,8 +107,8 @@ struct Bufs {
 }
 
 /// A read of a chunk that the page cache holds whole, answered on the net thread (see
-/// [`crate::store::chunks::FsChunks::read_nowait`]): the reply prefix and the data length in `b.data`,
-/// or `None` to serve the request on an IO thread as usual.
+/// [`crate::store::chunks::FsChunks::read_nowait`]): the reply prefix and the data length in
+/// `b.data`, or `None` to serve the request on an IO thread as usual.
 fn read_nowait(ops: &Ops, b: &mut Bufs) -> Option<([u8; PREFIX], usize)> {
     let Ok((
         Request::Read {
