@@ -73,11 +73,40 @@ fn check_identity(cfg: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Raises the soft limit on open files to the hard limit: a server holds a descriptor per
+/// client connection on TCP and keeps up to 256 data files open for reads (the chunk store's
+/// descriptor cache), and the usual soft limit of 1,024 is reached early. Returns the soft
+/// limit in force afterwards.
+pub fn raise_fd_limit() -> u64 {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid out-parameter and a plain value.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
+            return 0;
+        }
+        if r.rlim_cur < r.rlim_max {
+            let want = libc::rlimit {
+                rlim_cur: r.rlim_max,
+                rlim_max: r.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
+                r = want;
+            }
+        }
+    }
+    r.rlim_cur
+}
+
 /// Runs a server until it is stopped (control port `shutdown`, SIGTERM, SIGINT).
 pub fn run(cfg: Config) -> anyhow::Result<()> {
     if cfg.id > u16::MAX as u32 {
         anyhow::bail!("server id {} too large (max {})", cfg.id, u16::MAX);
     }
+    let files = raise_fd_limit();
+    tracing::debug!("open-file limit {files}");
     std::fs::create_dir_all(&cfg.data_dir)?;
     check_identity(&cfg)?;
     let stats = Arc::new(stats::ServerStats::default());
@@ -161,4 +190,29 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     ops.meta.flush()?;
     tracing::info!("server {} stopped", cfg.id);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn fd_limit_is_raised_to_the_hard_limit() {
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit/setrlimit on this process with valid arguments; the soft limit only
+        // drops by one, briefly.
+        unsafe {
+            assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut r), 0);
+            if r.rlim_max == libc::RLIM_INFINITY || r.rlim_max < 2 {
+                return; // nothing to show
+            }
+            let lower = libc::rlimit {
+                rlim_cur: r.rlim_max - 1,
+                rlim_max: r.rlim_max,
+            };
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lower), 0);
+        }
+        assert_eq!(super::raise_fd_limit(), r.rlim_max);
+    }
 }
