@@ -106,27 +106,12 @@ struct Bufs {
     enc: Encoder,
 }
 
-/// A read of a chunk that the page cache holds whole, answered on the net thread (see
-/// [`crate::store::chunks::FsChunks::read_nowait`]): the reply prefix and the data length in
-/// `b.data`, or `None` to serve the request on an IO thread as usual.
-fn read_nowait(ops: &Ops, b: &mut Bufs) -> Option<([u8; PREFIX], usize)> {
-    let Ok((
-        Request::Read {
-            id,
-            chunk,
-            offset,
-            len,
-            chunk_size,
-        },
-        _,
-    )) = frame::decode_request(&b.recv)
-    else {
-        return None;
-    };
-    if chunk == 0 {
-        return None; // its first part lives in RocksDB
-    }
-    let (pos, len) = read_span(chunk, offset, len, chunk_size).ok()?;
+/// A read of a chunk (`span`: file id, position, length) that the page cache holds whole,
+/// answered on the net thread (see [`crate::store::chunks::FsChunks::read_nowait`]): the reply
+/// prefix and the data length in `b.data`, or `None` to serve the request on an IO thread as
+/// usual.
+fn read_nowait(ops: &Ops, b: &mut Bufs, span: (u64, u64, usize)) -> Option<([u8; PREFIX], usize)> {
+    let (id, pos, len) = span;
     let n = ops.chunks.read_nowait(id, pos, b.data.get_mut(..len)?)?;
     ops.stats.request("read");
     ops.stats.bytes_out.fetch_add(n as u64, Relaxed);
@@ -418,7 +403,7 @@ async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: 
         // SAFETY: UCX wrote `len` bytes into the spare capacity.
         unsafe { b.recv.set_len(len) };
         let (_, conn, seq) = tag::split(t);
-        let (inline, raw, mapped, data_len) = match frame::decode_request(&b.recv) {
+        let (inline, raw, span, data_len) = match frame::decode_request(&b.recv) {
             Ok((Request::Bye, _)) => {
                 ops.stats.request("bye");
                 conns.close(conn, cfg.send_timeout);
@@ -427,15 +412,15 @@ async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: 
             }
             Ok((req, _)) => {
                 let raw = matches!(req, Request::Read { len, .. } if len >= frame::RAW_READ_MIN);
-                let mapped = match req {
-                    // a large read of a chunk: sent from a mapping of the local file, no copy
+                // where a read of a chunk is in the local file (chunk 0 starts in RocksDB)
+                let span = match req {
                     Request::Read {
                         id,
                         chunk,
                         offset,
                         len,
                         chunk_size,
-                    } if raw && chunk != 0 => read_span(chunk, offset, len, chunk_size)
+                    } if chunk != 0 => read_span(chunk, offset, len, chunk_size)
                         .ok()
                         .map(|(pos, len)| (id, pos, len)),
                     _ => None,
@@ -444,7 +429,7 @@ async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: 
                     Request::WriteData { len, .. } => Some(len as usize),
                     _ => None,
                 };
-                (runs_inline(&req, cfg.meta_inline), raw, mapped, data_len)
+                (runs_inline(&req, cfg.meta_inline), raw, span, data_len)
             }
             Err(_) => (true, false, None, None),
         };
@@ -471,7 +456,8 @@ async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: 
                 }
             }
         };
-        if let Some((id, pos, len)) = mapped {
+        // a large read of a chunk: sent from a mapping of the local file, no copy
+        if let Some((id, pos, len)) = span.filter(|_| raw) {
             // the pieces of a streaming read are mapped here; a file not open yet is opened
             // on an IO thread
             let m = match ops.chunks.map_cached(id, pos, len) {
@@ -509,11 +495,7 @@ async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: 
                 continue;
             }
         }
-        let nowait = if inline {
-            None
-        } else {
-            read_nowait(&ops, &mut b)
-        };
+        let nowait = span.and_then(|sp| read_nowait(&ops, &mut b, sp));
         let (b, prefix, n) = if let Some((p, n)) = nowait {
             (b, p, n)
         } else if inline {

@@ -172,8 +172,7 @@ impl Ops {
     fn write_chunk0(&self, id: u64, off: u64, data: &[u8], size_of: Option<&str>) -> FsResult<()> {
         let t = self.inline_max;
         let end = off + data.len() as u64;
-        let now = now_ns();
-        let mut publish = size_of.map(|p| (p, end, now));
+        let mut publish = size_of.map(|p| (p, end, now_ns()));
         if off < t {
             let n = (end.min(t) - off) as usize;
             // the size goes with the bytes only if they are all of them
