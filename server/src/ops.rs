@@ -5,7 +5,7 @@
 use crate::stats::ServerStats;
 use crate::store::chunks::FsChunks;
 use crate::store::rocks::RocksMeta;
-use crate::store::{ChunkStore, Entry, MetadataStore};
+use crate::store::{ChunkStore, Created, Entry, MetadataStore};
 use madfs_placement::check_normalized;
 use madfs_proto::{
     Attr, Errno, FsResult, Request, SizeMode, StatFs, TimeSpec, S_IFDIR, S_IFMT, S_IFREG,
@@ -239,17 +239,44 @@ impl Ops {
                 trunc,
             } => {
                 not_root(path, Errno::EISDIR)?;
-                // O_EXCL: the insert itself answers EEXIST (one lookup, not two)
-                let old = if excl { None } else { self.meta.get(path)? };
-                match old {
-                    Some(a) if a.is_dir() => Err(Errno::EISDIR),
+                let make = &mut || {
+                    let now = now_ns();
+                    Ok(Attr {
+                        id: self.meta.next_id()?,
+                        mode: S_IFREG | (mode & 0o7777),
+                        nlink: 1,
+                        uid,
+                        gid,
+                        size: 0,
+                        chunk_size: self.chunk_size,
+                        atime: now,
+                        mtime: now,
+                        ctime: now,
+                    })
+                };
+                // O_EXCL: the insert itself answers EEXIST; else one lookup under the
+                // path's lock finds the entry or creates it
+                let found = if excl {
+                    let a = make()?;
+                    self.meta.insert(path, &a, &[])?;
+                    Created::New(a)
+                } else {
+                    self.meta.get_or_insert(path, make)?
+                };
+                match found {
+                    Created::New(attr) => Ok(Answer::Created {
+                        attr,
+                        existed: false,
+                        old_size: 0,
+                    }),
+                    Created::Existed(a) if a.is_dir() => Err(Errno::EISDIR),
                     // a link: the client follows it (never truncate its target string)
-                    Some(a) if a.is_link() => Ok(Answer::Created {
+                    Created::Existed(a) if a.is_link() => Ok(Answer::Created {
                         attr: a,
                         existed: true,
                         old_size: a.size,
                     }),
-                    Some(mut a) => {
+                    Created::Existed(mut a) => {
                         let old_size = a.size;
                         if trunc && a.size > 0 {
                             a.size = 0;
@@ -263,27 +290,6 @@ impl Ops {
                             attr: a,
                             existed: true,
                             old_size,
-                        })
-                    }
-                    None => {
-                        let now = now_ns();
-                        let a = Attr {
-                            id: self.meta.next_id()?,
-                            mode: S_IFREG | (mode & 0o7777),
-                            nlink: 1,
-                            uid,
-                            gid,
-                            size: 0,
-                            chunk_size: self.chunk_size,
-                            atime: now,
-                            mtime: now,
-                            ctime: now,
-                        };
-                        self.meta.insert(path, &a, &[])?;
-                        Ok(Answer::Created {
-                            attr: a,
-                            existed: false,
-                            old_size: 0,
                         })
                     }
                 }

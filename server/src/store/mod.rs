@@ -19,6 +19,15 @@ pub struct Entry {
     pub attr: Attr,
 }
 
+/// What [`MetadataStore::get_or_insert`] found or made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Created {
+    /// The entry was there already (its attributes).
+    Existed(Attr),
+    /// A new entry (its attributes).
+    New(Attr),
+}
+
 /// Metadata of the entries this server owns, keyed by full path (one lookup per operation).
 pub trait MetadataStore: Send + Sync {
     /// Attributes of `path` (None if absent).
@@ -28,6 +37,14 @@ pub trait MetadataStore: Send + Sync {
     /// Creates the entry of `path` (EEXIST if present) with inline chunk 0 `data` (unless
     /// empty), counting it in its parent, atomically.
     fn insert(&self, path: &str, attr: &Attr, data: &[u8]) -> FsResult<()>;
+    /// The entry of `path` if there is one; else creates it (as [`MetadataStore::insert`],
+    /// no inline data) with the attributes `make` returns. One lookup, atomic against other
+    /// creates of `path` (an `open(O_CREAT)` racing another never fails with EEXIST).
+    fn get_or_insert(
+        &self,
+        path: &str,
+        make: &mut dyn FnMut() -> FsResult<Attr>,
+    ) -> FsResult<Created>;
     /// Removes the entry of `path` and the inline chunk 0 of file `id`, atomically.
     fn remove(&self, path: &str, id: u64) -> FsResult<()>;
     /// Removes only the entry of `path` (its inline chunk 0 stays).

@@ -10,7 +10,7 @@
 //! writers publish their high-water marks without a read-modify-write. A merge that reaches a
 //! removed entry leaves an empty record, which reads as "absent".
 
-use super::{Entry, MetadataStore};
+use super::{Created, Entry, MetadataStore};
 use madfs_placement::{name_hash, split_parent};
 use madfs_proto::{Attr, Errno, FsResult, ATTR_BYTES};
 use rocksdb::{MergeOperands, Options, WriteBatch, WriteOptions, DB};
@@ -282,6 +282,24 @@ impl MetadataStore for RocksDbMeta {
         }
         Self::count(&mut b, path, 1);
         self.db.write(b).map_err(io)
+    }
+
+    fn get_or_insert(
+        &self,
+        path: &str,
+        make: &mut dyn FnMut() -> FsResult<Attr>,
+    ) -> FsResult<Created> {
+        let _p = self.path_stripe(path);
+        if let Some(a) = self.get(path)? {
+            return Ok(Created::Existed(a));
+        }
+        let attr = make()?;
+        let _g = self.stripe(attr.id);
+        let mut b = WriteBatch::default();
+        b.put(entry_key(path), encode_attr(&attr));
+        Self::count(&mut b, path, 1);
+        self.db.write(b).map_err(io)?;
+        Ok(Created::New(attr))
     }
 
     fn remove(&self, path: &str, id: u64) -> FsResult<()> {
@@ -613,6 +631,47 @@ mod tests {
         assert!(m.has_children("/").unwrap());
         m.remove_entry("/d/moved").unwrap();
         assert!(!m.has_children("/d").unwrap());
+    }
+
+    /// Creates without O_EXCL racing on one path: every one succeeds, exactly one makes the
+    /// entry (the others get its attributes), and the parent counts it once.
+    #[test]
+    fn racing_get_or_insert_makes_one_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = RocksDbMeta::open(dir.path(), 0).unwrap();
+        for round in 0..50u64 {
+            let path = format!("/d/f{round}");
+            let made: Vec<Created> = std::thread::scope(|s| {
+                let hs: Vec<_> = (0..4u64)
+                    .map(|t| {
+                        let (m, path) = (&m, &path);
+                        s.spawn(move || {
+                            m.get_or_insert(path, &mut || Ok(attr(1000 * round + t)))
+                                .unwrap()
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            let new: Vec<Attr> = made
+                .iter()
+                .filter_map(|c| match c {
+                    Created::New(a) => Some(*a),
+                    Created::Existed(_) => None,
+                })
+                .collect();
+            assert_eq!(new.len(), 1, "{made:?}");
+            assert!(made
+                .iter()
+                .all(|c| matches!(c, Created::Existed(a) if *a == new[0])
+                    || *c == Created::New(new[0])));
+            assert_eq!(m.get(&path).unwrap(), Some(new[0]));
+        }
+        for round in 0..50u64 {
+            let a = m.get(&format!("/d/f{round}")).unwrap().unwrap();
+            m.remove(&format!("/d/f{round}"), a.id).unwrap();
+        }
+        assert!(!m.has_children("/d").unwrap(), "each path counted once");
     }
 
     #[test]
