@@ -419,7 +419,7 @@ fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
             }
             return Ok((KIND_FILE, f.attr));
         }
-        let a = c.stat(p)?;
+        let a = c.stat_normalized(p)?;
         if a.is_link() {
             return Err(Errno::ELOOP);
         }

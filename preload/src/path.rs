@@ -25,6 +25,10 @@ pub enum Resolved {
 /// `..` above the madfs root leaves madfs: then the path is `External`.
 pub fn resolve_in(base: &str, rel: &[u8]) -> Result<Resolved, Errno> {
     let rel = std::str::from_utf8(rel).map_err(|_| Errno::EINVAL)?;
+    if madfs_placement::check_normalized(rel).is_ok() {
+        // an absolute path already in normal form (most are): no splitting and joining
+        return Ok(Resolved::Internal(rel.to_owned()));
+    }
     let mut parts: Vec<&str> = if rel.starts_with('/') {
         Vec::new()
     } else {
@@ -92,6 +96,7 @@ mod tests {
     fn absolute() {
         let m = DEFAULT_MOUNT;
         assert_eq!(internal(m, b"/madfs").unwrap(), int("/"));
+        assert_eq!(internal(m, b"/madfs/a/b c").unwrap(), int("/a/b c"));
         assert_eq!(internal(m, b"/madfs//a/./b/").unwrap(), int("/a/b"));
         assert_eq!(internal(m, b"/madfs/a/../b").unwrap(), int("/b"));
         assert_eq!(internal(m, b"/madfs/..").unwrap(), Resolved::External);

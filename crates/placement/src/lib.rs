@@ -96,6 +96,10 @@ pub fn check_normalized(path: &str) -> Result<(), Errno> {
 /// trailing `/`. Rejects relative paths, `..`, NUL (EINVAL) and over-long paths or names
 /// (ENAMETOOLONG). Callers that know a working directory resolve relative paths first.
 pub fn normalize(path: &str) -> Result<String, Errno> {
+    if check_normalized(path).is_ok() {
+        // the common case: one scan, one copy
+        return Ok(path.to_owned());
+    }
     if !path.starts_with('/') || path.as_bytes().contains(&0) {
         return Err(Errno::EINVAL);
     }
@@ -137,6 +141,9 @@ mod tests {
     #[test]
     fn normalize_cases() {
         assert_eq!(normalize("/").unwrap(), "/");
+        assert_eq!(normalize("/a/b c").unwrap(), "/a/b c");
+        let name = format!("/{}", "x".repeat(255));
+        assert_eq!(normalize(&name).unwrap(), name);
         assert_eq!(normalize("//a//b/./c/").unwrap(), "/a/b/c");
         assert_eq!(normalize("/a/.").unwrap(), "/a");
         assert_eq!(normalize("a/b"), Err(Errno::EINVAL));
