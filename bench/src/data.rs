@@ -1,6 +1,8 @@
 //! `madfs-bench data`: the data path against a local directory, in one run.
 //! * ior-easy-like: each rank writes (then reads) its own file in large transfers, fsync at end;
-//! * mdtest-hard-like: each rank creates files of 3,901 bytes in one shared directory;
+//! * mdtest-hard-like: each rank creates files of 3,901 bytes in one shared directory, closing
+//!   them without a sync on both sides, then (half as many) with durable closes: madfs's
+//!   close-sync against a local `fdatasync` before each close;
 //! * fsync-heavy: many clients doing small write + fsync, with and without group commit;
 //! * server memory with many connected client processes.
 //!
@@ -145,6 +147,10 @@ pub fn worker(a: DataWorkerArgs) -> anyhow::Result<()> {
                         .create_new(true)
                         .open(&path)?;
                     f.write_all(&buf)?;
+                    if a.close_sync == Some(true) {
+                        // as durable as madfs's close-sync: the data and the new entry
+                        f.sync_data()?;
+                    }
                 }
             }
         }
@@ -356,6 +362,34 @@ pub fn run(a: DataArgs) -> anyhow::Result<()> {
         "mdtest-hard create+3901B+close".into(),
         files / m / 1000.0,
         files / l / 1000.0,
+        "kIOPS",
+    ));
+    // the same with durable closes: madfs's default close-sync (a WAL sync per file, shared by
+    // the closes that arrive together) vs a local fdatasync before each close
+    let durable = (a.hard_files / 2).max(1);
+    std::fs::create_dir_all(format!("{local}/sync/hard"))?;
+    mc.mkdir("/bench/sync", 0o755)?;
+    mc.mkdir("/bench/sync/hard", 0o755)?;
+    let sync_dir = format!("{local}/sync");
+    let m = ctx.phase(
+        &Job {
+            close_sync: Some(true),
+            ..Job::new("hard-write", "madfs", "/bench/sync", durable)
+        },
+        a.ranks,
+    )?;
+    let l = ctx.phase(
+        &Job {
+            close_sync: Some(true),
+            ..Job::new("hard-write", "local", &sync_dir, durable)
+        },
+        a.ranks,
+    )?;
+    let files_sync = (a.ranks * durable) as f64;
+    rows.push((
+        "mdtest-hard, durable close".into(),
+        files_sync / m / 1000.0,
+        files_sync / l / 1000.0,
         "kIOPS",
     ));
     // fsync-heavy: group commit vs one sync per request (a second cluster)

@@ -15,6 +15,10 @@ pub struct PreloadArgs {
     /// Timed operations per measurement.
     #[arg(long, default_value_t = 20000)]
     iters: usize,
+    /// Rounds of (ping, library, preload, ping) measurements; each round's ratios use the
+    /// mean of the pings around it (this VM's speed drifts from second to second).
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
 }
 
 #[derive(clap::Args, Debug)]
@@ -153,50 +157,60 @@ pub fn run(a: PreloadArgs) -> anyhow::Result<()> {
     )?;
     c.close(f)?;
     let meta = c.meta_of("/bench/f");
-    let ping = timed(a.iters, || c.ping(meta).unwrap());
-    let stat = timed(a.iters, || {
-        c.stat("/bench/f").unwrap();
-    });
-    let open = timed(a.iters, || {
-        let f = c.open("/bench/f", OpenFlags::default()).unwrap();
-        c.close(f).unwrap();
-    });
-    let pre = measure(Some(&lib), &cl.cluster_file(), "madfs", a.iters)?;
+    // per round: ping, stat, open+close (library), stat, open+close (preload)
+    let mut rounds: Vec<[f64; 5]> = vec![];
+    for _ in 0..a.rounds.max(1) {
+        let p0 = timed(a.iters, || c.ping(meta).unwrap());
+        let stat = timed(a.iters, || {
+            c.stat("/bench/f").unwrap();
+        });
+        let open = timed(a.iters, || {
+            let f = c.open("/bench/f", OpenFlags::default()).unwrap();
+            c.close(f).unwrap();
+        });
+        let pre = measure(Some(&lib), &cl.cluster_file(), "madfs", a.iters)?;
+        let p1 = timed(a.iters, || c.ping(meta).unwrap());
+        rounds.push([(p0 + p1) / 2.0, stat, open, pre[0], pre[1]]);
+    }
     let local_plain = measure(None, &cl.cluster_file(), "local", a.iters * 5)?;
     let local_pre = measure(Some(&lib), &cl.cluster_file(), "local", a.iters * 5)?;
+    let mid = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
     println!(
-        "madfs-bench preload: 2 servers, shared memory, medians of {} operations",
-        a.iters
+        "madfs-bench preload: 2 servers, shared memory, medians of {} operations; {} rounds",
+        a.iters,
+        rounds.len()
     );
-    println!("{:<34} {:>10} {:>10}", "operation", "µs", "× ping");
     println!(
-        "{:<34} {:>10.2} {:>10.2}",
-        "UCX round trip (ping, client lib)", ping, 1.0
+        "{:<38} {:>8} {:>8} {:>14}",
+        "operation", "µs", "× ping", "× ping, rounds"
     );
-    println!(
-        "{:<34} {:>10.2} {:>10.2}",
+    for (i, name) in [
+        "UCX round trip (ping, client lib)",
         "stat, client library",
-        stat,
-        stat / ping
-    );
-    println!(
-        "{:<34} {:>10.2} {:>10.2}",
-        "stat(2) through libmadfs.so",
-        pre[0],
-        pre[0] / ping
-    );
-    println!(
-        "{:<34} {:>10.2} {:>10.2}",
         "open+close, client library",
-        open,
-        open / ping
-    );
-    println!(
-        "{:<34} {:>10.2} {:>10.2}",
+        "stat(2) through libmadfs.so",
         "open(2)+close(2) through libmadfs.so",
-        pre[1],
-        pre[1] / ping
-    );
+    ]
+    .iter()
+    .enumerate()
+    {
+        let col = [0, 1, 2, 3, 4][i];
+        let us = mid(rounds.iter().map(|r| r[col]).collect());
+        let ratios: Vec<f64> = rounds.iter().map(|r| r[col] / r[0]).collect();
+        let (lo, hi) = (
+            ratios.iter().copied().fold(f64::MAX, f64::min),
+            ratios.iter().copied().fold(0.0, f64::max),
+        );
+        println!(
+            "{name:<38} {us:>8.2} {:>8.2} {:>6.2}–{:<6.2}",
+            mid(ratios),
+            lo,
+            hi
+        );
+    }
     println!();
     println!("programs that never touch the mount:");
     println!(
@@ -207,11 +221,46 @@ pub fn run(a: PreloadArgs) -> anyhow::Result<()> {
         (local_pre[0] / local_plain[0] - 1.0) * 100.0
     );
     println!("(min and median of 21 runs each, plain and preloaded alternately)");
-    for argv in [
-        &["/bin/true"][..],
-        &["/usr/bin/find", "/usr/include"][..],
-        &["/bin/tar", "-C", "/usr", "-cf", "/dev/null", "include"][..],
-    ] {
+    // programs that do work between their syscalls: a 64 MiB file to hash (in the page
+    // cache), a compile, a Python loop
+    let tmp = tempfile::Builder::new()
+        .prefix("madfs-bench-preload-")
+        .tempdir_in("/tmp")?;
+    let data = tmp.path().join("data");
+    std::fs::write(
+        &data,
+        (0..64u32 << 20)
+            .map(|i| i.wrapping_mul(2_654_435_761) as u8)
+            .collect::<Vec<u8>>(),
+    )?;
+    let src = tmp.path().join("t.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n\
+         int main(int c, char **v) { char b[64]; snprintf(b, sizeof b, \"%d\", c); \
+         puts(strlen(b) > 1 ? v[0] : b); return EXIT_SUCCESS; }\n",
+    )?;
+    let obj = tmp.path().join("t.o");
+    let (data, src, obj) = (
+        data.to_string_lossy().into_owned(),
+        src.to_string_lossy().into_owned(),
+        obj.to_string_lossy().into_owned(),
+    );
+    let mut programs: Vec<Vec<&str>> = vec![
+        vec!["/bin/true"],
+        vec!["/usr/bin/find", "/usr/include"],
+        vec!["/bin/tar", "-C", "/usr", "-cf", "/dev/null", "include"],
+        vec!["/usr/bin/sha256sum", &data],
+        vec![
+            "/usr/bin/python3",
+            "-c",
+            "sum(i * i for i in range(2_000_000))",
+        ],
+    ];
+    if std::path::Path::new("/usr/bin/cc").exists() {
+        programs.push(vec!["/usr/bin/cc", "-O2", "-c", &src, "-o", &obj]);
+    }
+    for argv in programs.iter().map(Vec::as_slice) {
         let [pmin, pmed, lmin, lmed] = time_cmd(&lib, argv, 21)?;
         println!(
             "{:<34} plain {pmin:.2}/{pmed:.2} ms, preloaded {lmin:.2}/{lmed:.2} ms ({:+.1} % / {:+.1} %)",
