@@ -102,8 +102,10 @@ fn measure(
         .collect())
 }
 
-/// One run of `argv` (with the preload library if `lib`), in nanoseconds.
-fn time_cmd_once(lib: Option<&std::path::Path>, argv: &[&str]) -> anyhow::Result<u64> {
+/// One run of `argv` (with the preload library if `lib`): (wall, CPU = user + system) in
+/// nanoseconds. The CPU time of the child comes from `wait4`; it is what the preload adds
+/// to, and it varies far less on this VM than the wall clock.
+fn time_cmd_once(lib: Option<&std::path::Path>, argv: &[&str]) -> anyhow::Result<(u64, u64)> {
     let mut cmd = Command::new(argv[0]);
     cmd.args(&argv[1..]).stdout(std::process::Stdio::null());
     if let Some(l) = lib {
@@ -111,28 +113,40 @@ fn time_cmd_once(lib: Option<&std::path::Path>, argv: &[&str]) -> anyhow::Result
             .env("MADFS_CLUSTER", "/nonexistent");
     }
     let t = Instant::now();
-    let st = cmd.status()?;
-    if !st.success() {
+    let child = cmd.spawn()?;
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 reaps our own child and fills both.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above (the Child is not waited for again: it is dropped unreaped-by-std).
+    let r = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut ru) };
+    let wall = t.elapsed().as_nanos() as u64;
+    if r < 0 || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
         bail!("{argv:?} failed");
     }
-    Ok(t.elapsed().as_nanos() as u64)
+    let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+    Ok((wall, tv(ru.ru_utime) + tv(ru.ru_stime)))
 }
 
 /// `runs` runs of `argv` plain and preloaded, alternately (this VM's speed drifts; runs side
-/// by side see the same drift): (plain min, plain median, preloaded min, preloaded median) in
-/// ms.
-fn time_cmd(lib: &std::path::Path, argv: &[&str], runs: usize) -> anyhow::Result<[f64; 4]> {
+/// by side see the same drift): `[wall, cpu]`, each (plain min, plain median, preloaded min,
+/// preloaded median) in ms.
+fn time_cmd(lib: &std::path::Path, argv: &[&str], runs: usize) -> anyhow::Result<[[f64; 4]; 2]> {
     let (mut plain, mut pre) = (vec![], vec![]);
     for _ in 0..runs {
         plain.push(time_cmd_once(None, argv)?);
         pre.push(time_cmd_once(Some(lib), argv)?);
     }
     let min = |v: &[u64]| *v.iter().min().unwrap_or(&0) as f64 / 1e6;
+    let four = |p: Vec<u64>, l: Vec<u64>| [min(&p), median(p) / 1e3, min(&l), median(l) / 1e3];
     Ok([
-        min(&plain),
-        median(plain) / 1e3,
-        min(&pre),
-        median(pre) / 1e3,
+        four(
+            plain.iter().map(|x| x.0).collect(),
+            pre.iter().map(|x| x.0).collect(),
+        ),
+        four(
+            plain.iter().map(|x| x.1).collect(),
+            pre.iter().map(|x| x.1).collect(),
+        ),
     ])
 }
 
@@ -220,7 +234,7 @@ pub fn run(a: PreloadArgs) -> anyhow::Result<()> {
         local_pre[0],
         (local_pre[0] / local_plain[0] - 1.0) * 100.0
     );
-    println!("(min and median of 21 runs each, plain and preloaded alternately)");
+    println!("(21 runs each, plain and preloaded alternately; wall: medians; CPU: user + system of the child)");
     // programs that do work between their syscalls: a 64 MiB file to hash (in the page
     // cache), a compile, a Python loop
     let tmp = tempfile::Builder::new()
@@ -260,13 +274,26 @@ pub fn run(a: PreloadArgs) -> anyhow::Result<()> {
     if std::path::Path::new("/usr/bin/cc").exists() {
         programs.push(vec!["/usr/bin/cc", "-O2", "-c", &src, "-o", &obj]);
     }
+    println!(
+        "{:<34} {:>22} {:>22} {:>18}",
+        "program", "wall ms plain/preload", "CPU ms plain/preload", "CPU +% min/median"
+    );
     for argv in programs.iter().map(Vec::as_slice) {
-        let [pmin, pmed, lmin, lmed] = time_cmd(&lib, argv, 21)?;
+        let [wall, cpu] = time_cmd(&lib, argv, 21)?;
+        let name: String = argv
+            .iter()
+            .map(|a| a.rsplit('/').next().unwrap_or(a))
+            .collect::<Vec<_>>()
+            .join(" ");
         println!(
-            "{:<34} plain {pmin:.2}/{pmed:.2} ms, preloaded {lmin:.2}/{lmed:.2} ms ({:+.1} % / {:+.1} %)",
-            argv.join(" "),
-            (lmin / pmin - 1.0) * 100.0,
-            (lmed / pmed - 1.0) * 100.0
+            "{:<34} {:>10.2} / {:<9.2} {:>10.2} / {:<9.2} {:>+7.1} / {:<+7.1}",
+            name.chars().take(34).collect::<String>(),
+            wall[1],
+            wall[3],
+            cpu[1],
+            cpu[3],
+            (cpu[2] / cpu[0] - 1.0) * 100.0,
+            (cpu[3] / cpu[1] - 1.0) * 100.0
         );
     }
     Ok(())
