@@ -157,6 +157,12 @@ pub fn with<R>(f: impl FnOnce(&Client) -> FsResult<R>) -> FsResult<R> {
                 return Ok(c.clone());
             }
         }
+        if in_vfork_child() {
+            // a client made here would keep its sockets and event fds in the child's fd table
+            // only, and its memory in the parent's: the parent would find a client whose fds
+            // are gone (or someone else's) once the child execs
+            return Err(Errno::ENOTSUP);
+        }
         if let Some(old) = s.0.take() {
             // the parent's UCX worker: must not be destroyed (or used) in this process
             std::mem::forget(old);

@@ -604,49 +604,47 @@ fn inode(fd: i32) -> Option<u64> {
 
 /// A new kernel fd for a new description (lowest free number, like the kernel's open):
 /// `(fd, placeholder)`. A dup of the template (≈ 0.4 µs) where possible, else a memfd
-/// (≈ 3 µs with its close).
+/// (≈ 3 µs with its close). Never called in a `vfork` child (`open` refuses there first).
 fn new_kernel_fd(cloexec: bool) -> FsResult<(i32, bool)> {
     let fail = |fd: isize, e: Errno| {
         // SAFETY: our fd.
         unsafe { raw!(libc::SYS_close as isize, fd) };
         Err(e)
     };
-    if !crate::conn::in_vfork_child() {
-        for _ in 0..2 {
-            let t = template();
-            if t < 0 {
-                break;
-            }
-            let cmd = if cloexec {
-                libc::F_DUPFD_CLOEXEC
-            } else {
-                libc::F_DUPFD
-            };
-            // SAFETY: fcntl dup of our template.
-            let fd = unsafe { raw!(libc::SYS_fcntl as isize, t as isize, cmd as isize, 0isize) };
-            if fd < 0 {
-                TEMPLATE.store(-1, Relaxed); // closed behind our back: make a new one
-                continue;
-            }
-            // The template sits at a high number and every libc close/dup2/dup3/close_range
-            // of it is seen (`fd_gone`), so its number changes hands only through raw
-            // syscalls outside libc; a dup of someone else's file would only reserve the
-            // number anyway (placeholders are never read or written). Checking its inode
-            // (an `fstat`, ≈ 0.33 µs) on every open was a tenth of a round trip: it is
-            // checked on the first dup and then on every 64th.
-            if DUPS.fetch_add(1, Relaxed).is_multiple_of(64)
-                && inode(fd as i32) != Some(TEMPLATE_INO.load(Relaxed))
-            {
-                // the number is someone else's file now: not ours to keep open
-                TEMPLATE.store(-1, Relaxed);
-                let _ = fail(fd, Errno::EIO);
-                continue;
-            }
-            if fd as usize >= MAX_FD {
-                return fail(fd, Errno::EMFILE);
-            }
-            return Ok((fd as i32, true));
+    for _ in 0..2 {
+        let t = template();
+        if t < 0 {
+            break;
         }
+        let cmd = if cloexec {
+            libc::F_DUPFD_CLOEXEC
+        } else {
+            libc::F_DUPFD
+        };
+        // SAFETY: fcntl dup of our template.
+        let fd = unsafe { raw!(libc::SYS_fcntl as isize, t as isize, cmd as isize, 0isize) };
+        if fd < 0 {
+            TEMPLATE.store(-1, Relaxed); // closed behind our back: make a new one
+            continue;
+        }
+        // The template sits at a high number and every libc close/dup2/dup3/close_range
+        // of it is seen (`fd_gone`), so its number changes hands only through raw
+        // syscalls outside libc; a dup of someone else's file would only reserve the
+        // number anyway (placeholders are never read or written). Checking its inode
+        // (an `fstat`, ≈ 0.33 µs) on every open was a tenth of a round trip: it is
+        // checked on the first dup and then on every 64th.
+        if DUPS.fetch_add(1, Relaxed).is_multiple_of(64)
+            && inode(fd as i32) != Some(TEMPLATE_INO.load(Relaxed))
+        {
+            // the number is someone else's file now: not ours to keep open
+            TEMPLATE.store(-1, Relaxed);
+            let _ = fail(fd, Errno::EIO);
+            continue;
+        }
+        if fd as usize >= MAX_FD {
+            return fail(fd, Errno::EMFILE);
+        }
+        return Ok((fd as i32, true));
     }
     let fd = memfd(MEMFD_NAME, if cloexec { libc::MFD_CLOEXEC } else { 0 });
     if fd < 0 {

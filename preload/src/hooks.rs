@@ -387,6 +387,14 @@ fn open_path(p: String, flags: i32, mode: u32) -> FsResult<i32> {
 
 /// `open` of madfs path `p`; ELOOP when `p` is a symbolic link.
 fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
+    if conn::in_vfork_child() {
+        // A `vfork`/`posix_spawn` child shares our memory but not our fd table: a
+        // description it made would go into the parent's table under a number the parent
+        // does not have (and a first connection made here would keep its fds in the child
+        // only). Such a child cannot open madfs files (refused before any side effect such
+        // as O_CREAT/O_TRUNC); its parent opens them and passes the fd.
+        return Err(Errno::ENOTSUP);
+    }
     let access = flags & libc::O_ACCMODE;
     let create = flags & libc::O_CREAT != 0;
     let excl = flags & libc::O_EXCL != 0;

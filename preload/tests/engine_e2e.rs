@@ -165,6 +165,50 @@ fn placeholder_fds_numbers_closefrom_and_inheritance() {
     );
 }
 
+/// A `posix_spawn` child (glibc: `clone(CLONE_VM | CLONE_VFORK)`) shares the parent's memory
+/// but not its fd table: its file action opening a madfs path is refused with ENOTSUP before
+/// anything happens (no file created), whether the parent has connected yet or not, and the
+/// parent goes on undisturbed (before: the child's first connection or its description ended
+/// up in the parent's state, and the parent's UCX worker then polled fds it did not have).
+/// A file action on a local path still works.
+#[test]
+fn posix_spawn_child_cannot_open_madfs_paths_and_leaves_the_parent_intact() {
+    let cl = cluster();
+    let steps = [
+        "spawnopen,/madfs/spawned0", // before any connection
+        "open,/madfs/s1,creat+rw",   // #0
+        "write,#0,ok",
+        "spawnopen,/madfs/spawned1", // connected
+        "stat,/madfs/spawned1",
+        "lseek,#0,0,set",
+        "read,#0,10",
+        "close,#0",
+        "spawnopen,/dev/null",
+    ];
+    let o = syscalls_env(&cl, &steps, 20_000, &[]);
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    expect(
+        &out,
+        &err,
+        &[
+            "spawnopen ERR ENOTSUP",
+            "open OK *",
+            "write OK 2",
+            "spawnopen ERR ENOTSUP",
+            "stat ERR ENOENT",
+            "lseek OK 0",
+            "data ok",
+            "read OK 2",
+            "close OK 0",
+            "spawnopen OK 0",
+        ],
+    );
+    assert!(!err.contains("UCX  ERROR"), "{err}");
+}
+
 /// x86_64: libc sites of syscalls the preload never answers (known number, `getppid`) stay
 /// unpatched, those it may answer (`dup`) are patched, after a full scan of libc as after a
 /// patch-site cache hit; `MADFS_INTERCEPT_ALL` patches all.

@@ -14,7 +14,10 @@
 //!
 //! Process checks: `threads,DIR,N` (N pthreads each write and read back their own file in
 //! DIR; returns N when every byte matched), `forkexec,FD,TEXT` (fork; the child execs this
-//! program to `write` TEXT to the inherited FD; returns the child's exit status).
+//! program to `write` TEXT to the inherited FD; returns the child's exit status),
+//! `spawnopen,PATH` (`posix_spawn` of `/bin/true` whose file action opens PATH as its stdout:
+//! the open runs in the `vfork`-like child; returns the child's exit status, or fails with
+//! the error `posix_spawn` returned).
 //!
 //! ```text
 //! madfs-syscall mkdir,/madfs/d open,/madfs/d/f,creat+excl+w write,#0,hello lseek,#0,0,set \
@@ -268,6 +271,7 @@ fn main() {
                 "smallbuf" => smallbuf(a[1], num(2) as usize),
                 "threads" => threads(a[1], num(2) as usize),
                 "forkexec" => forkexec(fd(a[1]), a[2]),
+                "spawnopen" => spawnopen(a[1]),
                 op => panic!("unknown op {op}"),
             }
         };
@@ -581,6 +585,49 @@ fn threads(dir: &str, n: usize) -> i64 {
 }
 
 /// Forks; the child execs this program with `write,FD,TEXT`; returns its exit status.
+fn spawnopen(path: &str) -> i64 {
+    let p = cs(path);
+    let prog = cs("/bin/true");
+    let argv = [prog.as_ptr() as *mut libc::c_char, std::ptr::null_mut()];
+    // SAFETY: file actions initialised before use and destroyed after; valid C strings and
+    // argv; environ inherited.
+    unsafe {
+        let mut fa: libc::posix_spawn_file_actions_t = std::mem::zeroed();
+        libc::posix_spawn_file_actions_init(&mut fa);
+        libc::posix_spawn_file_actions_addopen(
+            &mut fa,
+            1,
+            p.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+            0o644,
+        );
+        let mut pid = 0;
+        extern "C" {
+            static environ: *const *mut libc::c_char;
+        }
+        let r = libc::posix_spawn(
+            &mut pid,
+            prog.as_ptr(),
+            &fa,
+            std::ptr::null(),
+            argv.as_ptr(),
+            environ,
+        );
+        libc::posix_spawn_file_actions_destroy(&mut fa);
+        if r != 0 {
+            *libc::__errno_location() = r;
+            return -1;
+        }
+        let mut status = 0;
+        libc::waitpid(pid, &mut status, 0);
+        if libc::WIFEXITED(status) {
+            libc::WEXITSTATUS(status) as i64
+        } else {
+            -1
+        }
+    }
+}
+
 fn forkexec(fd: i32, text: &str) -> i64 {
     let exe = std::env::current_exe().expect("current_exe");
     let exe = CString::new(exe.as_os_str().as_encoded_bytes()).expect("path");
