@@ -584,7 +584,9 @@ fn threads(dir: &str, n: usize) -> i64 {
     }
 }
 
-/// Forks; the child execs this program with `write,FD,TEXT`; returns its exit status.
+/// `posix_spawn`s `/bin/true` with PATH opened as its stdout by a file action (an open in
+/// the CLONE_VM child); returns the child's exit status, or -1 with errno set to the error
+/// `posix_spawn` returned.
 fn spawnopen(path: &str) -> i64 {
     let p = cs(path);
     let prog = cs("/bin/true");
@@ -628,6 +630,7 @@ fn spawnopen(path: &str) -> i64 {
     }
 }
 
+/// Forks; the child execs this program with `write,FD,TEXT`; returns its exit status.
 fn forkexec(fd: i32, text: &str) -> i64 {
     let exe = std::env::current_exe().expect("current_exe");
     let exe = CString::new(exe.as_os_str().as_encoded_bytes()).expect("path");
