@@ -27,6 +27,11 @@ thread_local! {
     static IN_HOOK: Cell<bool> = const { Cell::new(false) };
 }
 
+/// Is a madfs hook running on this thread (so that a libc call comes from madfs itself)?
+pub fn in_hook() -> bool {
+    IN_HOOK.try_with(Cell::get).unwrap_or(false)
+}
+
 /// Resets the re-entrancy flag when dropped (also on unwinding).
 struct Guard;
 

@@ -18,6 +18,7 @@ pub mod conn;
 pub mod entry;
 pub mod fdtable;
 pub mod hooks;
+pub mod interpose;
 pub mod path;
 
 pub use path::{is_under_mount, DEFAULT_MOUNT};

@@ -165,6 +165,25 @@ fn placeholder_fds_numbers_closefrom_and_inheritance() {
     );
 }
 
+/// The first madfs access of a process loads UCX, whose constructor tokenises with
+/// `strtok`: a program walking a path with `strtok` and `stat`ing each prefix (io500 making
+/// its data directories) keeps its place (it stopped after `/madfs/` before).
+#[test]
+fn first_madfs_access_inside_a_strtok_loop_keeps_the_programs_place() {
+    let cl = cluster();
+    let o = syscalls_env(
+        &cl,
+        &["strtokstat,/madfs/a/b/c/d", "strtokstat,/madfs/x/y"],
+        20_000,
+        &[],
+    );
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    expect(&out, &err, &["strtokstat OK 5", "strtokstat OK 3"]);
+}
+
 /// A `posix_spawn` child (glibc: `clone(CLONE_VM | CLONE_VFORK)`) shares the parent's memory
 /// but not its fd table: its file action opening a madfs path is refused with ENOTSUP before
 /// anything happens (no file created), whether the parent has connected yet or not, and the

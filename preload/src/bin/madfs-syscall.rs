@@ -17,7 +17,9 @@
 //! program to `write` TEXT to the inherited FD; returns the child's exit status),
 //! `spawnopen,PATH` (`posix_spawn` of `/bin/true` whose file action opens PATH as its stdout:
 //! the open runs in the `vfork`-like child; returns the child's exit status, or fails with
-//! the error `posix_spawn` returned).
+//! the error `posix_spawn` returned), `strtokstat,PATH` (walks PATH's components with
+//! `strtok`, `stat`ing each prefix as io500 does when it makes its directories; returns how
+//! many components it saw: a first madfs access inside the loop must not lose its place).
 //!
 //! ```text
 //! madfs-syscall mkdir,/madfs/d open,/madfs/d/f,creat+excl+w write,#0,hello lseek,#0,0,set \
@@ -272,6 +274,7 @@ fn main() {
                 "threads" => threads(a[1], num(2) as usize),
                 "forkexec" => forkexec(fd(a[1]), a[2]),
                 "spawnopen" => spawnopen(a[1]),
+                "strtokstat" => strtokstat(a[1]),
                 op => panic!("unknown op {op}"),
             }
         };
@@ -582,6 +585,33 @@ fn threads(dir: &str, n: usize) -> i64 {
         unsafe { *libc::__errno_location() = libc::EIO };
         -1
     }
+}
+
+/// io500's `u_create_dir_recursive` without the mkdirs: the number of components of `path`
+/// that `strtok` hands out while each prefix is `stat`ed.
+fn strtokstat(path: &str) -> i64 {
+    let mut copy = cs(path).into_bytes_with_nul();
+    let slash = cs("/");
+    let mut prefix = String::new();
+    let mut seen = 0;
+    // SAFETY: `copy` is a writable NUL-terminated buffer that outlives the loop; strtok is
+    // given it once, then null.
+    let mut tok = unsafe { libc::strtok(copy.as_mut_ptr().cast(), slash.as_ptr()) };
+    while !tok.is_null() {
+        seen += 1;
+        // SAFETY: strtok returns a NUL-terminated token inside `copy`.
+        let t = unsafe { std::ffi::CStr::from_ptr(tok) }.to_string_lossy();
+        prefix = format!("{prefix}/{t}");
+        let p = cs(&format!("{prefix}/"));
+        // SAFETY: a stat into a zeroed buffer (its result does not matter here).
+        unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            libc::stat(p.as_ptr(), &mut st);
+        }
+        // SAFETY: go on in the same string.
+        tok = unsafe { libc::strtok(std::ptr::null_mut(), slash.as_ptr()) };
+    }
+    seen
 }
 
 /// `posix_spawn`s `/bin/true` with PATH opened as its stdout by a file action (an open in
