@@ -201,7 +201,7 @@ pub fn run(a: PreloadArgs) -> anyhow::Result<()> {
         "{:<38} {:>8} {:>8} {:>14}",
         "operation", "µs", "× ping", "× ping, rounds"
     );
-    for (i, name) in [
+    for (col, name) in [
         "UCX round trip (ping, client lib)",
         "stat, client library",
         "open+close, client library",
@@ -211,7 +211,6 @@ pub fn run(a: PreloadArgs) -> anyhow::Result<()> {
     .iter()
     .enumerate()
     {
-        let col = [0, 1, 2, 3, 4][i];
         let us = mid(rounds.iter().map(|r| r[col]).collect());
         let ratios: Vec<f64> = rounds.iter().map(|r| r[col] / r[0]).collect();
         let (lo, hi) = (

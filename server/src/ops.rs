@@ -215,6 +215,23 @@ impl Ops {
         self.chunks.truncate(id, size)
     }
 
+    /// Attributes of a new entry (a fresh id, all times now).
+    fn new_attr(&self, mode: u32, nlink: u32, uid: u32, gid: u32, size: u64) -> FsResult<Attr> {
+        let now = now_ns();
+        Ok(Attr {
+            id: self.meta.next_id()?,
+            mode,
+            nlink,
+            uid,
+            gid,
+            size,
+            chunk_size: self.chunk_size,
+            atime: now,
+            mtime: now,
+            ctime: now,
+        })
+    }
+
     fn get(&self, path: &str) -> FsResult<Attr> {
         if path == "/" {
             return Ok(root_attr());
@@ -239,21 +256,7 @@ impl Ops {
                 trunc,
             } => {
                 not_root(path, Errno::EISDIR)?;
-                let make = &mut || {
-                    let now = now_ns();
-                    Ok(Attr {
-                        id: self.meta.next_id()?,
-                        mode: S_IFREG | (mode & 0o7777),
-                        nlink: 1,
-                        uid,
-                        gid,
-                        size: 0,
-                        chunk_size: self.chunk_size,
-                        atime: now,
-                        mtime: now,
-                        ctime: now,
-                    })
-                };
+                let make = &mut || self.new_attr(S_IFREG | (mode & 0o7777), 1, uid, gid, 0);
                 // O_EXCL: the insert itself answers EEXIST; else one lookup under the
                 // path's lock finds the entry or creates it
                 let found = if excl {
@@ -307,19 +310,7 @@ impl Ops {
                 if target.len() >= libc::PATH_MAX as usize {
                     return Err(Errno::ENAMETOOLONG);
                 }
-                let now = now_ns();
-                let a = Attr {
-                    id: self.meta.next_id()?,
-                    mode: libc::S_IFLNK | 0o777,
-                    nlink: 1,
-                    uid,
-                    gid,
-                    size: target.len() as u64,
-                    chunk_size: self.chunk_size,
-                    atime: now,
-                    mtime: now,
-                    ctime: now,
-                };
+                let a = self.new_attr(libc::S_IFLNK | 0o777, 1, uid, gid, target.len() as u64)?;
                 // entry and target in one batch
                 self.meta.insert(path, &a, target.as_bytes())?;
                 Ok(Answer::Created {
@@ -335,19 +326,7 @@ impl Ops {
                 gid,
             } => {
                 not_root(path, Errno::EEXIST)?;
-                let now = now_ns();
-                let a = Attr {
-                    id: self.meta.next_id()?,
-                    mode: S_IFDIR | (mode & 0o7777),
-                    nlink: 2,
-                    uid,
-                    gid,
-                    size: 0,
-                    chunk_size: self.chunk_size,
-                    atime: now,
-                    mtime: now,
-                    ctime: now,
-                };
+                let a = self.new_attr(S_IFDIR | (mode & 0o7777), 2, uid, gid, 0)?;
                 self.meta.insert(path, &a, &[])?;
                 Ok(Answer::Attr(a))
             }
