@@ -135,7 +135,10 @@ fn new_client() -> FsResult<Rc<Client>> {
     {
         Client::new_tcp(cfg)
     } else {
-        Client::with_context(context(GEN.load(Acquire))?, cfg)
+        // UCX's constructor installs crash handlers: the program's own must stay
+        crate::interpose::keeping_signal_state(|| {
+            Client::with_context(context(GEN.load(Acquire))?, cfg)
+        })
     };
     made.map(Rc::new).map_err(|e| {
         if crate::entry::TRACE.load(Relaxed) {

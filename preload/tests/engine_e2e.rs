@@ -184,6 +184,20 @@ fn first_madfs_access_inside_a_strtok_loop_keeps_the_programs_place() {
     expect(&out, &err, &["strtokstat OK 5", "strtokstat OK 3"]);
 }
 
+/// The first madfs access loads UCX, whose constructor installs crash handlers (SIGSEGV,
+/// SIGBUS, SIGILL, SIGFPE) and an alternate signal stack: the program's own handlers and
+/// stack must be what it left (before: its SIGSEGV handler was replaced by UCX's).
+#[test]
+fn first_madfs_access_leaves_the_programs_signal_handlers() {
+    let cl = cluster();
+    let o = syscalls_env(&cl, &["sigkeep,/madfs/", "sigkeep,/madfs/"], 20_000, &[]);
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    expect(&out, &err, &["sigkeep OK 0", "sigkeep OK 0"]);
+}
+
 /// A `posix_spawn` child (glibc: `clone(CLONE_VM | CLONE_VFORK)`) shares the parent's memory
 /// but not its fd table: its file action opening a madfs path is refused with ENOTSUP before
 /// anything happens (no file created), whether the parent has connected yet or not, and the

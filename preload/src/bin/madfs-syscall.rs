@@ -19,7 +19,10 @@
 //! the open runs in the `vfork`-like child; returns the child's exit status, or fails with
 //! the error `posix_spawn` returned), `strtokstat,PATH` (walks PATH's components with
 //! `strtok`, `stat`ing each prefix as io500 does when it makes its directories; returns how
-//! many components it saw: a first madfs access inside the loop must not lose its place).
+//! many components it saw: a first madfs access inside the loop must not lose its place),
+//! `sigkeep,PATH` (installs a SIGSEGV handler, `stat`s PATH, then checks that every signal's
+//! disposition and the alternate signal stack are what the program left; returns how many
+//! changed, printing each).
 //!
 //! ```text
 //! madfs-syscall mkdir,/madfs/d open,/madfs/d/f,creat+excl+w write,#0,hello lseek,#0,0,set \
@@ -275,6 +278,7 @@ fn main() {
                 "forkexec" => forkexec(fd(a[1]), a[2]),
                 "spawnopen" => spawnopen(a[1]),
                 "strtokstat" => strtokstat(a[1]),
+                "sigkeep" => sigkeep(a[1]),
                 op => panic!("unknown op {op}"),
             }
         };
@@ -612,6 +616,57 @@ fn strtokstat(path: &str) -> i64 {
         tok = unsafe { libc::strtok(std::ptr::null_mut(), slash.as_ptr()) };
     }
     seen
+}
+
+extern "C" fn on_segv(_: libc::c_int) {}
+
+/// The kernel's flag for "sa_restorer is set" (x86_64 and aarch64); not in the libc crate.
+const SA_RESTORER: libc::c_int = 0x0400_0000;
+
+/// The number of signal dispositions (and alternate stack) that a `stat` of `path` changed,
+/// with a SIGSEGV handler of the program's installed first.
+fn sigkeep(path: &str) -> i64 {
+    // SAFETY: sigaction/sigaltstack into zeroed structs; the handler is a plain function;
+    // stat into a zeroed buffer.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_segv as *const () as usize;
+        libc::sigaction(libc::SIGSEGV, &sa, std::ptr::null_mut());
+        let read = || {
+            let mut all = vec![];
+            for sig in 1..65 {
+                let mut a: libc::sigaction = std::mem::zeroed();
+                libc::sigaction(sig, std::ptr::null(), &mut a);
+                // glibc adds SA_RESTORER whenever it sets a disposition; it means
+                // nothing for SIG_DFL and SIG_IGN
+                let restorer = if a.sa_sigaction > 1 { 0 } else { SA_RESTORER };
+                all.push((a.sa_sigaction, a.sa_flags & !restorer));
+            }
+            let mut st: libc::stack_t = std::mem::zeroed();
+            libc::sigaltstack(std::ptr::null(), &mut st);
+            (all, st.ss_sp as usize, st.ss_flags)
+        };
+        let before = read();
+        let p = cs(path);
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::stat(p.as_ptr(), &mut st);
+        let after = read();
+        let mut changed = 0;
+        for (i, (b, a)) in before.0.iter().zip(&after.0).enumerate() {
+            if b != a {
+                println!("signal {} changed: {b:?} -> {a:?}", i + 1);
+                changed += 1;
+            }
+        }
+        if (before.1, before.2) != (after.1, after.2) {
+            println!("alternate stack changed");
+            changed += 1;
+        }
+        if after.0[libc::SIGSEGV as usize - 1].0 != on_segv as *const () as usize {
+            println!("SIGSEGV handler lost");
+        }
+        changed
+    }
 }
 
 /// `posix_spawn`s `/bin/true` with PATH opened as its stdout by a file action (an open in
