@@ -207,8 +207,10 @@ pub fn legacy(nr: i64, a: [isize; 6]) -> Option<(i64, [isize; 6])> {
         libc::SYS_utime | libc::SYS_utimes => at(LEGACY_TIME, [cwd, a0, 0, 0, 0]),
         libc::SYS_futimesat => at(LEGACY_TIME, [a0, a1, a2, a3, 0]),
         // a new process: as `clone` without CLONE_THREAD
-        libc::SYS_fork | libc::SYS_vfork => {
-            at(libc::SYS_clone, [libc::SIGCHLD as isize, 0, 0, 0, 0])
+        libc::SYS_fork => at(libc::SYS_clone, [libc::SIGCHLD as isize, 0, 0, 0, 0]),
+        libc::SYS_vfork => {
+            let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
+            at(libc::SYS_clone, [flags as isize, 0, 0, 0, 0])
         }
         _ => None,
     }

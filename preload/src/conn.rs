@@ -5,7 +5,7 @@
 
 use madfs_client::{Client, ClientConfig};
 use madfs_proto::{Errno, FsResult};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -102,13 +102,46 @@ pub extern "C" fn after_fork_child() {
     set_pid();
 }
 
+thread_local! {
+    /// Set when this thread is about to clone a new process: until a `getpid` shows that we
+    /// are still the process that set it, we may be its `vfork` child, which runs on this
+    /// thread's memory (and thread pointer) while the thread waits.
+    static CLONED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A new process was cloned sharing our memory in a way [`CLONED`] cannot follow (no
+/// `CLONE_VFORK`, so the parent runs on at once; or a thread pointer of its own): every check
+/// asks the kernel from then on.
+static ALWAYS_CHECK: AtomicBool = AtomicBool::new(false);
+
+/// Called by the `clone`/`clone3`/`fork`/`vfork` hook before a new process (not a thread) is
+/// made from this thread with `flags`.
+pub fn before_process_clone(flags: u64) {
+    let vm = flags & libc::CLONE_VM as u64 != 0;
+    let followed = flags & libc::CLONE_VFORK as u64 != 0 && flags & libc::CLONE_SETTLS as u64 == 0;
+    if vm && !followed {
+        ALWAYS_CHECK.store(true, Release);
+    }
+    CLONED.with(|c| c.set(true));
+}
+
 /// Are we a `vfork`/`posix_spawn` child sharing the parent's memory? Then nothing shared may
-/// be changed and no network state may be used.
+/// be changed and no network state may be used. Costs a `getpid` only after this thread
+/// cloned a process (once, in the parent: it clears the mark), in the child, or after a
+/// clone [`ALWAYS_CHECK`] covers.
 pub fn in_vfork_child() -> bool {
+    if !CLONED.with(Cell::get) && !ALWAYS_CHECK.load(Acquire) {
+        return false;
+    }
     // SAFETY: a raw getpid syscall (glibc caches nothing since 2.25; the raw call also skips
     // the interception trampoline).
     let pid = unsafe { madfs_intercept::raw!(libc::SYS_getpid) };
-    pid as i32 != MY_PID.load(Acquire)
+    if pid as i32 != MY_PID.load(Acquire) {
+        return true;
+    }
+    // the parent, resumed (or a fork child whose atfork handler set MY_PID)
+    CLONED.with(|c| c.set(false));
+    false
 }
 
 fn config() -> FsResult<&'static ClientConfig> {

@@ -1606,6 +1606,7 @@ pub fn dispatch(nr: i64, a: [isize; 6]) -> Ret {
         // a new process (not a thread): it must share the state of the fds it inherits
         libc::SYS_clone => {
             if a0 as u64 & libc::CLONE_THREAD as u64 == 0 {
+                conn::before_process_clone(a0 as u64);
                 fdtable::share_all();
             }
             None
@@ -1618,6 +1619,7 @@ pub fn dispatch(nr: i64, a: [isize; 6]) -> Ret {
                 0
             };
             if flags & libc::CLONE_THREAD as u64 == 0 {
+                conn::before_process_clone(flags);
                 fdtable::share_all();
             }
             None
