@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian 12 machine lacks to build and test madfs (see shared STACK.md):
 # UCX, clang (bindgen; RocksDB is built from source by librocksdb-sys), capstone (syscall interception), cmake, pkg-config, Open MPI,
-# fio, a font for the bench chart, and the rustfmt/clippy components. Idempotent; does nothing when all is present.
+# fio, git (a program test), a font for the bench chart, and the rustfmt/clippy components. Idempotent; does nothing when all is present.
 set -euo pipefail
 
 pkgs=(libucx-dev ucx-utils libclang-dev libcapstone-dev cmake pkg-config build-essential
-      openmpi-bin libopenmpi-dev fio python3 tar coreutils fonts-dejavu-core)
+      openmpi-bin libopenmpi-dev fio python3 tar coreutils git fonts-dejavu-core)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

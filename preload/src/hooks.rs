@@ -684,6 +684,71 @@ fn sys_read(fd: i64, buf: isize, len: i64, off: Option<i64>) -> Ret {
     )
 }
 
+/// `mmap` of a madfs fd. A private mapping (`MAP_PRIVATE`, any protection) gets a private
+/// copy of the file's bytes: anonymous memory filled by a read of the range (the rest of
+/// its last page, and any page past the end of the file, reads as zeros), then given the
+/// asked protection. A private mapping's writes never reach the file, and whether it sees
+/// later writes to the file is unspecified, so the copy is what POSIX allows; it costs a
+/// read of the whole range at `mmap` time. Shared mappings need the servers' pages in this
+/// address space and are refused with ENODEV.
+fn sys_mmap(a: [isize; 6]) -> Ret {
+    let (len, prot, flags, fd, off) = (a[1] as usize, a[2], a[3] as i32, a[4] as i32 as i64, a[5]);
+    if flags & libc::MAP_ANONYMOUS != 0 || !fdtable::is_ours(fd) {
+        return None;
+    }
+    const MAP_TYPE: i32 = 0x0f;
+    if flags & MAP_TYPE != libc::MAP_PRIVATE {
+        return Some(neg(Errno::ENODEV));
+    }
+    // SAFETY: getauxval has no preconditions.
+    let page = (unsafe { libc::getauxval(libc::AT_PAGESZ) } as usize).max(4096);
+    if len == 0 || off < 0 || !(off as usize).is_multiple_of(page) {
+        return Some(neg(Errno::EINVAL));
+    }
+    let d = match fdtable::get(fd) {
+        Some(d) if d.is_dir() => return Some(neg(Errno::ENODEV)),
+        Some(d) if acc(&d) == libc::O_WRONLY => return Some(neg(Errno::EACCES)),
+        Some(d) => d,
+        None => return Some(neg(Errno::EBADF)),
+    };
+    // the caller's placement flags (MAP_FIXED, MAP_FIXED_NOREPLACE, MAP_NORESERVE, …) on
+    // anonymous memory; MAP_DENYWRITE and MAP_EXECUTABLE are ignored by the kernel anyway
+    let anon = (flags & !(MAP_TYPE | libc::MAP_DENYWRITE | libc::MAP_EXECUTABLE))
+        | libc::MAP_PRIVATE
+        | libc::MAP_ANONYMOUS;
+    let rw = (libc::PROT_READ | libc::PROT_WRITE) as isize;
+    // SAFETY: an anonymous mapping where and as the caller asked (its address and flags are
+    // the caller's promise, as for the kernel's mmap).
+    let m = unsafe { raw!(libc::SYS_mmap as isize, a[0], len, rw, anon as isize, -1, 0) };
+    if (-4095..0).contains(&m) {
+        return Some(m);
+    }
+    // SAFETY: the `len` bytes just mapped readable and writable.
+    let buf = unsafe { slice_mut(m, len) };
+    let mut done = 0;
+    while done < len {
+        match do_read(&d, Some(off as u64 + done as u64), &mut buf[done..]) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) => {
+                // SAFETY: our own mapping, not yet handed out.
+                unsafe { raw!(libc::SYS_munmap as isize, m, len) };
+                return Some(neg(e));
+            }
+        }
+    }
+    if prot != rw {
+        // SAFETY: our own mapping; the protection is the caller's.
+        let r = unsafe { raw!(libc::SYS_mprotect as isize, m, len, prot) };
+        if r < 0 {
+            // SAFETY: as above.
+            unsafe { raw!(libc::SYS_munmap as isize, m, len) };
+            return Some(r);
+        }
+    }
+    Some(m)
+}
+
 fn sys_write(fd: i64, buf: isize, len: i64, off: Option<i64>) -> Ret {
     if !fdtable::is_ours(fd) {
         return None;
@@ -1589,8 +1654,7 @@ pub fn dispatch(nr: i64, a: [isize; 6]) -> Ret {
             (fdtable::is_ours(f0) || fdtable::is_ours(f2)).then(|| neg(Errno::EINVAL))
         }
         libc::SYS_tee => (fdtable::is_ours(f0) || fdtable::is_ours(f1)).then(|| neg(Errno::EINVAL)),
-        libc::SYS_mmap => (f3 & libc::MAP_ANONYMOUS as i64 == 0 && fdtable::is_ours(f4))
-            .then(|| neg(Errno::ENODEV)),
+        libc::SYS_mmap => sys_mmap(a),
         libc::SYS_ioctl => sys_ioctl(f0, i1, a2),
         libc::SYS_flock => refuse_fd(f0, Errno::ENOLCK),
         libc::SYS_umask => {

@@ -186,6 +186,59 @@ print("PY-OK")
     );
 }
 
+/// git reads its config, index and packs through `mmap(MAP_PRIVATE)` (it failed at `git init`
+/// with ENODEV before private mappings were served); hard links are refused (EPERM) and git
+/// falls back to renames and copies. Python's mmap: a copy-on-write mapping sees the file and
+/// never writes it, a shared one is refused with ENODEV, an offset mapping starts there.
+#[test]
+fn git_and_private_mmap() {
+    let cl = cluster();
+    let out = bash(
+        &cl,
+        r#"
+        mkdir -p /madfs/git && cd /madfs/git
+        git init -q repo && cd repo
+        g() { git -c user.email=t@madfs -c user.name=t "$@"; }
+        seq 1 20000 > numbers && cp /etc/services services
+        g add numbers services && g commit -qm first
+        echo more >> numbers && g commit -qam second
+        g log --oneline | wc -l
+        g status --porcelain | wc -l
+        g diff --stat HEAD~1 | tail -1
+        g gc -q && g fsck --no-progress && echo "fsck ok"
+        g clone -q /madfs/git/repo /madfs/git/clone
+        cmp /madfs/git/clone/services /etc/services && echo "clone ok"
+        python3 - <<'PY'
+import mmap, os, errno
+p = "/madfs/git/m.bin"
+data = bytes(range(256)) * 100
+with open(p, "wb") as f: f.write(data)
+with open(p, "r+b") as f:
+    m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    assert m[:] == data and len(m) == len(data)
+    m[0:4] = b"XXXX"
+    assert m[0:4] == b"XXXX"
+    m.close()
+    o = mmap.mmap(f.fileno(), 4096, access=mmap.ACCESS_COPY, offset=mmap.ALLOCATIONGRANULARITY)
+    g = mmap.ALLOCATIONGRANULARITY
+    assert o[:] == data[g:g + 4096]
+    o.close()
+    try:
+        mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        raise SystemExit("shared mapping accepted")
+    except OSError as e:
+        assert e.errno == errno.ENODEV, e
+assert open(p, "rb").read() == data
+print("mmap ok")
+PY
+        "#,
+    );
+    assert!(
+        out.starts_with("2\n0\n 1 file changed, 1 insertion(+)\nfsck ok\nclone ok\nmmap ok"),
+        "{out}"
+    );
+}
+
 #[test]
 fn fio_psync_and_sync_verify() {
     let cl = cluster();
@@ -280,6 +333,8 @@ fn syscalls_errno_exact() {
         "write,#1,x",
         "fcntl-lock,#1",
         "mmap,#1",
+        "mmap,#1,private",
+        "mmap,#1,private,100",
         "ioctl,#1",
         "symlink,/x,/madfs/e/l",
         "link,/madfs/e/f,/madfs/e/h",
@@ -287,6 +342,9 @@ fn syscalls_errno_exact() {
         "dup,#1",
         "fcntl-getfl,#2",
         "read,#2,100",
+        "open,/madfs/e/f,w",
+        "mmap,#3,private",
+        "close,#3",
         "chdir,/madfs/e",
         "getcwd",
         "stat,f",
@@ -300,8 +358,8 @@ fn syscalls_errno_exact() {
 lseek ERR EINVAL\nlseek OK 5\npread ERR EINVAL\nsize 5 mode 100644\nfstat OK 0\nclose OK 0\nclose ERR EBADF\n\
 open ERR EEXIST\nopen ERR EISDIR\nopen ERR ENOTDIR\nopen ERR ENOENT\nrmdir ERR ENOTEMPTY\nrmdir ERR ENOTDIR\n\
 unlink ERR EISDIR\nmkdir ERR ENOTDIR\nstat ERR ENOTDIR\nopen OK *\nwrite ERR EBADF\nfcntl-lock ERR ENOLCK\n\
-mmap ERR ENODEV\nioctl ERR ENOTTY\nsymlink OK 0\nlink ERR EPERM\nrename ERR EXDEV\ndup OK *\n\
-fcntl-getfl OK 0\ndata hello\nread OK 5\nchdir OK 0\ncwd /madfs/e\ngetcwd OK 0\nsize 5 mode 100644\nstat OK 0\n\
+mmap ERR ENODEV\nmapped hello\nmmap OK 0\nmmap ERR EINVAL\nioctl ERR ENOTTY\nsymlink OK 0\nlink ERR EPERM\nrename ERR EXDEV\ndup OK *\n\
+fcntl-getfl OK 0\ndata hello\nread OK 5\nopen OK *\nmmap ERR EACCES\nclose OK 0\nchdir OK 0\ncwd /madfs/e\ngetcwd OK 0\nsize 5 mode 100644\nstat OK 0\n\
 unlink OK 0\nunlink OK 0\nchdir OK 0\nrmdir OK 0\n";
     let got: Vec<&str> = out.lines().collect();
     let exp: Vec<&str> = want.lines().collect();

@@ -48,6 +48,7 @@ fn errno_name(e: i32) -> String {
         (libc::EXDEV, "EXDEV"),
         (libc::ENOLCK, "ENOLCK"),
         (libc::ENODEV, "ENODEV"),
+        (libc::EACCES, "EACCES"),
         (libc::ENOTTY, "ENOTTY"),
         (libc::ESPIPE, "ESPIPE"),
         (libc::EBUSY, "EBUSY"),
@@ -223,17 +224,30 @@ fn main() {
                 "symlink" => libc::symlink(cs(a[1]).as_ptr(), cs(a[2]).as_ptr()) as i64,
                 "link" => libc::link(cs(a[1]).as_ptr(), cs(a[2]).as_ptr()) as i64,
                 "mmap" => {
+                    // mmap,FD[,shared|private[,OFFSET]]: maps 4096 bytes read-only, prints
+                    // the mapped bytes up to the first NUL
+                    let private = a.get(2) == Some(&"private");
+                    let kind = if private {
+                        libc::MAP_PRIVATE
+                    } else {
+                        libc::MAP_SHARED
+                    };
+                    let off = if a.len() > 3 { num(3) } else { 0 };
                     let p = libc::mmap(
                         std::ptr::null_mut(),
                         4096,
                         libc::PROT_READ,
-                        libc::MAP_SHARED,
+                        kind,
                         fd(a[1]),
-                        0,
+                        off,
                     );
                     if p == libc::MAP_FAILED {
                         -1
                     } else {
+                        let b = std::slice::from_raw_parts(p as *const u8, 4096);
+                        let end = b.iter().position(|&c| c == 0).unwrap_or(4096);
+                        println!("mapped {}", String::from_utf8_lossy(&b[..end]));
+                        libc::munmap(p, 4096);
                         0
                     }
                 }
