@@ -32,6 +32,18 @@ pub fn in_hook() -> bool {
     IN_HOOK.try_with(Cell::get).unwrap_or(false)
 }
 
+/// Runs `exec` (an `execve` made from inside the hook) with this thread's hook flag cleared,
+/// and sets it again if `exec` returns (it failed). A `vfork` child shares its parent
+/// thread's thread-local storage: a successful exec from inside the hook never returns to
+/// drop the [`Guard`], and the resumed parent would find itself "inside the hook" for good
+/// (every later syscall of that thread passed to the kernel unseen).
+pub fn exec_outside_hook<R>(exec: impl FnOnce() -> R) -> R {
+    let _ = IN_HOOK.try_with(|g| g.set(false));
+    let r = exec();
+    let _ = IN_HOOK.try_with(|g| g.set(true));
+    r
+}
+
 /// Resets the re-entrancy flag when dropped (also on unwinding).
 struct Guard;
 

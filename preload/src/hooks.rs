@@ -1478,6 +1478,26 @@ pub fn flush_all() {
 /// `execve`: carries a madfs working directory into the new image (`MADFS_CWD`), removing a
 /// stale one. Leaves the call alone when neither applies.
 fn sys_execve(path: isize, argv: isize, envp: isize, extra: Option<(i64, i64)>) -> Ret {
+    let (dirfd, at_flags) = extra.unwrap_or((libc::AT_FDCWD as i64, 0));
+    // a program stored on the mount: the kernel cannot open it, we run a copy
+    let exe = if empty_path(path, at_flags) && fdtable::is_ours(dirfd) {
+        match fdtable::get(dirfd) {
+            Some(d) => Some(d.path().to_owned()),
+            None => return Some(neg(Errno::EBADF)),
+        }
+    } else {
+        match target(dirfd, path) {
+            Target::External => None,
+            Target::Fail(e) => return Some(neg(e)),
+            Target::Ours(p) => Some(p),
+        }
+    };
+    if let Some(exe) = &exe {
+        if conn::in_vfork_child() {
+            // no client may be made or used here: a shell, a normal process, runs it for us
+            return Some(exec_through_shell(exe, argv, envp));
+        }
+    }
     // the new image finds the state of inherited fds in their memfds
     fdtable::share_all();
     let key = CWD_ENV.as_bytes();
@@ -1498,7 +1518,7 @@ fn sys_execve(path: isize, argv: isize, envp: isize, extra: Option<(i64, i64)>) 
         }
     }
     let cwd_in = CWD_IN.load(Acquire);
-    if (!cwd_in && !has_key) || conn::in_vfork_child() {
+    if exe.is_none() && ((!cwd_in && !has_key) || conn::in_vfork_child()) {
         return None;
     }
     flush_all();
@@ -1526,6 +1546,13 @@ fn sys_execve(path: isize, argv: isize, envp: isize, extra: Option<(i64, i64)>) 
     }
     ptrs.extend(owned.iter().map(|s| s.as_ptr()));
     ptrs.push(std::ptr::null());
+    let env = if envp == 0 { 0 } else { ptrs.as_ptr() as isize };
+    if let Some(exe) = exe {
+        // SAFETY: a C string (the target resolved it).
+        let given = unsafe { cstr(path) }.unwrap_or_default();
+        // SAFETY: the caller's argv; `env` is NULL-terminated and outlives the call.
+        return Some(unsafe { exec_file(&exe, given, argv, env, 0) });
+    }
     // SAFETY: execve with the caller's path/argv and our NULL-terminated envp.
     let r = unsafe {
         match extra {
@@ -1546,6 +1573,212 @@ fn sys_execve(path: isize, argv: isize, envp: isize, extra: Option<(i64, i64)>) 
         }
     };
     Some(r)
+}
+
+/// The caller's NULL-terminated argv from `skip` on.
+///
+/// # Safety
+/// `argv` is null or a NULL-terminated array of C strings.
+unsafe fn args_from(argv: isize, skip: usize) -> Vec<*const libc::c_char> {
+    let mut v = vec![];
+    if argv != 0 {
+        let mut p = argv as *const *const libc::c_char;
+        // SAFETY: per the contract.
+        unsafe {
+            while !(*p).is_null() {
+                v.push(*p);
+                p = p.add(1);
+            }
+        }
+    }
+    v.drain(..skip.min(v.len()));
+    v
+}
+
+/// Runs the program `exe` (a madfs path; `given` is the path as the caller named it) with
+/// `argv` and `envp`, as `execve` would: a script (`#!interpreter [arg]`) runs its
+/// interpreter with the script's path, anything else runs from a copy in a memfd
+/// (`execveat(memfd, "", AT_EMPTY_PATH)`), which the kernel reads in full before the copy
+/// is dropped at exec. Returns only on failure (`-errno`). The copy means `/proc/self/exe`
+/// names the memfd, not the madfs path.
+///
+/// # Safety
+/// `argv` and `envp` are null or NULL-terminated arrays of C strings.
+unsafe fn exec_file(exe: &str, given: &[u8], argv: isize, envp: isize, depth: u32) -> isize {
+    if depth > 4 {
+        return neg(Errno::ELOOP);
+    }
+    let (exe, attr) = match stat_links_with(exe, true, |p, a| (p.to_owned(), a)) {
+        Ok(Ok(found)) => found,
+        Ok(Err(host)) => {
+            // a link out of the mount: the kernel runs that file
+            // SAFETY: per the contract.
+            return unsafe { raw!(libc::SYS_execve as isize, host.as_ptr(), argv, envp) };
+        }
+        Err(e) => return neg(e),
+    };
+    if !attr.is_file() || attr.mode & 0o111 == 0 {
+        return neg(Errno::EACCES);
+    }
+    let mut head = [0u8; 256];
+    let n = match conn::with(|c| c.read(&c.handle(exe.clone(), attr), 0, &mut head)) {
+        Ok(n) => n,
+        Err(e) => return neg(e),
+    };
+    if head[..n].starts_with(b"#!") {
+        // SAFETY: per the contract.
+        return unsafe { exec_script(&head[2..n], given, argv, envp, depth) };
+    }
+    // SAFETY: per the contract.
+    unsafe { exec_copy(&exe, &attr, argv, envp) }
+}
+
+/// The `#!` line of a script: runs `interpreter [arg] given argv[1..]`.
+///
+/// # Safety
+/// As [`exec_file`].
+unsafe fn exec_script(line: &[u8], given: &[u8], argv: isize, envp: isize, depth: u32) -> isize {
+    let Some(end) = line.iter().position(|&c| c == b'\n') else {
+        return neg(Errno::ENOEXEC);
+    };
+    let blank = |c: &u8| *c == b' ' || *c == b'\t';
+    let line = &line[..end];
+    let start = line.iter().position(|c| !blank(c)).unwrap_or(line.len());
+    let line = &line[start..];
+    let split = line.iter().position(blank).unwrap_or(line.len());
+    let (interp, rest) = line.split_at(split);
+    let rest = rest.trim_ascii();
+    if interp.is_empty() {
+        return neg(Errno::ENOEXEC);
+    }
+    let (Ok(interp_c), Ok(arg_c), Ok(given_c)) = (
+        std::ffi::CString::new(interp),
+        std::ffi::CString::new(rest),
+        std::ffi::CString::new(given),
+    ) else {
+        return neg(Errno::ENOEXEC);
+    };
+    let mut args = vec![interp_c.as_ptr()];
+    if !rest.is_empty() {
+        args.push(arg_c.as_ptr());
+    }
+    args.push(given_c.as_ptr());
+    // SAFETY: per the contract.
+    args.extend(unsafe { args_from(argv, 1) });
+    args.push(std::ptr::null());
+    let new_argv = args.as_ptr() as isize;
+    match target(libc::AT_FDCWD as i64, interp_c.as_ptr() as isize) {
+        // SAFETY: per the contract; `args` and the strings outlive the call.
+        Target::Ours(p) => unsafe { exec_file(&p, interp, new_argv, envp, depth + 1) },
+        Target::Fail(e) => neg(e),
+        // SAFETY: as above.
+        Target::External => unsafe {
+            raw!(libc::SYS_execve as isize, interp_c.as_ptr(), new_argv, envp)
+        },
+    }
+}
+
+/// Copies the program into a memfd and runs it from there.
+///
+/// # Safety
+/// As [`exec_file`].
+unsafe fn exec_copy(exe: &str, attr: &Attr, argv: isize, envp: isize) -> isize {
+    const MFD_EXEC: isize = 0x10;
+    let name = c"madfs-exec";
+    let flags = libc::MFD_CLOEXEC as isize;
+    // SAFETY: memfd_create with a C string name; MFD_EXEC (Linux ≥ 6.3) where vm.memfd_noexec
+    // makes memfds non-executable by default, plain on older kernels.
+    let mut fd = unsafe {
+        raw!(
+            libc::SYS_memfd_create as isize,
+            name.as_ptr(),
+            flags | MFD_EXEC
+        )
+    };
+    if fd == -(libc::EINVAL as isize) {
+        // SAFETY: as above.
+        fd = unsafe { raw!(libc::SYS_memfd_create as isize, name.as_ptr(), flags) };
+    }
+    if fd < 0 {
+        return fd;
+    }
+    let r = fill_copy(fd, exe, attr).and_then(|()| {
+        // SAFETY: per the contract; our memfd with an empty path.
+        raw_res(unsafe {
+            raw!(
+                libc::SYS_execveat as isize,
+                fd,
+                c"".as_ptr(),
+                argv,
+                envp,
+                libc::AT_EMPTY_PATH
+            )
+        })
+    });
+    // SAFETY: our own fd (still here: exec failed).
+    unsafe { raw!(libc::SYS_close as isize, fd) };
+    match r {
+        Ok(_) => neg(Errno::EIO),
+        Err(e) => neg(e),
+    }
+}
+
+/// Reads the whole file `exe` into the memfd `fd` (sized, mapped, filled, unmapped).
+fn fill_copy(fd: isize, exe: &str, attr: &Attr) -> FsResult<()> {
+    let len = attr.size as usize;
+    // SAFETY: our own memfd.
+    raw_unit(unsafe { raw!(libc::SYS_ftruncate as isize, fd, len) })?;
+    if len == 0 {
+        return Ok(());
+    }
+    let rw = (libc::PROT_READ | libc::PROT_WRITE) as isize;
+    // SAFETY: a new shared mapping of our memfd, `len` bytes long.
+    let m = raw_res(unsafe { raw!(libc::SYS_mmap as isize, 0, len, rw, libc::MAP_SHARED, fd, 0) })?;
+    // SAFETY: the `len` bytes just mapped.
+    let buf = unsafe { slice_mut(m, len) };
+    let read = conn::with(|c| {
+        let f = c.handle(exe.to_owned(), *attr);
+        let mut done = 0;
+        while done < len {
+            match c.read(&f, done as u64, &mut buf[done..])? {
+                0 => break,
+                n => done += n,
+            }
+        }
+        Ok(())
+    });
+    // SAFETY: our own mapping.
+    unsafe { raw!(libc::SYS_munmap as isize, m, len) };
+    read
+}
+
+/// In a `vfork`/`posix_spawn` child, which may not talk to the servers: `/bin/sh -c 'exec
+/// "$0" "$@"' exe argv[1..]`, so a normal process (under the preload, which `envp` carries)
+/// runs the program. Returns only on failure.
+fn exec_through_shell(exe: &str, argv: isize, envp: isize) -> isize {
+    let Ok(exe_c) = std::ffi::CString::new(external(mount(), exe)) else {
+        return neg(Errno::ENOENT);
+    };
+    let mut args = vec![
+        c"/bin/sh".as_ptr(),
+        c"-c".as_ptr(),
+        c"exec \"$0\" \"$@\"".as_ptr(),
+    ];
+    args.push(exe_c.as_ptr());
+    // SAFETY: the caller's argv (a NULL-terminated array of C strings).
+    args.extend(unsafe { args_from(argv, 1) });
+    args.push(std::ptr::null());
+    crate::entry::exec_outside_hook(|| {
+        // SAFETY: NULL-terminated argv of C strings that outlive the call; the caller's envp.
+        unsafe {
+            raw!(
+                libc::SYS_execve as isize,
+                c"/bin/sh".as_ptr(),
+                args.as_ptr(),
+                envp
+            )
+        }
+    })
 }
 
 // ---------------------------------------------------------------- dispatch

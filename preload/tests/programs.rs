@@ -239,6 +239,46 @@ PY
     );
 }
 
+/// Programs stored on the mount run: a binary the compiler wrote there, a copy of a system
+/// binary (also through a link and `PATH`), scripts whose interpreter is outside or on the
+/// mount; a file without an exec bit is refused (EACCES). Python starts them with
+/// `subprocess` (a `vfork` child, which goes through `/bin/sh`) and `posix_spawn`, and its
+/// own later madfs calls still work (a `vfork` child's exec from inside the hook once left
+/// the parent thread marked as inside the hook).
+#[test]
+fn programs_stored_on_the_mount_run() {
+    let cl = cluster();
+    let out = bash(
+        &cl,
+        r#"
+        mkdir -p /madfs/bin && cd /madfs/bin
+        printf '#include <stdio.h>\nint main(int c, char **v) { printf("compiled %%s\\n", v[1]); return 3; }\n' > p.c
+        gcc -o prog p.c
+        ./prog ok || echo "rc $?"
+        cp /bin/echo myecho && chmod +x myecho
+        ln -s myecho linked && ./linked via link
+        PATH=/madfs/bin:$PATH myecho via PATH
+        printf '#!/bin/sh\necho "script $0 $*"\n' > s.sh && chmod +x s.sh && ./s.sh a b
+        printf '#!/madfs/bin/myecho interp-arg\n' > i.sh && chmod +x i.sh && ./i.sh x
+        echo data > noexec && { ./noexec 2>/dev/null || echo "noexec rc $?"; }
+        python3 - <<'PY'
+import subprocess, os
+r = subprocess.run(["/madfs/bin/myecho", "from", "subprocess"], capture_output=True, text=True)
+print(r.stdout.strip(), r.returncode)
+r = subprocess.run(["./prog", "again"], capture_output=True, text=True)
+print(r.stdout.strip(), r.returncode)
+pid = os.posix_spawn("/madfs/bin/myecho", ["myecho", "posix_spawn"], os.environ)
+print("spawn status", os.waitpid(pid, 0)[1])
+open("/madfs/bin/after", "w").write("parent ok")
+print(open("/madfs/bin/after").read())
+PY
+        "#,
+    );
+    let want = "compiled ok\nrc 3\nvia link\nvia PATH\nscript ./s.sh a b\ninterp-arg ./i.sh x\n\
+noexec rc 126\nfrom subprocess 0\ncompiled again 3\nposix_spawn\nspawn status 0\nparent ok\n";
+    assert_eq!(out, want);
+}
+
 #[test]
 fn fio_psync_and_sync_verify() {
     let cl = cluster();

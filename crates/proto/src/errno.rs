@@ -57,6 +57,7 @@ errnos!(
     EAGAIN,
     EFAULT,
     EBUSY,
+    ENOEXEC,
 );
 
 impl Errno {
