@@ -52,8 +52,39 @@ fn set_cwd(p: Option<String>) {
     *c = p;
 }
 
+thread_local! {
+    /// The working directory a `vfork`/`posix_spawn` child chose for itself (`Some(None)`: a
+    /// host directory) before it execs. The child runs on its parent thread's memory, so the
+    /// process-wide one must stay the parent's; the parent clears this when it resumes.
+    static CHILD_CWD: std::cell::RefCell<Option<Option<String>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// The working directory a `vfork` child set for itself, if we are that child.
+fn child_cwd() -> Option<Option<String>> {
+    let set = CHILD_CWD.with(|c| c.borrow().clone())?;
+    if conn::in_vfork_child() {
+        Some(set)
+    } else {
+        // the parent, resumed after its child's exec or exit
+        CHILD_CWD.with(|c| c.borrow_mut().take());
+        None
+    }
+}
+
 fn cwd() -> Option<String> {
+    if let Some(c) = child_cwd() {
+        return c;
+    }
     CWD.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// Is the working directory on the mount?
+fn cwd_in() -> bool {
+    if let Some(c) = child_cwd() {
+        return c.is_some();
+    }
+    CWD_IN.load(Acquire)
 }
 
 fn neg(e: Errno) -> isize {
@@ -111,7 +142,7 @@ fn target(dirfd: i64, path: isize) -> Target {
         return from(internal(mount(), bytes));
     }
     let base = if dirfd == libc::AT_FDCWD as i64 {
-        if !CWD_IN.load(Acquire) {
+        if !cwd_in() {
             return Target::External;
         }
         match cwd() {
@@ -1420,7 +1451,11 @@ fn sys_chdir(t: Target, raw_call: impl FnOnce() -> isize) -> Ret {
     match t {
         Target::Ours(p) => {
             if conn::in_vfork_child() {
-                return Some(neg(Errno::ENOTSUP));
+                // no servers here (a child made by vfork or posix_spawn before its exec,
+                // e.g. Python's subprocess with cwd=): taken as named, for the exec to pass
+                // on; the new program finds out if it is not a directory
+                CHILD_CWD.with(|c| *c.borrow_mut() = Some(Some(p)));
+                return Some(0);
             }
             match stat_links_with(&p, true, |q, a| (q.to_string(), a)) {
                 Ok(Ok((q, a))) if a.is_dir() => {
@@ -1440,10 +1475,14 @@ fn sys_chdir(t: Target, raw_call: impl FnOnce() -> isize) -> Ret {
             }
         }
         Target::Fail(e) => Some(neg(e)),
-        Target::External if CWD_IN.load(Acquire) && !conn::in_vfork_child() => {
+        Target::External if cwd_in() => {
             let r = raw_call();
             if r == 0 {
-                set_cwd(None);
+                if conn::in_vfork_child() {
+                    CHILD_CWD.with(|c| *c.borrow_mut() = Some(None));
+                } else {
+                    set_cwd(None);
+                }
             }
             Some(r)
         }
@@ -1452,7 +1491,7 @@ fn sys_chdir(t: Target, raw_call: impl FnOnce() -> isize) -> Ret {
 }
 
 fn sys_getcwd(buf: isize, size: i64) -> Ret {
-    if !CWD_IN.load(Acquire) {
+    if !cwd_in() {
         return None;
     }
     let c = cwd()?;
@@ -1492,14 +1531,13 @@ fn sys_execve(path: isize, argv: isize, envp: isize, extra: Option<(i64, i64)>) 
             Target::Ours(p) => Some(p),
         }
     };
-    if let Some(exe) = &exe {
-        if conn::in_vfork_child() {
-            // no client may be made or used here: a shell, a normal process, runs it for us
-            return Some(exec_through_shell(exe, argv, envp));
-        }
+    // a vfork/posix_spawn child shares our memory: it changes nothing shared and talks to no
+    // server (what it allocates here stays behind in the parent's heap, a few hundred bytes)
+    let vfork = conn::in_vfork_child();
+    if !vfork {
+        // the new image finds the state of inherited fds in their memfds
+        fdtable::share_all();
     }
-    // the new image finds the state of inherited fds in their memfds
-    fdtable::share_all();
     let key = CWD_ENV.as_bytes();
     let mut has_key = false;
     let mut n = 0usize;
@@ -1517,11 +1555,13 @@ fn sys_execve(path: isize, argv: isize, envp: isize, extra: Option<(i64, i64)>) 
             }
         }
     }
-    let cwd_in = CWD_IN.load(Acquire);
-    if exe.is_none() && ((!cwd_in && !has_key) || conn::in_vfork_child()) {
+    let cwd_in = cwd_in();
+    if exe.is_none() && !cwd_in && !has_key {
         return None;
     }
-    flush_all();
+    if !vfork {
+        flush_all();
+    }
     let mut owned: Vec<std::ffi::CString> = Vec::new();
     let mut ptrs: Vec<*const libc::c_char> = Vec::with_capacity(n + 2);
     if envp != 0 {
@@ -1548,13 +1588,17 @@ fn sys_execve(path: isize, argv: isize, envp: isize, extra: Option<(i64, i64)>) 
     ptrs.push(std::ptr::null());
     let env = if envp == 0 { 0 } else { ptrs.as_ptr() as isize };
     if let Some(exe) = exe {
+        if vfork {
+            // no client may be made or used here: a shell, a normal process, runs it for us
+            return Some(exec_through_shell(&exe, argv, env));
+        }
         // SAFETY: a C string (the target resolved it).
         let given = unsafe { cstr(path) }.unwrap_or_default();
         // SAFETY: the caller's argv; `env` is NULL-terminated and outlives the call.
         return Some(unsafe { exec_file(&exe, given, argv, env, 0) });
     }
     // SAFETY: execve with the caller's path/argv and our NULL-terminated envp.
-    let r = unsafe {
+    let r = crate::entry::exec_outside_hook(|| unsafe {
         match extra {
             None => raw!(
                 libc::SYS_execve as isize,
@@ -1571,7 +1615,7 @@ fn sys_execve(path: isize, argv: isize, envp: isize, extra: Option<(i64, i64)>) 
                 flags as isize,
             ),
         }
-    };
+    });
     Some(r)
 }
 

@@ -244,7 +244,9 @@ PY
 /// mount; a file without an exec bit is refused (EACCES). Python starts them with
 /// `subprocess` (a `vfork` child, which goes through `/bin/sh`) and `posix_spawn`, and its
 /// own later madfs calls still work (a `vfork` child's exec from inside the hook once left
-/// the parent thread marked as inside the hook).
+/// the parent thread marked as inside the hook); `subprocess` with `cwd=` on the mount (a
+/// `chdir` in the `vfork` child, refused with ENOTSUP before) starts the child there and
+/// leaves the parent where it was.
 #[test]
 fn programs_stored_on_the_mount_run() {
     let cl = cluster();
@@ -269,13 +271,18 @@ r = subprocess.run(["./prog", "again"], capture_output=True, text=True)
 print(r.stdout.strip(), r.returncode)
 pid = os.posix_spawn("/madfs/bin/myecho", ["myecho", "posix_spawn"], os.environ)
 print("spawn status", os.waitpid(pid, 0)[1])
+os.chdir("/tmp")
+r = subprocess.run(["/bin/sh", "-c", "pwd; ./prog in-cwd"], cwd="/madfs/bin", capture_output=True, text=True)
+print(r.stdout.replace("\n", " ").strip(), r.returncode)
+print(subprocess.run(["pwd"], cwd="/tmp", capture_output=True, text=True).stdout.strip(), os.getcwd())
 open("/madfs/bin/after", "w").write("parent ok")
 print(open("/madfs/bin/after").read())
 PY
         "#,
     );
     let want = "compiled ok\nrc 3\nvia link\nvia PATH\nscript ./s.sh a b\ninterp-arg ./i.sh x\n\
-noexec rc 126\nfrom subprocess 0\ncompiled again 3\nposix_spawn\nspawn status 0\nparent ok\n";
+noexec rc 126\nfrom subprocess 0\ncompiled again 3\nposix_spawn\nspawn status 0\n\
+/madfs/bin compiled in-cwd 3\n/tmp /tmp\nparent ok\n";
     assert_eq!(out, want);
 }
 
