@@ -44,6 +44,16 @@ pub fn exec_outside_hook<R>(exec: impl FnOnce() -> R) -> R {
     r
 }
 
+fn errno() -> i32 {
+    // SAFETY: the calling thread's errno slot, always valid.
+    unsafe { *libc::__errno_location() }
+}
+
+fn set_errno(v: i32) {
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = v };
+}
+
 /// Resets the re-entrancy flag when dropped (also on unwinding).
 struct Guard;
 
@@ -176,6 +186,12 @@ pub fn hook(nr: i64, a: &[isize; 6]) -> Option<isize> {
         return None;
     }
     let _guard = Guard::enter()?;
+    // What runs below (UCX progress reading an empty event fd, the loader, probes of files
+    // that may not exist) sets errno on the way; the program must not see it: a syscall
+    // that succeeds leaves errno alone, and readdir's end is told from an error only by
+    // errno staying as the program set it (cmake counted no files in a directory whose
+    // getdents64 had answered EAGAIN inside UCX).
+    let saved = errno();
     let r = std::panic::catch_unwind(|| hooks::dispatch(nr, *a));
     if TRACE.load(Relaxed) {
         match r {
@@ -186,5 +202,6 @@ pub fn hook(nr: i64, a: &[isize; 6]) -> Option<isize> {
             _ => {}
         }
     }
+    set_errno(saved);
     r.unwrap_or(Some(-(libc::EIO as isize)))
 }

@@ -22,7 +22,9 @@
 //! many components it saw: a first madfs access inside the loop must not lose its place),
 //! `sigkeep,PATH` (installs a SIGSEGV handler, `stat`s PATH, then checks that every signal's
 //! disposition and the alternate signal stack are what the program left; returns how many
-//! changed, printing each).
+//! changed, printing each), `readdirerrno,DIR` (errno set to 0, then `opendir` and `readdir`
+//! to the end, as cmake counts files; returns the number of entries, or fails with the errno
+//! found set at the end).
 //!
 //! ```text
 //! madfs-syscall mkdir,/madfs/d open,/madfs/d/f,creat+excl+w write,#0,hello lseek,#0,0,set \
@@ -293,6 +295,7 @@ fn main() {
                 "spawnopen" => spawnopen(a[1]),
                 "strtokstat" => strtokstat(a[1]),
                 "sigkeep" => sigkeep(a[1]),
+                "readdirerrno" => readdir_errno(a[1]),
                 op => panic!("unknown op {op}"),
             }
         };
@@ -630,6 +633,30 @@ fn strtokstat(path: &str) -> i64 {
         tok = unsafe { libc::strtok(std::ptr::null_mut(), slash.as_ptr()) };
     }
     seen
+}
+
+/// Entries of `dir` by `readdir`, telling its end from an error by errno as POSIX says.
+fn readdir_errno(dir: &str) -> i64 {
+    let p = cs(dir);
+    // SAFETY: opendir/readdir/closedir on a stream we own; errno is this thread's.
+    unsafe {
+        *libc::__errno_location() = 0;
+        let d = libc::opendir(p.as_ptr());
+        if d.is_null() {
+            return -1;
+        }
+        let mut n = 0;
+        while !libc::readdir(d).is_null() {
+            n += 1;
+        }
+        let e = *libc::__errno_location();
+        libc::closedir(d);
+        if e != 0 {
+            *libc::__errno_location() = e;
+            return -1;
+        }
+        n
+    }
 }
 
 extern "C" fn on_segv(_: libc::c_int) {}
