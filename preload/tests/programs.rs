@@ -286,6 +286,28 @@ noexec rc 126\nfrom subprocess 0\ncompiled again 3\nposix_spawn\nspawn status 0\
     assert_eq!(out, want);
 }
 
+/// A CMake project configured, built (make, with CMake's progress report, which counts files
+/// with `readdir` and checks errno) and run entirely on the mount.
+#[test]
+fn cmake_project_on_the_mount() {
+    let cl = cluster();
+    let out = bash(
+        &cl,
+        r#"
+        mkdir -p /madfs/cm/build && cd /madfs/cm
+        printf 'cmake_minimum_required(VERSION 3.10)\nproject(t C)\nadd_library(l STATIC l.c)\nadd_executable(t main.c)\ntarget_link_libraries(t l)\n' > CMakeLists.txt
+        printf 'int l(void) { return 7; }\n' > l.c
+        printf '#include <stdio.h>\nint l(void);\nint main(void) { printf("built %%d\\n", l()); return 0; }\n' > main.c
+        cd build && cmake -S .. -B . > /dev/null && make 2>&1 | grep -o '^\[[ 0-9-]*%\]' | tr '\n' ' '; echo
+        ./t
+        "#,
+    );
+    assert_eq!(
+        out, "[ 25%] [ 50%] [ 50%] [ 75%] [100%] [100%] \nbuilt 7\n",
+        "{out}"
+    );
+}
+
 #[test]
 fn fio_psync_and_sync_verify() {
     let cl = cluster();
