@@ -548,8 +548,8 @@ impl Client {
         self.call(server, &Request::Ping).map(|_| ())
     }
 
-    /// Connects to every server; returns their ids.
-    fn connect_all(&self) -> FsResult<Vec<u32>> {
+    /// Connects to every server (those connected already are kept); returns their ids.
+    pub fn connect_all(&self) -> FsResult<Vec<u32>> {
         let all: Vec<u32> = (0..self.n).collect();
         for s in &all {
             self.t.ensure(*s)?;

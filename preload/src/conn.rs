@@ -158,21 +158,86 @@ fn config() -> FsResult<&'static ClientConfig> {
     }
 }
 
+/// Servers a new client connects to at once (more: on first use, as before).
+const CONNECT_AT_ONCE: u32 = 64;
+
+/// Fd numbers below this are the program's: a new client's sockets, event fds, epoll sets
+/// and pipes (UCX's and ours) are made above it.
+const PROGRAM_FDS: isize = 64;
+
+/// Runs `f` with every free fd number below [`PROGRAM_FDS`] held (on `/dev/null`), so the
+/// descriptors made in `f` get higher numbers. Programs use low numbers by name: `touch`
+/// reopens each file onto fd 0 and closes it, a shell's `exec 3>log` puts a file on fd 3.
+/// A UCX socket, pipe or epoll set there was closed under UCX: `touch` of many files failed
+/// with EIO after the call timeout, and `exec 3>…` in a shell that had used the mount
+/// killed the shell (UCX's async thread aborts when its epoll set is gone).
+fn with_program_fds_held<R>(f: impl FnOnce() -> R) -> R {
+    let mut held = [false; PROGRAM_FDS as usize];
+    // SAFETY: raw openat of a constant path (close-on-exec), closed below.
+    let null = unsafe {
+        madfs_intercept::raw!(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            c"/dev/null".as_ptr(),
+            libc::O_RDWR | libc::O_CLOEXEC
+        )
+    };
+    if null >= 0 {
+        if null < PROGRAM_FDS {
+            held[null as usize] = true;
+        }
+        loop {
+            // SAFETY: dup of our own fd onto the lowest free number (close-on-exec).
+            let n =
+                unsafe { madfs_intercept::raw!(libc::SYS_fcntl, null, libc::F_DUPFD_CLOEXEC, 0) };
+            if !(0..PROGRAM_FDS).contains(&n) {
+                if n >= 0 {
+                    // SAFETY: the dup just made.
+                    unsafe { madfs_intercept::raw!(libc::SYS_close, n) };
+                }
+                break;
+            }
+            held[n as usize] = true;
+        }
+    }
+    let r = f();
+    for (fd, h) in held.iter().enumerate() {
+        if *h {
+            // SAFETY: an fd we opened or duplicated above.
+            unsafe { madfs_intercept::raw!(libc::SYS_close, fd) };
+        }
+    }
+    if null >= PROGRAM_FDS {
+        // SAFETY: our own fd.
+        unsafe { madfs_intercept::raw!(libc::SYS_close, null) };
+    }
+    r
+}
+
 fn new_client() -> FsResult<Rc<Client>> {
     if FINISHED.load(Acquire) {
         return Err(Errno::EIO);
     }
     let cfg = config()?;
-    let made = if TCP_ONLY.load(Acquire)
-        || std::env::var_os("MADFS_TRANSPORT").is_some_and(|v| v == "tcp")
-    {
-        Client::new_tcp(cfg)
-    } else {
-        // UCX's constructor installs crash handlers: the program's own must stay
-        crate::interpose::keeping_signal_state(|| {
-            Client::with_context(context(GEN.load(Acquire))?, cfg)
-        })
+    let connected = |c: Client| {
+        // every connection now, while the program's fd numbers are held (a later one, made
+        // on first use, might take a free low number)
+        if c.servers() <= CONNECT_AT_ONCE {
+            let _ = c.connect_all();
+        }
+        c
     };
+    let made = with_program_fds_held(|| {
+        if TCP_ONLY.load(Acquire) || std::env::var_os("MADFS_TRANSPORT").is_some_and(|v| v == "tcp")
+        {
+            Client::new_tcp(cfg).map(connected)
+        } else {
+            // UCX's constructor installs crash handlers: the program's own must stay
+            crate::interpose::keeping_signal_state(|| {
+                Client::with_context(context(GEN.load(Acquire))?, cfg).map(connected)
+            })
+        }
+    });
     made.map(Rc::new).map_err(|e| {
         if crate::entry::TRACE.load(Relaxed) {
             let msg = format!("[madfs] client: {e}\n");

@@ -308,6 +308,37 @@ fn cmake_project_on_the_mount() {
     );
 }
 
+/// `touch` reopens each file onto fd 0 (gnulib's `fd_reopen`) and closes it again: the
+/// socket UCX opened to reach the next file's server took the free fd 0, and the next reopen
+/// onto fd 0 closed it (files failed with EIO after the call timeout). A shell that used the
+/// mount and then ran `exec 3>log` … `exec 9>log` closed UCX's pipes and epoll sets there and
+/// was killed by UCX's async thread. The preload now makes a client's descriptors above the
+/// program's low numbers, and connects to every server at once.
+#[test]
+fn touch_many_files_leaves_the_connections_alone() {
+    let cl = cluster();
+    bash(&cl, "mkdir /madfs/tc");
+    let files: Vec<String> = (0..24).map(|i| format!("/madfs/tc/f{i}")).collect();
+    let mut argv = vec!["/usr/bin/touch"];
+    argv.extend(files.iter().map(String::as_str));
+    let out = run(&cl, &argv);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && !err.contains("UCX"), "{err}");
+    let listed = bash(&cl, "ls /madfs/tc | wc -l");
+    assert_eq!(listed.trim(), "24");
+    let out = bash(
+        &cl,
+        r#"
+        cd /madfs/tc
+        for i in 3 4 5 6 7 8 9; do eval "exec $i>/madfs/tc/log$i"; echo "line $i" >&$i; done
+        for i in 3 4 5 6 7 8 9; do eval "exec $i>&-"; done
+        cat log3 log9
+        touch after && ls | wc -l
+        "#,
+    );
+    assert_eq!(out, "line 3\nline 9\n32\n");
+}
+
 #[test]
 fn fio_psync_and_sync_verify() {
     let cl = cluster();
