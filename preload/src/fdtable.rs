@@ -662,10 +662,26 @@ fn template() -> i32 {
     if t >= 0 {
         return t;
     }
-    let m = memfd(b"madfs-placeholder\0", libc::MFD_CLOEXEC);
+    let m = memfd(
+        b"madfs-placeholder\0",
+        libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+    );
     if m < 0 {
         return -1;
     }
+    // Sealed empty: I/O that bypasses the preload on a madfs fd (io_uring, libaio, a static
+    // binary's own syscalls) must not land in the placeholder as if it were the file. Writes
+    // fail with EPERM, reads find an empty file.
+    let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
+    // SAFETY: adds seals to our own new memfd.
+    unsafe {
+        raw!(
+            libc::SYS_fcntl as isize,
+            m,
+            libc::F_ADD_SEALS as isize,
+            seals as isize
+        )
+    };
     let high = (fd_limit().unwrap_or(0) / 2).clamp(3, 4096) as isize;
     // SAFETY: raw syscalls renumbering and closing our own fd.
     unsafe {

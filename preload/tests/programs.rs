@@ -444,6 +444,7 @@ fn syscalls_errno_exact() {
         "read,#2,100",
         "open,/madfs/e/f,w",
         "mmap,#3,private",
+        "rawwrite,#3,lost",
         "close,#3",
         "chdir,/madfs/e",
         "getcwd",
@@ -459,7 +460,7 @@ lseek ERR EINVAL\nlseek OK 5\npread ERR EINVAL\nsize 5 mode 100644\nfstat OK 0\n
 open ERR EEXIST\nopen ERR EISDIR\nopen ERR ENOTDIR\nopen ERR ENOENT\nrmdir ERR ENOTEMPTY\nrmdir ERR ENOTDIR\n\
 unlink ERR EISDIR\nmkdir ERR ENOTDIR\nstat ERR ENOTDIR\nopen OK *\nwrite ERR EBADF\nfcntl-lock ERR ENOLCK\n\
 mmap ERR ENODEV\nmapped hello\nmmap OK 0\nmmap ERR EINVAL\nioctl ERR ENOTTY\nsymlink OK 0\nlink ERR EPERM\nrename ERR EXDEV\ndup OK *\n\
-fcntl-getfl OK 0\ndata hello\nread OK 5\nopen OK *\nmmap ERR EACCES\nclose OK 0\nchdir OK 0\ncwd /madfs/e\ngetcwd OK 0\nsize 5 mode 100644\nstat OK 0\n\
+fcntl-getfl OK 0\ndata hello\nread OK 5\nopen OK *\nmmap ERR EACCES\nrawwrite ERR EPERM\nclose OK 0\nchdir OK 0\ncwd /madfs/e\ngetcwd OK 0\nsize 5 mode 100644\nstat OK 0\n\
 unlink OK 0\nunlink OK 0\nchdir OK 0\nrmdir OK 0\n";
     let got: Vec<&str> = out.lines().collect();
     let exp: Vec<&str> = want.lines().collect();

@@ -24,7 +24,8 @@
 //! disposition and the alternate signal stack are what the program left; returns how many
 //! changed, printing each), `readdirerrno,DIR` (errno set to 0, then `opendir` and `readdir`
 //! to the end, as cmake counts files; returns the number of entries, or fails with the errno
-//! found set at the end).
+//! found set at the end), `rawwrite,FD,TEXT` (a `write` made with the syscall instruction
+//! itself, as a static binary or io_uring would, never seen by the preload).
 //!
 //! ```text
 //! madfs-syscall mkdir,/madfs/d open,/madfs/d/f,creat+excl+w write,#0,hello lseek,#0,0,set \
@@ -295,6 +296,7 @@ fn main() {
                 "spawnopen" => spawnopen(a[1]),
                 "strtokstat" => strtokstat(a[1]),
                 "sigkeep" => sigkeep(a[1]),
+                "rawwrite" => raw_write(fd(a[1]), a[2]),
                 "readdirerrno" => readdir_errno(a[1]),
                 op => panic!("unknown op {op}"),
             }
@@ -657,6 +659,44 @@ fn readdir_errno(dir: &str) -> i64 {
         }
         n
     }
+}
+
+/// `write(fd, text)` with the syscall instruction in this program (never intercepted).
+fn raw_write(fd: i32, text: &str) -> i64 {
+    let r: i64;
+    // SAFETY: the write syscall on a valid buffer of `text.len()` bytes; clobbers only what
+    // the kernel's syscall ABI does.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") libc::SYS_write => r,
+            in("rdi") fd as i64,
+            in("rsi") text.as_ptr(),
+            in("rdx") text.len(),
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack)
+        );
+    }
+    // SAFETY: as above (aarch64: x8 = number, x0-x2 = arguments, x0 = result).
+    #[cfg(target_arch = "aarch64")]
+    unsafe {
+        std::arch::asm!(
+            "svc #0",
+            in("x8") libc::SYS_write,
+            inlateout("x0") fd as i64 => r,
+            in("x1") text.as_ptr(),
+            in("x2") text.len(),
+            options(nostack)
+        );
+    }
+    if r < 0 {
+        // SAFETY: sets this thread's errno.
+        unsafe { *libc::__errno_location() = -r as i32 };
+        return -1;
+    }
+    r
 }
 
 extern "C" fn on_segv(_: libc::c_int) {}
