@@ -60,6 +60,15 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
+/// Before a new process (not a thread) is cloned from this thread.
+fn before_process_clone(flags: u64) {
+    // an earlier vfork child's directory must not become the next child's
+    CHILD_CWD.with(|c| c.borrow_mut().take());
+    conn::before_process_clone(flags);
+    // the child must share the state of the fds it inherits
+    fdtable::share_all();
+}
+
 /// The working directory a `vfork` child set for itself, if we are that child.
 fn child_cwd() -> Option<Option<String>> {
     let set = CHILD_CWD.with(|c| c.borrow().clone())?;
@@ -1947,8 +1956,7 @@ pub fn dispatch(nr: i64, a: [isize; 6]) -> Ret {
         // a new process (not a thread): it must share the state of the fds it inherits
         libc::SYS_clone => {
             if a0 as u64 & libc::CLONE_THREAD as u64 == 0 {
-                conn::before_process_clone(a0 as u64);
-                fdtable::share_all();
+                before_process_clone(a0 as u64);
             }
             None
         }
@@ -1960,8 +1968,7 @@ pub fn dispatch(nr: i64, a: [isize; 6]) -> Ret {
                 0
             };
             if flags & libc::CLONE_THREAD as u64 == 0 {
-                conn::before_process_clone(flags);
-                fdtable::share_all();
+                before_process_clone(flags);
             }
             None
         }

@@ -275,6 +275,9 @@ os.chdir("/tmp")
 r = subprocess.run(["/bin/sh", "-c", "pwd; ./prog in-cwd"], cwd="/madfs/bin", capture_output=True, text=True)
 print(r.stdout.replace("\n", " ").strip(), r.returncode)
 print(subprocess.run(["pwd"], cwd="/tmp", capture_output=True, text=True).stdout.strip(), os.getcwd())
+a = subprocess.run(["pwd"], cwd="/madfs/bin", capture_output=True, text=True).stdout.strip()
+b = subprocess.run(["pwd"], capture_output=True, text=True).stdout.strip()
+print(a, b)
 open("/madfs/bin/after", "w").write("parent ok")
 print(open("/madfs/bin/after").read())
 PY
@@ -282,7 +285,7 @@ PY
     );
     let want = "compiled ok\nrc 3\nvia link\nvia PATH\nscript ./s.sh a b\ninterp-arg ./i.sh x\n\
 noexec rc 126\nfrom subprocess 0\ncompiled again 3\nposix_spawn\nspawn status 0\n\
-/madfs/bin compiled in-cwd 3\n/tmp /tmp\nparent ok\n";
+/madfs/bin compiled in-cwd 3\n/tmp /tmp\n/madfs/bin /tmp\nparent ok\n";
     assert_eq!(out, want);
 }
 
