@@ -162,8 +162,11 @@ fn config() -> FsResult<&'static ClientConfig> {
 const CONNECT_AT_ONCE: u32 = 64;
 
 /// Fd numbers below this are the program's: a new client's sockets, event fds, epoll sets
-/// and pipes (UCX's and ours) are made above it.
-const PROGRAM_FDS: isize = 64;
+/// and pipes (UCX's and ours) are made above it. Programs name 0–2 and shells 3–9 (`exec
+/// 3>log`); higher numbers are chosen by the kernel (lowest free), and a live program that
+/// closes a whole range (`closefrom(N)`) usually spares the low ones, so internal fds stay
+/// just above 9 rather than far up.
+const PROGRAM_FDS: isize = 10;
 
 /// Runs `f` with every free fd number below [`PROGRAM_FDS`] held (on `/dev/null`), so the
 /// descriptors made in `f` get higher numbers. Programs use low numbers by name: `touch`

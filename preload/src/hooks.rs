@@ -9,6 +9,7 @@ use crate::path::{external, internal, is_under_mount, resolve_in, Resolved};
 use madfs_client::{Client, FileSystem, OpenFile, OpenFlags};
 use madfs_intercept::raw;
 use madfs_proto::{Attr, Errno, FsResult, TimeSpec};
+use std::cell::Cell;
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -54,16 +55,29 @@ fn set_cwd(p: Option<String>) {
 
 thread_local! {
     /// The working directory a `vfork`/`posix_spawn` child chose for itself (`Some(None)`: a
-    /// host directory) before it execs. The child runs on its parent thread's memory, so the
-    /// process-wide one must stay the parent's; the parent clears this when it resumes.
-    static CHILD_CWD: std::cell::RefCell<Option<Option<String>>> =
-        const { std::cell::RefCell::new(None) };
+    /// host directory) before it execs, boxed (null: none). The child runs on its parent
+    /// thread's memory, so the process-wide one must stay the parent's; the parent frees this
+    /// when it resumes. A raw pointer in a `Cell`: no destructor, so touching it never
+    /// registers one, which allocates (the clone hook runs inside `fork`, which holds
+    /// malloc's locks: a first touch there deadlocked).
+    static CHILD_CWD: Cell<*mut Option<String>> = const { Cell::new(std::ptr::null_mut()) };
 }
 
-/// Before a new process (not a thread) is cloned from this thread.
+/// Sets the `vfork` child's own working directory.
+fn set_child_cwd(dir: Option<String>) {
+    let old = CHILD_CWD.with(|c| c.replace(Box::into_raw(Box::new(dir))));
+    if !old.is_null() {
+        // SAFETY: made by Box::into_raw above and owned by this slot.
+        drop(unsafe { Box::from_raw(old) });
+    }
+}
+
+/// Before a new process (not a thread) is cloned from this thread. Allocates and frees
+/// nothing: it runs inside `fork`, with malloc's locks held.
 fn before_process_clone(flags: u64) {
-    // an earlier vfork child's directory must not become the next child's
-    CHILD_CWD.with(|c| c.borrow_mut().take());
+    // an earlier vfork child's directory must not become the next child's (left behind,
+    // not freed)
+    CHILD_CWD.with(|c| c.set(std::ptr::null_mut()));
     conn::before_process_clone(flags);
     // the child must share the state of the fds it inherits
     fdtable::share_all();
@@ -71,12 +85,18 @@ fn before_process_clone(flags: u64) {
 
 /// The working directory a `vfork` child set for itself, if we are that child.
 fn child_cwd() -> Option<Option<String>> {
-    let set = CHILD_CWD.with(|c| c.borrow().clone())?;
+    let p = CHILD_CWD.with(Cell::get);
+    if p.is_null() {
+        return None;
+    }
     if conn::in_vfork_child() {
-        Some(set)
+        // SAFETY: a live box owned by the slot.
+        Some(unsafe { (*p).clone() })
     } else {
         // the parent, resumed after its child's exec or exit
-        CHILD_CWD.with(|c| c.borrow_mut().take());
+        CHILD_CWD.with(|c| c.set(std::ptr::null_mut()));
+        // SAFETY: as above; no longer reachable from the slot.
+        drop(unsafe { Box::from_raw(p) });
         None
     }
 }
@@ -1463,7 +1483,7 @@ fn sys_chdir(t: Target, raw_call: impl FnOnce() -> isize) -> Ret {
                 // no servers here (a child made by vfork or posix_spawn before its exec,
                 // e.g. Python's subprocess with cwd=): taken as named, for the exec to pass
                 // on; the new program finds out if it is not a directory
-                CHILD_CWD.with(|c| *c.borrow_mut() = Some(Some(p)));
+                set_child_cwd(Some(p));
                 return Some(0);
             }
             match stat_links_with(&p, true, |q, a| (q.to_string(), a)) {
@@ -1488,7 +1508,7 @@ fn sys_chdir(t: Target, raw_call: impl FnOnce() -> isize) -> Ret {
             let r = raw_call();
             if r == 0 {
                 if conn::in_vfork_child() {
-                    CHILD_CWD.with(|c| *c.borrow_mut() = Some(None));
+                    set_child_cwd(None);
                 } else {
                     set_cwd(None);
                 }
