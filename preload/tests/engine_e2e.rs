@@ -23,6 +23,22 @@ fn expect(out: &str, err: &str, want: &[&str]) {
     assert_eq!(got.len(), want.len(), "--- output\n{out}--- stderr\n{err}");
 }
 
+/// Runs `madfs-syscall` with `steps` (and extra environment) under the preload and checks its
+/// output lines against `want` (see [`expect`]).
+fn syscalls_expect(
+    cl: &madfs_cluster::LocalCluster,
+    steps: &[&str],
+    env: &[(&str, &str)],
+    want: &[&str],
+) {
+    let o = syscalls_env(cl, steps, 20_000, env);
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    expect(&out, &err, want);
+}
+
 #[test]
 fn syscalls_threads_fork_exec_and_pass_through() {
     let cl = cluster();
@@ -171,17 +187,12 @@ fn placeholder_fds_numbers_closefrom_and_inheritance() {
 #[test]
 fn first_madfs_access_inside_a_strtok_loop_keeps_the_programs_place() {
     let cl = cluster();
-    let o = syscalls_env(
+    syscalls_expect(
         &cl,
         &["strtokstat,/madfs/a/b/c/d", "strtokstat,/madfs/x/y"],
-        20_000,
         &[],
+        &["strtokstat OK 5", "strtokstat OK 3"],
     );
-    let (out, err) = (
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr),
-    );
-    expect(&out, &err, &["strtokstat OK 5", "strtokstat OK 3"]);
 }
 
 /// The first madfs access loads UCX, whose constructor installs crash handlers (SIGSEGV,
@@ -190,12 +201,12 @@ fn first_madfs_access_inside_a_strtok_loop_keeps_the_programs_place() {
 #[test]
 fn first_madfs_access_leaves_the_programs_signal_handlers() {
     let cl = cluster();
-    let o = syscalls_env(&cl, &["sigkeep,/madfs/", "sigkeep,/madfs/"], 20_000, &[]);
-    let (out, err) = (
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr),
+    syscalls_expect(
+        &cl,
+        &["sigkeep,/madfs/", "sigkeep,/madfs/"],
+        &[],
+        &["sigkeep OK 0", "sigkeep OK 0"],
     );
-    expect(&out, &err, &["sigkeep OK 0", "sigkeep OK 0"]);
 }
 
 /// A successful madfs syscall leaves errno as the program set it. cmake counts a directory's
@@ -206,7 +217,7 @@ fn first_madfs_access_leaves_the_programs_signal_handlers() {
 #[test]
 fn madfs_syscalls_leave_errno_alone() {
     let cl = cluster();
-    let o = syscalls_env(
+    syscalls_expect(
         &cl,
         &[
             "mkdir,/madfs/ed",
@@ -215,16 +226,7 @@ fn madfs_syscalls_leave_errno_alone() {
             "readdirerrno,/madfs/ed",
             "readdirerrno,/madfs/ed",
         ],
-        20_000,
         &[("MADFS_SPIN_US", "0")],
-    );
-    let (out, err) = (
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr),
-    );
-    expect(
-        &out,
-        &err,
         &[
             "mkdir OK 0",
             "open OK *",
