@@ -62,7 +62,7 @@ pub struct DataWorkerArgs {
 
 fn client(cluster: &Path, close_sync: Option<bool>) -> anyhow::Result<Client> {
     let mut cfg = ClientConfig::from_cluster_file(cluster)?;
-    cfg.ucx = madfs_rpc::UcxSettings::from_env().map_err(anyhow::Error::msg)?;
+    cfg.apply_env().map_err(anyhow::Error::msg)?;
     if let Some(c) = close_sync {
         cfg.close_sync = c;
     }

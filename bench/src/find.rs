@@ -87,7 +87,7 @@ fn timeout_ms() -> u64 {
 
 fn client(cluster: &Path) -> anyhow::Result<Client> {
     let mut cfg = ClientConfig::from_cluster_file(cluster)?;
-    cfg.ucx = madfs_rpc::UcxSettings::from_env().map_err(anyhow::Error::msg)?;
+    cfg.apply_env().map_err(anyhow::Error::msg)?;
     cfg.timeout = Duration::from_millis(timeout_ms().max(1));
     // creation as mdtest does it: close without fsync (a local close does not fsync either)
     cfg.close_sync = false;

@@ -1,6 +1,7 @@
 //! [`Client`]: the [`FileSystem`] over UCX.
 
 use crate::fs::{DirEntry, FileSystem, OpenFlags};
+use crate::local::{self, LocalReads};
 use crate::ClientConfig;
 use futures::future::join_all;
 use madfs_placement::{chunk_server, meta_server, normalize, split_parent};
@@ -84,6 +85,7 @@ pub struct Client {
     known_dirs: RefCell<HashSet<String>>,
     uid: u32,
     gid: u32,
+    local: LocalReads,
 }
 
 impl std::fmt::Debug for Client {
@@ -142,6 +144,7 @@ impl Client {
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         Ok(Client {
             close_sync: cfg.close_sync,
+            local: LocalReads::new(cfg.local_reads, t.servers()),
             n: t.servers(),
             t,
             known_dirs: RefCell::default(),
@@ -162,6 +165,7 @@ impl Client {
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         Ok(Client {
             close_sync: cfg.close_sync,
+            local: LocalReads::new(cfg.local_reads, t.servers()),
             n: t.servers(),
             t,
             known_dirs: RefCell::default(),
@@ -196,6 +200,17 @@ impl Client {
         meta_server(path, self.n)
     }
 
+    /// Is `server` on this host with chunk files this process can read (local reads)?
+    fn is_local(&self, server: u32) -> bool {
+        self.local.is_local(server, || {
+            self.t.ensure(server)?;
+            let raw = self
+                .t
+                .call_sync(server, &Request::Locate, &[], SMALL_REPLY)?;
+            local::located(raw.decode()?.0)
+        })
+    }
+
     fn call(&self, server: u32, req: &Request<'_>) -> FsResult<Reply<'static>> {
         let raw = self.t.call_sync(server, req, &[], SMALL_REPLY)?;
         let (r, _) = raw.decode()?;
@@ -217,7 +232,9 @@ impl Client {
             Reply::Offset(o) => Reply::Offset(o),
             Reply::StatFs(s) => Reply::StatFs(s),
             Reply::Replaced(a) => Reply::Replaced(a),
-            Reply::Dirents { .. } | Reply::Found { .. } => return Err(Errno::EPROTO),
+            Reply::Dirents { .. } | Reply::Found { .. } | Reply::Located { .. } => {
+                return Err(Errno::EPROTO)
+            }
         })
     }
 
@@ -736,6 +753,14 @@ impl FileSystem for Client {
             let (head, tail) = rest.split_at_mut(range.len());
             rest = tail;
             let server = chunk_server(f.meta, f.attr.id, *chunk, self.n);
+            // chunks ≥ 1 of a server on this host: straight from its chunk file
+            if *chunk > 0 && self.is_local(server) {
+                let pos = chunk * cs + *in_chunk as u64;
+                if let Some(n) = self.local.read(server, f.attr.id, pos, head) {
+                    head[n..].fill(0);
+                    continue;
+                }
+            }
             self.t.ensure(server)?;
             slices.push((server, *chunk, *in_chunk, head));
         }

@@ -20,6 +20,9 @@ pub struct ClientConfig {
     /// `close` of a file written through the handle also makes its data durable (fsync), as
     /// IO500's rules require. `MADFS_CLOSE_SYNC=0` turns it off.
     pub close_sync: bool,
+    /// Read the chunk files of servers on this host directly instead of asking them
+    /// (docs/architecture.md, "Local reads"). `MADFS_LOCAL_READS=0` turns it off.
+    pub local_reads: bool,
 }
 
 impl ClientConfig {
@@ -30,6 +33,7 @@ impl ClientConfig {
         Ok(ClientConfig {
             tcp_servers: entries.iter().map(|e| e.tcp).collect(),
             close_sync: true,
+            local_reads: true,
             servers: entries.iter().map(|e| e.ucx).collect(),
             cluster_file: Some(path),
             timeout: madfs_rpc::DEFAULT_TIMEOUT,
@@ -37,28 +41,39 @@ impl ClientConfig {
         })
     }
 
-    /// From the environment: `MADFS_CLUSTER` (cluster file, required), `MADFS_TIMEOUT_MS`,
-    /// `MADFS_UCX_ERR_MODE`, `MADFS_SPIN_US`. Errors are one readable line.
+    /// From the environment: `MADFS_CLUSTER` (cluster file, required) and the settings of
+    /// [`ClientConfig::apply_env`]. Errors are one readable line.
     pub fn from_env() -> Result<Self, String> {
         let path = std::env::var_os("MADFS_CLUSTER").ok_or_else(|| {
             "MADFS_CLUSTER is not set (path of the cluster file written by scripts/cluster.sh)"
                 .to_string()
         })?;
         let mut cfg = Self::from_cluster_file(PathBuf::from(path)).map_err(|e| e.to_string())?;
-        cfg.ucx = UcxSettings::from_env()?;
+        cfg.apply_env()?;
+        Ok(cfg)
+    }
+
+    /// Takes the settings given in the environment: `MADFS_UCX_ERR_MODE`, `MADFS_SPIN_US`,
+    /// `MADFS_CLOSE_SYNC`, `MADFS_LOCAL_READS`, `MADFS_TIMEOUT_MS`.
+    pub fn apply_env(&mut self) -> Result<(), String> {
+        self.ucx = UcxSettings::from_env()?;
+        let switch = |name: &str, v: String| match v.as_str() {
+            "0" | "off" | "no" | "false" => Ok(false),
+            "1" | "on" | "yes" | "true" => Ok(true),
+            _ => Err(format!("{name}={v:?}: expected 0 or 1")),
+        };
         if let Ok(v) = std::env::var("MADFS_CLOSE_SYNC") {
-            cfg.close_sync = match v.as_str() {
-                "0" | "off" | "no" | "false" => false,
-                "1" | "on" | "yes" | "true" => true,
-                _ => return Err(format!("MADFS_CLOSE_SYNC={v:?}: expected 0 or 1")),
-            };
+            self.close_sync = switch("MADFS_CLOSE_SYNC", v)?;
+        }
+        if let Ok(v) = std::env::var("MADFS_LOCAL_READS") {
+            self.local_reads = switch("MADFS_LOCAL_READS", v)?;
         }
         if let Ok(v) = std::env::var("MADFS_TIMEOUT_MS") {
             let ms: u64 = v
                 .parse()
                 .map_err(|_| format!("MADFS_TIMEOUT_MS={v:?} is not a number"))?;
-            cfg.timeout = Duration::from_millis(ms.max(1));
+            self.timeout = Duration::from_millis(ms.max(1));
         }
-        Ok(cfg)
+        Ok(())
     }
 }

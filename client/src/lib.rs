@@ -13,6 +13,7 @@
 mod client;
 mod config;
 mod fs;
+mod local;
 
 pub use client::{dir_pos, Client, DirCursor, OpenFile, DIR_POS_END};
 pub use config::ClientConfig;

@@ -541,3 +541,106 @@ fn large_reads_race_shrinking_truncates() {
     assert!(f.size() >= (2 * MIB + MIB / 2) as u64);
     c.close(f).unwrap();
 }
+
+/// `read` requests the servers have answered, all together.
+fn reads_served(cl: &madfs_cluster::LocalCluster, n: usize) -> u64 {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut total = 0;
+        for i in 0..n {
+            let ctl = madfs_control::connect(cl.entry(i).control).await.unwrap();
+            let s = ctl.stats(madfs_control::context(5)).await.unwrap();
+            total += s.requests.get("read").copied().unwrap_or(0);
+        }
+        total
+    })
+}
+
+/// Descriptors of this process open on files under `dir`.
+fn fds_under(dir: &std::path::Path) -> Vec<i32> {
+    let dir = dir.canonicalize().unwrap();
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let target = std::fs::read_link(e.path()).ok()?;
+            target
+                .starts_with(&dir)
+                .then(|| e.file_name().to_str()?.parse().ok())?
+        })
+        .collect()
+}
+
+/// A client on the servers' host reads chunks ≥ 1 from their chunk files (no `Read` request),
+/// byte-exact with holes, sparse ends, truncation, re-creation, and descriptors the program
+/// closes or replaces; with local reads off every chunk is asked for.
+#[test]
+fn local_reads_see_what_the_servers_would_send() {
+    const N: usize = 3;
+    let cl = cluster(N, &["--chunk-size", "65536"], "none");
+    let remote = {
+        let mut cfg = madfs_client::ClientConfig::from_cluster_file(cl.cluster_file()).unwrap();
+        cfg.local_reads = false;
+        madfs_client::Client::new(&cfg).unwrap()
+    };
+    let c = client(&cl, Duration::from_secs(20), "none");
+    // 20 chunks with a hole of 3 chunks in the middle and a sparse end
+    let mut want = data(20 * CS, 5);
+    want[6 * CS + 100..9 * CS + 7].fill(0);
+    let mut f = remote.open("/lr", OpenFlags::create_trunc()).unwrap();
+    remote.write(&mut f, 0, &want[..6 * CS + 100]).unwrap();
+    remote
+        .write(&mut f, (9 * CS + 7) as u64, &want[9 * CS + 7..19 * CS])
+        .unwrap();
+    remote.close(f).unwrap();
+    remote.truncate("/lr", (20 * CS) as u64).unwrap();
+    want[19 * CS..].fill(0);
+
+    let before = reads_served(&cl, N);
+    assert_eq!(get(&c, "/lr"), want, "local reads");
+    let local_reqs = reads_served(&cl, N) - before;
+    assert!(local_reqs <= 1, "{local_reqs} read requests (chunk 0 only)");
+    let before = reads_served(&cl, N);
+    assert_eq!(get(&remote, "/lr"), want, "server reads");
+    assert!(reads_served(&cl, N) - before >= 20);
+
+    // an unaligned read across chunk ends
+    let f = c.open("/lr", OpenFlags::default()).unwrap();
+    let mut buf = vec![0xaau8; 3 * CS + 11];
+    assert_eq!(c.read(&f, (CS + 5) as u64, &mut buf).unwrap(), buf.len());
+    assert_eq!(buf, want[CS + 5..4 * CS + 16]);
+    c.close(f).unwrap();
+
+    // the program closes our descriptors or puts other files on their numbers
+    let ours = fds_under(cl.root());
+    assert!(!ours.is_empty(), "no cached chunk-file descriptor");
+    assert!(ours.iter().all(|fd| *fd >= 10), "{ours:?}");
+    let null = std::fs::File::open("/dev/null").unwrap();
+    for (k, fd) in ours.iter().enumerate() {
+        if k % 2 == 0 {
+            // SAFETY: replacing a descriptor the test found open on a chunk file.
+            unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), *fd) };
+        } else {
+            // SAFETY: closing a descriptor the test found open on a chunk file.
+            unsafe { libc::close(*fd) };
+        }
+    }
+    assert_eq!(get(&c, "/lr"), want, "after the descriptors were taken");
+
+    // shrink and grow through the other client: the cut part reads as zeros
+    remote.truncate("/lr", (4 * CS + 3) as u64).unwrap();
+    remote.truncate("/lr", (12 * CS) as u64).unwrap();
+    let mut cut = want[..12 * CS].to_vec();
+    cut[4 * CS + 3..].fill(0);
+    assert_eq!(get(&c, "/lr"), cut, "after shrink and grow");
+
+    // removed and made again under the same name: never the old bytes
+    remote.unlink("/lr").unwrap();
+    let new = data(8 * CS, 6);
+    put(&remote, "/lr", &new, 5 * CS, false);
+    assert_eq!(get(&c, "/lr"), new, "re-created file");
+    drop(null);
+}

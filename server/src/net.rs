@@ -197,6 +197,11 @@ fn serve_frame(ops: &Ops, b: &mut Bufs, data: Option<usize>) -> ([u8; PREFIX], u
                     next: next.as_deref(),
                 },
                 Answer::StatFs(s) => Reply::StatFs(*s),
+                Answer::Located(l) => Reply::Located {
+                    boot: &l.boot,
+                    dir: &l.dir,
+                    token: l.token,
+                },
                 Answer::Dirents(v, next) => {
                     dirents = v
                         .iter()

@@ -3,7 +3,7 @@
 //! [`runs_inline`].
 
 use crate::stats::ServerStats;
-use crate::store::chunks::FsChunks;
+use crate::store::chunks::{FsChunks, Location};
 use crate::store::rocks::RocksMeta;
 use crate::store::{ChunkStore, Created, Entry, MetadataStore};
 use madfs_placement::check_normalized;
@@ -45,6 +45,8 @@ pub enum Answer {
     Dirents(Vec<Entry>, Option<u64>),
     /// `n` bytes of read data are in the data buffer.
     Data(usize),
+    /// Where the chunk files are.
+    Located(Location),
 }
 
 /// The stores of one server and its settings.
@@ -88,6 +90,7 @@ pub fn runs_inline(req: &Request<'_>, meta_inline: bool) -> bool {
     match req {
         Request::Ping
         | Request::Bye
+        | Request::Locate
         | Request::Stat(_)
         | Request::Statfs
         | Request::HasChildren { .. } => true,
@@ -543,6 +546,7 @@ impl Ops {
             }
             Request::Statfs => self.chunks.statfs().map(Answer::StatFs),
             Request::Bye => Ok(Answer::Unit),
+            Request::Locate => Ok(Answer::Located(self.chunks.location().clone())),
             // its data comes as a separate message: the network side turns it into `Write`
             Request::WriteData { .. } => Err(Errno::EINVAL),
             Request::Find {

@@ -416,7 +416,7 @@ fn client(t: &TargetSpec) -> Result<Client> {
         .clone()
         .context("a madfs target needs a cluster file (--cluster or MADFS_CLUSTER)")?;
     let mut cfg = ClientConfig::from_cluster_file(&file)?;
-    cfg.ucx = madfs_rpc::UcxSettings::from_env().map_err(anyhow::Error::msg)?;
+    cfg.apply_env().map_err(anyhow::Error::msg)?;
     Ok(Client::new(&cfg)?)
 }
 

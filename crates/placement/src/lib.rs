@@ -66,6 +66,13 @@ pub fn chunk_server(meta: u32, id: u64, chunk: u64, n: u32) -> u32 {
     }
 }
 
+/// Where a server keeps the chunks of file `id` that it holds, relative to its chunk
+/// directory: one sparse file, each chunk at its byte position in the madfs file (chunk *c* at
+/// *c* × chunk size). Servers write there; clients on the same host read there directly.
+pub fn chunk_file(id: u64) -> String {
+    format!("{:02x}/{id:016x}", id % 256)
+}
+
 /// Directory position of an entry name.
 pub fn name_hash(name: &str) -> u64 {
     hash64(name.as_bytes(), NAME_SEED)

@@ -350,6 +350,9 @@ pub enum Request<'a> {
         after: &'a [u8],
         max_bytes: u32,
     },
+    /// Where this server keeps its chunk files, for clients on the same host that read them
+    /// directly (docs/architecture.md, "Local reads"). Reply: `Located`.
+    Locate,
     /// `Write` of `len` bytes that do not follow in this frame but come as their own message,
     /// the raw data alone, on `tag::request(tag::REQUEST_DATA, conn, seq)` (same connection
     /// and sequence number): one contiguous message that UCX can move with a zero-copy
@@ -405,6 +408,7 @@ impl Request<'_> {
             Request::Bye => "bye",
             Request::Find { .. } => "find",
             Request::WriteData { .. } => "write",
+            Request::Locate => "locate",
         }
     }
 }
@@ -494,6 +498,15 @@ pub enum Reply<'a> {
     },
     /// File-system totals.
     StatFs(StatFs),
+    /// Answer to `Locate`: the kernel the server runs on (`/proc/sys/kernel/random/boot_id`),
+    /// the absolute path of its chunk-file directory, and the random number it wrote into
+    /// `token` there at start (a client that reads the same number from that path sees the
+    /// same files).
+    Located {
+        boot: &'a str,
+        dir: &'a str,
+        token: u64,
+    },
 }
 
 #[cfg(test)]

@@ -24,9 +24,25 @@ const EARLY_WRITEBACK_MIN: usize = 256 << 10;
 /// Read-only descriptors kept for reads (the cache is emptied when full).
 const OPEN_CACHE: usize = 256;
 
+/// Where the chunk files are, for clients on the same host that read them directly
+/// (`Request::Locate`).
+#[derive(Debug, Clone)]
+pub struct Location {
+    /// `/proc/sys/kernel/random/boot_id`: the kernel (and page cache) the files live under.
+    pub boot: String,
+    /// Absolute path of the chunk directory.
+    pub dir: String,
+    /// The random number written into `dir/token` at open.
+    pub token: u64,
+}
+
+/// Name of the token file in the chunk directory (not a valid chunk-file subdirectory name).
+pub const TOKEN_FILE: &str = "token";
+
 /// Local-file chunk store.
 pub struct FsChunks {
     root: PathBuf,
+    location: Location,
     dirty: Mutex<HashSet<u64>>,
     pins: Arc<Pins>,
     open: Mutex<OpenCache>,
@@ -154,7 +170,9 @@ impl FsChunks {
     /// Opens (creating) the chunk directory `root`.
     pub fn open(root: &Path) -> std::io::Result<Self> {
         std::fs::create_dir_all(root)?;
+        let location = publish_location(root)?;
         Ok(FsChunks {
+            location,
             root: root.to_owned(),
             dirty: Mutex::new(HashSet::new()),
             pins: Arc::new(Pins {
@@ -170,7 +188,12 @@ impl FsChunks {
     }
 
     fn file_path(&self, id: u64) -> PathBuf {
-        self.file_dir(id).join(format!("{id:016x}"))
+        self.root.join(madfs_placement::chunk_file(id))
+    }
+
+    /// Where the chunk files are ([`Location`]).
+    pub fn location(&self) -> &Location {
+        &self.location
     }
 
     fn open_cache(&self) -> std::sync::MutexGuard<'_, OpenCache> {
@@ -287,6 +310,29 @@ impl FsChunks {
             .unwrap_or_else(|e| e.into_inner())
             .insert(id);
     }
+}
+
+/// Writes a fresh random token into `root/token` (by rename: a reader sees the old or the new
+/// one whole) and returns the store's [`Location`].
+fn publish_location(root: &Path) -> std::io::Result<Location> {
+    let mut raw = [0u8; 8];
+    // SAFETY: getrandom fills the 8 bytes of `raw`, which it may write.
+    let n = unsafe { libc::getrandom(raw.as_mut_ptr().cast(), raw.len(), 0) };
+    if n != raw.len() as isize {
+        return Err(std::io::Error::last_os_error());
+    }
+    let token = u64::from_le_bytes(raw);
+    let tmp = root.join(format!("{TOKEN_FILE}.tmp"));
+    std::fs::write(&tmp, format!("{token}\n"))?;
+    std::fs::rename(&tmp, root.join(TOKEN_FILE))?;
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    Ok(Location {
+        boot,
+        dir: std::fs::canonicalize(root)?.display().to_string(),
+        token,
+    })
 }
 
 fn not_found_is_ok(e: std::io::Error) -> FsResult<()> {
