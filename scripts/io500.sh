@@ -41,10 +41,10 @@ if ! awk -v re="$sections" '/^\[/ { f = ($0 ~ re) } f && /^[ \t]*external-script
   config="$wired"
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export MADFS_MOUNT="${MADFS_MOUNT:-/madfs}" MADFS_CLOSE_SYNC="${MADFS_CLOSE_SYNC:-1}"
+export MADFS_MOUNT="${MADFS_MOUNT:-/madfs}" MADFS_CLOSE_SYNC="${MADFS_CLOSE_SYNC:-1}" MADFS_LOCAL_READS="${MADFS_LOCAL_READS:-1}"
 hostopt=()
 [ -n "$hostfile" ] && hostopt=(--hostfile "$hostfile")
 exec mpirun --allow-run-as-root --oversubscribe "${hostopt[@]}" -np "$np" \
-  -x LD_PRELOAD="$lib" -x MADFS_CLUSTER -x MADFS_MOUNT -x MADFS_CLOSE_SYNC \
+  -x LD_PRELOAD="$lib" -x MADFS_CLUSTER -x MADFS_MOUNT -x MADFS_CLOSE_SYNC -x MADFS_LOCAL_READS \
   -x UCX_NET_DEVICES -x UCX_TLS -x MADFS_UCX_ERR_MODE \
   "$io500" "$config"

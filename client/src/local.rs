@@ -51,11 +51,11 @@ pub(crate) struct LocalReads {
     fds: RefCell<Vec<Cached>>,
 }
 
-/// `fstat` of `fd`: (device, inode, link count), or `None` if it is not open.
-fn identity(fd: i32) -> Option<(u64, u64, u64)> {
+/// `fstat` of `fd`: (device, inode, still linked), or `None` if it is not open.
+fn identity(fd: i32) -> Option<(u64, u64, bool)> {
     // SAFETY: fstat with a zeroed out-parameter; a bad descriptor only fails.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino, st.st_nlink))
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino, st.st_nlink > 0))
 }
 
 fn close(fd: i32) {
@@ -149,8 +149,8 @@ impl LocalReads {
         if let Some(i) = fds.iter().position(|c| c.server == server && c.id == id) {
             let c = &fds[i];
             match identity(c.fd) {
-                Some((dev, ino, links)) if dev == c.dev && ino == c.ino => {
-                    if links > 0 {
+                Some((dev, ino, linked)) if dev == c.dev && ino == c.ino => {
+                    if linked {
                         return Some(Some(c.fd));
                     }
                     close(c.fd); // ours, but the file was removed: open the name again
