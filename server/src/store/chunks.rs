@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 /// its fsync; a write that small rather belongs to a record rewritten soon.
 const EARLY_WRITEBACK_MIN: usize = 256 << 10;
 
-/// Read-only descriptors kept for reads (the cache is emptied when full).
+/// Descriptors kept open for reads and writes (the cache is emptied when full).
 const OPEN_CACHE: usize = 256;
 
 /// Where the chunk files are, for clients on the same host that read them directly
@@ -48,9 +48,9 @@ pub struct FsChunks {
     open: Mutex<OpenCache>,
 }
 
-/// Read-only descriptors of recently read files, so that the net thread can map the pieces of
-/// a streaming read and answer small reads from the page cache without an `open` (which may
-/// wait for the disk), and IO threads need no `open` per read. `gen` counts removals: a
+/// Descriptors (read and write) of recently used files, so that the net thread can map the
+/// pieces of a streaming read, answer small reads from the page cache and take small writes
+/// without an `open` (which may wait for the disk), and IO threads need no `open` per call. `gen` counts removals: a
 /// descriptor opened before one is not cached (it may be the removed file).
 #[derive(Default)]
 struct OpenCache {
@@ -205,7 +205,7 @@ impl FsChunks {
     /// use [`ChunkStore::read`] instead (a shrink of a file of this shard is under way, or
     /// the mapping failed).
     pub fn map_read(&self, id: u64, pos: u64, len: usize) -> FsResult<Option<Mapped>> {
-        match self.open_ro(id)? {
+        match self.open_file(id, false)? {
             Some(f) => self.map_file(&f, id, pos, len),
             None => Ok(Some(Mapped::empty())),
         }
@@ -245,15 +245,33 @@ impl FsChunks {
         self.open_cache().files.get(&id).cloned()
     }
 
-    /// A read-only descriptor of file `id`, from the cache or opened (blocking) and cached;
-    /// `None` if there is no local file.
-    fn open_ro(&self, id: u64) -> FsResult<Option<Arc<File>>> {
+    /// Is file `id` open (in the descriptor cache)? Then a small write needs no `open`.
+    pub fn is_open(&self, id: u64) -> bool {
+        self.open_cache().files.contains_key(&id)
+    }
+
+    /// A descriptor (read and write) of file `id`, from the cache or opened (blocking) and
+    /// cached; with `create` a missing file is made, else `None` if there is no local file.
+    fn open_file(&self, id: u64, create: bool) -> FsResult<Option<Arc<File>>> {
         if let Some(f) = self.cached(id) {
             return Ok(Some(f));
         }
         let gen = self.open_cache().gen;
-        let f = match File::open(self.file_path(id)) {
+        let path = self.file_path(id);
+        let open = || {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(create)
+                .truncate(false)
+                .open(&path)
+        };
+        let f = match open() {
             Ok(f) => Arc::new(f),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => {
+                std::fs::create_dir_all(self.file_dir(id))?;
+                Arc::new(open()?)
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(Errno::from_io(&e)),
         };
@@ -345,7 +363,7 @@ fn not_found_is_ok(e: std::io::Error) -> FsResult<()> {
 
 impl ChunkStore for FsChunks {
     fn read(&self, id: u64, pos: u64, out: &mut [u8]) -> FsResult<usize> {
-        let Some(f) = self.open_ro(id)? else {
+        let Some(f) = self.open_file(id, false)? else {
             return Ok(0);
         };
         let mut done = 0;
@@ -361,21 +379,8 @@ impl ChunkStore for FsChunks {
     }
 
     fn write(&self, id: u64, pos: u64, data: &[u8]) -> FsResult<()> {
-        let path = self.file_path(id);
-        let open = || {
-            OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&path)
-        };
-        let f = match open() {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                std::fs::create_dir_all(self.file_dir(id))?;
-                open()?
-            }
-            Err(e) => return Err(Errno::from_io(&e)),
+        let Some(f) = self.open_file(id, true)? else {
+            return Err(Errno::EIO);
         };
         f.write_all_at(data, pos)?;
         if data.len() >= EARLY_WRITEBACK_MIN {
