@@ -296,16 +296,22 @@ impl Endpoint {
             trace!("close: complete");
             Ok(())
         } else if UCS_PTR_IS_PTR(status) {
-            let result = loop {
-                if let Poll::Ready(result) = unsafe { poll_normal(status) } {
-                    unsafe { ucp_request_free(status as _) };
-                    break result;
-                } else {
-                    futures_lite::future::yield_now().await;
+            // madfs: the request is freed also when this future is dropped before the close
+            // completes (a caller's deadline): a request never freed trips UCX's assertion
+            // `req->flags & UCP_REQUEST_FLAG_RELEASED` when the worker is destroyed.
+            struct FreeOnDrop(ucs_status_ptr_t);
+            impl Drop for FreeOnDrop {
+                fn drop(&mut self) {
+                    unsafe { ucp_request_free(self.0 as _) };
                 }
-            };
-
-            result
+            }
+            let _free = FreeOnDrop(status);
+            loop {
+                if let Poll::Ready(result) = unsafe { poll_normal(status) } {
+                    break result;
+                }
+                futures_lite::future::yield_now().await;
+            }
         } else {
             // todo: maybe this shouldn't treat as error ...
             let status = UCS_PTR_RAW_STATUS(status);
