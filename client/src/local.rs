@@ -100,9 +100,10 @@ impl LocalReads {
         if let Where::Unknown = w {
             *w = match locate() {
                 Ok((boot, dir, token)) if Some(&boot) == self.boot.as_ref() => {
-                    let seen = std::fs::read_to_string(format!("{dir}/token"))
-                        .ok()
-                        .and_then(|s| s.trim().parse::<u64>().ok());
+                    let seen =
+                        std::fs::read_to_string(format!("{dir}/{}", madfs_placement::TOKEN_FILE))
+                            .ok()
+                            .and_then(|s| s.trim().parse::<u64>().ok());
                     if seen == Some(token) {
                         Where::Local(dir)
                     } else {

@@ -437,14 +437,14 @@ async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: 
                 // a write whose bytes came in the frame (< RAW_WRITE_MIN) into an open file
                 let small_write = match req {
                     Request::Write { id, chunk, .. } if chunk != 0 => {
-                        (small_writes_inline() && ops.chunks.is_open(id)).then_some(id)
+                        small_writes_inline() && ops.chunks.is_open(id)
                     }
-                    _ => None,
+                    _ => false,
                 };
-                let inline = runs_inline(&req, cfg.meta_inline) || small_write.is_some();
+                let inline = runs_inline(&req, cfg.meta_inline) || small_write;
                 (inline, raw, span, data_len, small_write)
             }
-            Err(_) => (true, false, None, None, None),
+            Err(_) => (true, false, None, None, false),
         };
         // a WriteData's bytes follow as their own message: always take it (a message nobody
         // receives would stay queued in UCX), straight into the data buffer
@@ -512,7 +512,7 @@ async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: 
         let (b, prefix, n) = if let Some((p, n)) = nowait {
             (b, p, n)
         } else if inline {
-            let started = small_write.map(|_| std::time::Instant::now());
+            let started = small_write.then(std::time::Instant::now);
             let (p, n) = serve_frame(&ops, &mut b, data);
             if let Some(t) = started {
                 small_write_took(t.elapsed());

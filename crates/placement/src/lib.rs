@@ -73,6 +73,10 @@ pub fn chunk_file(id: u64) -> String {
     format!("{:02x}/{id:016x}", id % 256)
 }
 
+/// Name of the file in a server's chunk directory holding the random token it writes at
+/// start: a client that reads the server's token there sees the server's chunk files.
+pub const TOKEN_FILE: &str = "token";
+
 /// Directory position of an entry name.
 pub fn name_hash(name: &str) -> u64 {
     hash64(name.as_bytes(), NAME_SEED)

@@ -8,6 +8,7 @@
 //! directory. Plain `std::fs` on IO threads.
 
 use super::ChunkStore;
+use madfs_placement::TOKEN_FILE;
 use madfs_proto::{Errno, FsResult, StatFs};
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
@@ -36,9 +37,6 @@ pub struct Location {
     pub token: u64,
 }
 
-/// Name of the token file in the chunk directory (not a valid chunk-file subdirectory name).
-pub const TOKEN_FILE: &str = "token";
-
 /// Local-file chunk store.
 pub struct FsChunks {
     root: PathBuf,
@@ -50,8 +48,9 @@ pub struct FsChunks {
 
 /// Descriptors (read and write) of recently used files, so that the net thread can map the
 /// pieces of a streaming read, answer small reads from the page cache and take small writes
-/// without an `open` (which may wait for the disk), and IO threads need no `open` per call. `gen` counts removals: a
-/// descriptor opened before one is not cached (it may be the removed file).
+/// without an `open` (which may wait for the disk), and IO threads need no `open` per call.
+/// `gen` counts removals: a descriptor opened before one is not cached (it may be the removed
+/// file).
 #[derive(Default)]
 struct OpenCache {
     gen: u64,
@@ -183,10 +182,6 @@ impl FsChunks {
         })
     }
 
-    fn file_dir(&self, id: u64) -> PathBuf {
-        self.root.join(format!("{:02x}", id % 256))
-    }
-
     fn file_path(&self, id: u64) -> PathBuf {
         self.root.join(madfs_placement::chunk_file(id))
     }
@@ -269,7 +264,9 @@ impl FsChunks {
         let f = match open() {
             Ok(f) => Arc::new(f),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => {
-                std::fs::create_dir_all(self.file_dir(id))?;
+                if let Some(dir) = path.parent() {
+                    std::fs::create_dir_all(dir)?;
+                }
                 Arc::new(open()?)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
