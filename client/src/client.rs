@@ -12,6 +12,7 @@ use madfs_proto::{
 use madfs_rpc::Transport;
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Chunk RPCs in flight at once for one large read or write.
 const WINDOW: usize = 16;
@@ -77,12 +78,27 @@ pub struct DirCursor {
     servers: Vec<(VecDeque<DirEntry>, Option<u64>)>,
 }
 
+/// Counts the directories removed or renamed by the clients of this process (the preload has
+/// one client per thread). A client forgets every directory it knew to exist when the count
+/// has moved, so no thread trusts a directory that another thread took away.
+static DIRS_GONE: AtomicU64 = AtomicU64::new(0);
+
+/// Directories a client saw exist (normalised paths), valid while [`DIRS_GONE`] is `gen`.
+#[derive(Default)]
+struct KnownDirs {
+    gen: u64,
+    dirs: HashSet<String>,
+}
+
+/// Most directories one client remembers (then it starts over).
+const KNOWN_DIRS_MAX: usize = 65536;
+
 /// The madfs client of one thread.
 pub struct Client {
     close_sync: bool,
     t: Transport,
     n: u32,
-    known_dirs: RefCell<HashSet<String>>,
+    known_dirs: RefCell<KnownDirs>,
     uid: u32,
     gid: u32,
     local: LocalReads,
@@ -417,18 +433,19 @@ impl Client {
                 self.move_file(old, &new, attr, false)?;
             }
         }
-        for (d, id) in dirs.iter().rev() {
+        // the old directories go: no client of this process may trust them from here on
+        // (and none may learn them again while they are being taken away)
+        Self::dirs_gone();
+        let detached = dirs.iter().rev().try_for_each(|(d, id)| {
             let req = Request::Detach {
                 path: d,
                 id: *id,
                 drop_inline: false,
             };
-            self.call(self.meta_of(d), &req)?;
-        }
-        self.known_dirs
-            .borrow_mut()
-            .retain(|d| !(d == from || d.starts_with(&format!("{from}/"))));
-        Ok(())
+            self.call(self.meta_of(d), &req).map(drop)
+        });
+        Self::dirs_gone();
+        detached
     }
 
     /// A cursor over the entries of `dir` whose positions ([`dir_pos`]) lie in `[from, to)`,
@@ -604,20 +621,59 @@ impl Client {
     }
 
     /// ENOENT on `path`: is the reason a missing ancestor (ENOENT) or one that is not a
-    /// directory (ENOTDIR)? Only runs on error paths.
+    /// directory (ENOTDIR)? Only runs on error paths; a parent this client saw to be a
+    /// directory (creating in it, or an earlier miss) costs no request: a lookup of a name
+    /// that does not exist is one round trip, as a hit is.
     fn refine_enoent(&self, path: &str) -> Errno {
         let mut p = path;
         while let Some((parent, _)) = split_parent(p) {
-            if parent == "/" {
+            if parent == "/" || self.dir_known(parent) {
                 return Errno::ENOENT;
             }
+            let gen = DIRS_GONE.load(Ordering::Acquire);
             match self.stat_norm(parent) {
                 Ok(a) if !a.is_dir() => return Errno::ENOTDIR,
-                Ok(_) => return Errno::ENOENT,
+                Ok(_) => {
+                    self.dir_seen(parent, gen);
+                    return Errno::ENOENT;
+                }
                 Err(_) => p = parent,
             }
         }
         Errno::ENOENT
+    }
+
+    /// Did this client see `dir` exist as a directory, with no directory removed or renamed
+    /// in this process since?
+    fn dir_known(&self, dir: &str) -> bool {
+        let mut k = self.known_dirs.borrow_mut();
+        let gen = DIRS_GONE.load(Ordering::Acquire);
+        if k.gen != gen {
+            k.dirs.clear();
+            k.gen = gen;
+        }
+        k.dirs.contains(dir)
+    }
+
+    /// `dir` was a directory in a reply to a request sent when [`DIRS_GONE`] was `gen`.
+    fn dir_seen(&self, dir: &str, gen: u64) {
+        let mut k = self.known_dirs.borrow_mut();
+        if DIRS_GONE.load(Ordering::Acquire) != gen {
+            return; // a directory went away meanwhile: perhaps this one
+        }
+        if k.gen != gen {
+            k.dirs.clear();
+            k.gen = gen;
+        }
+        if k.dirs.len() >= KNOWN_DIRS_MAX {
+            k.dirs.clear();
+        }
+        k.dirs.insert(dir.to_owned());
+    }
+
+    /// A directory was removed or renamed: every client of this process forgets what it knew.
+    fn dirs_gone() {
+        DIRS_GONE.fetch_add(1, Ordering::AcqRel);
     }
 
     fn stat_norm(&self, path: &str) -> FsResult<Attr> {
@@ -629,16 +685,13 @@ impl Client {
         let Some((parent, _)) = split_parent(path) else {
             return Err(Errno::EEXIST);
         };
-        if parent == "/" || self.known_dirs.borrow().contains(parent) {
+        if parent == "/" || self.dir_known(parent) {
             return Ok(());
         }
+        let gen = DIRS_GONE.load(Ordering::Acquire);
         match self.stat_norm(parent) {
             Ok(a) if a.is_dir() => {
-                let mut cache = self.known_dirs.borrow_mut();
-                if cache.len() > 65536 {
-                    cache.clear();
-                }
-                cache.insert(parent.to_owned());
+                self.dir_seen(parent, gen);
                 Ok(())
             }
             Ok(_) => Err(Errno::ENOTDIR),
@@ -982,11 +1035,9 @@ impl FileSystem for Client {
         if self.has_children(&path)? {
             return Err(Errno::ENOTEMPTY);
         }
-        self.call(self.meta_of(&path), &Request::Rmdir { path: &path })?;
-        self.known_dirs
-            .borrow_mut()
-            .retain(|d| !(d == &path || d.starts_with(&format!("{path}/"))));
-        Ok(())
+        let removed = self.call(self.meta_of(&path), &Request::Rmdir { path: &path });
+        Self::dirs_gone();
+        removed.map(drop)
     }
 
     fn readdir(&self, path: &str) -> FsResult<Vec<DirEntry>> {

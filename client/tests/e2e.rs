@@ -544,6 +544,11 @@ fn large_reads_race_shrinking_truncates() {
 
 /// `read` requests the servers have answered, all together.
 fn reads_served(cl: &madfs_cluster::LocalCluster, n: usize) -> u64 {
+    served(cl, n, "read")
+}
+
+/// Requests named `name` answered by the first `n` servers so far.
+fn served(cl: &madfs_cluster::LocalCluster, n: usize, name: &str) -> u64 {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -553,7 +558,7 @@ fn reads_served(cl: &madfs_cluster::LocalCluster, n: usize) -> u64 {
         for i in 0..n {
             let ctl = madfs_control::connect(cl.entry(i).control).await.unwrap();
             let s = ctl.stats(madfs_control::context(5)).await.unwrap();
-            total += s.requests.get("read").copied().unwrap_or(0);
+            total += s.requests.get(name).copied().unwrap_or(0);
         }
         total
     })
@@ -643,4 +648,51 @@ fn local_reads_see_what_the_servers_would_send() {
     put(&remote, "/lr", &new, 5 * CS, false);
     assert_eq!(get(&c, "/lr"), new, "re-created file");
     drop(null);
+}
+
+/// A lookup of a missing name in a directory the client has seen costs one request (not a
+/// second one to tell ENOENT from ENOTDIR), and a directory that another client of the
+/// process removed is never trusted afterwards (the preload has one client per thread).
+#[test]
+fn missing_names_cost_one_request_and_removed_dirs_are_forgotten() {
+    const N: usize = 3;
+    let cl = cluster(N, &[], "none");
+    let a = client(&cl, Duration::from_secs(20), "none");
+    let b = client(&cl, Duration::from_secs(20), "none");
+    a.mkdir("/kd", 0o755).unwrap();
+    a.mkdir("/kd/sub", 0o755).unwrap();
+    assert_eq!(a.stat("/kd/first").unwrap_err(), Errno::ENOENT);
+    let before = served(&cl, N, "stat");
+    for i in 0..20 {
+        assert_eq!(a.stat(&format!("/kd/m{i}")).unwrap_err(), Errno::ENOENT);
+    }
+    assert_eq!(
+        served(&cl, N, "stat") - before,
+        20,
+        "one request per missing name"
+    );
+    assert_eq!(a.stat("/nodir/x").unwrap_err(), Errno::ENOENT);
+    assert_eq!(a.stat("/nodir/y/z").unwrap_err(), Errno::ENOENT);
+
+    // a learns /kd/sub (a miss in it, a create in it), then b replaces it by a file
+    assert_eq!(a.stat("/kd/sub/x").unwrap_err(), Errno::ENOENT);
+    let f = a.open("/kd/sub/f", OpenFlags::create_trunc()).unwrap();
+    a.close(f).unwrap();
+    a.unlink("/kd/sub/f").unwrap();
+    b.rmdir("/kd/sub").unwrap();
+    let f = b.open("/kd/sub", OpenFlags::create_trunc()).unwrap();
+    b.close(f).unwrap();
+    assert_eq!(a.stat("/kd/sub/x").unwrap_err(), Errno::ENOTDIR);
+    let err = a.open("/kd/sub/y", OpenFlags::create_trunc()).unwrap_err();
+    assert_eq!(err, Errno::ENOTDIR, "no create under a file");
+    assert_eq!(a.mkdir("/kd/sub/d", 0o755).unwrap_err(), Errno::ENOTDIR);
+
+    // the same after a directory rename by b: the old name is gone for a as well
+    a.mkdir("/kd/old", 0o755).unwrap();
+    assert_eq!(a.stat("/kd/old/x").unwrap_err(), Errno::ENOENT);
+    b.rename("/kd/old", "/kd/new", false).unwrap();
+    let f = b.open("/kd/old", OpenFlags::create_trunc()).unwrap();
+    b.close(f).unwrap();
+    assert_eq!(a.stat("/kd/old/x").unwrap_err(), Errno::ENOTDIR);
+    assert_eq!(a.stat("/kd/new/x").unwrap_err(), Errno::ENOENT);
 }

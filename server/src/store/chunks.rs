@@ -463,9 +463,13 @@ impl ChunkStore for FsChunks {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&id);
         if dirty {
-            match File::open(self.file_path(id)) {
-                Ok(f) => f.sync_data()?,
-                Err(e) => not_found_is_ok(e)?,
+            // the cached descriptor when there is one (no open by name per fsync)
+            match self.cached(id) {
+                Some(f) => f.sync_data()?,
+                None => match File::open(self.file_path(id)) {
+                    Ok(f) => f.sync_data()?,
+                    Err(e) => not_found_is_ok(e)?,
+                },
             }
         }
         Ok(())
