@@ -83,6 +83,25 @@ pub struct DirCursor {
 /// has moved, so no thread trusts a directory that another thread took away.
 static DIRS_GONE: AtomicU64 = AtomicU64::new(0);
 
+/// Counts the requests that change something (entries, attributes, data) sent by the clients
+/// of this process, counted before they are sent: see [`mutations`].
+static MUTATIONS: AtomicU64 = AtomicU64::new(0);
+
+/// How many changing requests the clients of this process have begun so far. Attributes a
+/// client read after seeing this value are still what the servers hold (for this process)
+/// while it has not moved: the preload answers `fstat` right after `open` from the
+/// attributes `open` fetched, instead of asking again.
+pub fn mutations() -> u64 {
+    MUTATIONS.load(Ordering::Acquire)
+}
+
+/// A changing request is about to be sent.
+fn mutating(req: &Request<'_>) {
+    if req.mutates() {
+        MUTATIONS.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
 /// Directories a client saw exist (normalised paths), valid while [`DIRS_GONE`] is `gen`.
 #[derive(Default)]
 struct KnownDirs {
@@ -228,6 +247,7 @@ impl Client {
     }
 
     fn call(&self, server: u32, req: &Request<'_>) -> FsResult<Reply<'static>> {
+        mutating(req);
         let raw = self.t.call_sync(server, req, &[], SMALL_REPLY)?;
         let (r, _) = raw.decode()?;
         // the small replies used here own no borrowed data
@@ -385,6 +405,7 @@ impl Client {
             replace,
         };
         self.t.ensure(dst)?;
+        mutating(&req);
         let raw = self.t.wait(
             &[dst],
             self.t.call(dst, tag::REQUEST, &req, inline, SMALL_REPLY),
@@ -602,6 +623,7 @@ impl Client {
 
     /// Sends a request to every server at once (connecting first).
     fn broadcast(&self, req: &Request<'_>) -> FsResult<Vec<Reply<'static>>> {
+        mutating(req);
         let all = self.connect_all()?;
         let futs = all
             .iter()
@@ -867,6 +889,7 @@ impl FileSystem for Client {
         let path = f.path.clone();
         for group in calls.chunks(WINDOW) {
             let involved: Vec<u32> = group.iter().map(|g| g.0).collect();
+            MUTATIONS.fetch_add(1, Ordering::AcqRel);
             let futs = group.iter().map(|(server, chunk, in_chunk, bulk)| {
                 let size_of = (*chunk == 0).then_some(path.as_str());
                 // large pieces: header and data as two messages, the data contiguous

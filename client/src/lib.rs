@@ -15,7 +15,7 @@ mod config;
 mod fs;
 mod local;
 
-pub use client::{dir_pos, Client, DirCursor, OpenFile, DIR_POS_END};
+pub use client::{dir_pos, mutations, Client, DirCursor, OpenFile, DIR_POS_END};
 pub use config::ClientConfig;
 pub use fs::{DirEntry, FileSystem, OpenFlags};
 pub use madfs_proto::{Attr, Errno, FindFilter, FsResult, StatFs, TimeSpec};

@@ -222,6 +222,11 @@ fn new_client() -> FsResult<Rc<Client>> {
         return Err(Errno::EIO);
     }
     let cfg = config()?;
+    // The placeholder template sits at a high fd number; putting it there grows the kernel's
+    // fd table, which waits for an RCU grace period (7-17 ms here) once the process has
+    // threads, and UCX starts some: make it first, while a single-threaded program still
+    // has one thread (the first open of a `cat` or `cp` took 10-20 ms).
+    crate::fdtable::prepare();
     let connected = |c: Client| {
         // every connection now, while the program's fd numbers are held (a later one, made
         // on first use, might take a free low number)

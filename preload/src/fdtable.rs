@@ -68,8 +68,28 @@ pub struct Header {
 /// 4 KiB allocation and free less per open+close).
 static SPARE: AtomicPtr<MaybeUninit<Header>> = AtomicPtr::new(std::ptr::null_mut());
 
+/// How long after `open` an `fstat` may be answered from the attributes `open` fetched.
+pub const FRESH_FOR: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// The attributes an `open` fetched, and when: programs ask `fstat` right after `open` (stdio
+/// sizing its buffer, `cat`, `cp`, Python's `open().read()` twice), and asking the server
+/// again then cost a round trip per open for an answer that cannot have changed unless
+/// something changed it meanwhile.
+#[derive(Clone, Copy, Debug)]
+pub struct Fresh {
+    /// What the open's lookup returned.
+    pub attr: Attr,
+    /// [`madfs_client::mutations`] read before that lookup was sent.
+    pub gen: u64,
+    /// Good until then.
+    pub until: std::time::Instant,
+}
+
 /// One open file description in this process.
 pub struct Desc {
+    /// Attributes from the open that made this description (process-local; `None` once
+    /// inherited through exec).
+    fresh: Option<Fresh>,
     /// Where the state is now: `own`, or the memfd's page once shared.
     hdr: AtomicPtr<Header>,
     /// The state in process memory (null for a description adopted after exec). Freed only
@@ -187,6 +207,21 @@ impl Desc {
         let b = unsafe { std::slice::from_raw_parts(h.path.as_ptr().cast::<u8>(), n) };
         std::str::from_utf8(b).unwrap_or("/")
     }
+    /// The attributes the open fetched, if no request of this process has changed anything
+    /// since it looked them up and [`FRESH_FOR`] has not passed (the size merged with what
+    /// this description wrote, as the server's answer would be).
+    pub fn fresh_attr(&self) -> Option<Attr> {
+        let f = self.fresh.as_ref()?;
+        if madfs_client::mutations() != f.gen || std::time::Instant::now() >= f.until {
+            return None;
+        }
+        let mut a = f.attr;
+        if a.is_file() {
+            a.size = a.size.max(self.attr().size);
+        }
+        Some(a)
+    }
+
     /// Attributes as known to this description (size: max of known size and written).
     pub fn attr(&self) -> Attr {
         let f = self.fixed();
@@ -248,6 +283,7 @@ impl Desc {
         path: &str,
         attr: &Attr,
         cloexec: bool,
+        fresh: Option<Fresh>,
     ) -> FsResult<(i32, Arc<Desc>)> {
         if path.len() > PATH_CAP {
             return Err(Errno::ENAMETOOLONG);
@@ -285,6 +321,7 @@ impl Desc {
         Ok((
             fd,
             Arc::new(Desc {
+                fresh,
                 hdr: AtomicPtr::new(own),
                 own,
                 shared: AtomicBool::new(false),
@@ -378,6 +415,7 @@ impl Desc {
             return None;
         }
         Some(Arc::new(Desc {
+            fresh: None,
             hdr: AtomicPtr::new(hdr.as_ptr()),
             own: std::ptr::null_mut(),
             shared: AtomicBool::new(true),
@@ -656,6 +694,11 @@ fn new_kernel_fd(cloexec: bool) -> FsResult<(i32, bool)> {
     Ok((fd as i32, false))
 }
 
+/// Makes the placeholder template now if there is none (see [`new_kernel_fd`]).
+pub fn prepare() {
+    template();
+}
+
 /// The template fd, opened if needed (-1 if that fails).
 fn template() -> i32 {
     let t = TEMPLATE.load(Relaxed);
@@ -865,7 +908,7 @@ mod tests {
             mode: libc::S_IFREG | 0o644,
             ..Default::default()
         };
-        let (fd, d) = Desc::create(KIND_FILE, libc::O_RDWR, "/x/y", &a, true).unwrap();
+        let (fd, d) = Desc::create(KIND_FILE, libc::O_RDWR, "/x/y", &a, true, None).unwrap();
         assert_eq!(d.path(), "/x/y");
         d.wrote(100, false);
         assert_eq!(d.attr().size, 100);

@@ -398,6 +398,9 @@ unsafe fn raw_at(nr: i64, h: &CStr, a: [isize; 3]) -> isize {
 }
 
 fn stat_fd(d: &Desc) -> FsResult<Attr> {
+    if let Some(a) = d.fresh_attr() {
+        return Ok(a);
+    }
     let mut a = conn::with(|c| c.stat_normalized(d.path()))?;
     if a.is_file() {
         a.size = a.size.max(d.attr().size);
@@ -468,6 +471,8 @@ fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
         | libc::O_DIRECTORY
         | libc::O_NOFOLLOW);
     let status = flags & keep;
+    // changes made by this process from here on make the open's attributes stale for fstat
+    let gen = madfs_client::mutations();
     let (kind, attr) = conn::with(|c| {
         if create {
             if flags & libc::O_DIRECTORY != 0 {
@@ -506,7 +511,13 @@ fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
         }
         Ok((KIND_FILE, a))
     })?;
-    let (fd, d) = Desc::create(kind, status, p, &attr, flags & libc::O_CLOEXEC != 0)?;
+    // a lookup only (no create or truncate of ours to count): fstat may use its answer
+    let fresh = (!create && !trunc).then(|| fdtable::Fresh {
+        attr,
+        gen,
+        until: std::time::Instant::now() + fdtable::FRESH_FOR,
+    });
+    let (fd, d) = Desc::create(kind, status, p, &attr, flags & libc::O_CLOEXEC != 0, fresh)?;
     fdtable::insert(fd, d);
     Ok(fd)
 }

@@ -381,6 +381,23 @@ pub struct FindFilter<'a> {
 }
 
 impl Request<'_> {
+    /// Does this request change what the servers hold (an entry, attributes, data)?
+    pub fn mutates(&self) -> bool {
+        !matches!(
+            self,
+            Request::Ping
+                | Request::Stat(_)
+                | Request::HasChildren { .. }
+                | Request::Readdir { .. }
+                | Request::Read { .. }
+                | Request::Fsync { .. }
+                | Request::Statfs
+                | Request::Bye
+                | Request::Find { .. }
+                | Request::Locate
+        )
+    }
+
     /// Short name for stats and logs.
     pub fn name(&self) -> &'static str {
         match self {
