@@ -42,9 +42,10 @@ if ! awk -v re="$sections" '/^\[/ { f = ($0 ~ re) } f && /^[ \t]*external-script
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export MADFS_MOUNT="${MADFS_MOUNT:-/madfs}" MADFS_CLOSE_SYNC="${MADFS_CLOSE_SYNC:-1}" MADFS_LOCAL_READS="${MADFS_LOCAL_READS:-1}"
+export MADFS_TRANSPORT="${MADFS_TRANSPORT:-auto}" MADFS_UCX_AFTER="${MADFS_UCX_AFTER:-256}"
 hostopt=()
 [ -n "$hostfile" ] && hostopt=(--hostfile "$hostfile")
 exec mpirun --allow-run-as-root --oversubscribe "${hostopt[@]}" -np "$np" \
   -x LD_PRELOAD="$lib" -x MADFS_CLUSTER -x MADFS_MOUNT -x MADFS_CLOSE_SYNC -x MADFS_LOCAL_READS \
-  -x UCX_NET_DEVICES -x UCX_TLS -x MADFS_UCX_ERR_MODE \
+  -x UCX_NET_DEVICES -x UCX_TLS -x MADFS_UCX_ERR_MODE -x MADFS_TRANSPORT -x MADFS_UCX_AFTER \
   "$io500" "$config"

@@ -25,6 +25,10 @@ fn expect(out: &str, err: &str, want: &[&str]) {
 
 /// Runs `madfs-syscall` with `steps` (and extra environment) under the preload and checks its
 /// output lines against `want` (see [`expect`]).
+/// These tests are about starting and running UCX inside a program: UCX from the first call
+/// (by default a thread starts on plain TCP and moves to UCX after 256 calls).
+const UCX: (&str, &str) = ("MADFS_TRANSPORT", "ucx");
+
 fn syscalls_expect(
     cl: &madfs_cluster::LocalCluster,
     steps: &[&str],
@@ -75,7 +79,7 @@ fn syscalls_threads_fork_exec_and_pass_through() {
         "pread,#2,4,3",
         "unlink,/madfs/a/nope",
     ];
-    let o = syscalls_env(&cl, &steps, 20_000, &[]);
+    let o = syscalls_env(&cl, &steps, 20_000, &[UCX]);
     let (out, err) = (
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr),
@@ -190,7 +194,7 @@ fn first_madfs_access_inside_a_strtok_loop_keeps_the_programs_place() {
     syscalls_expect(
         &cl,
         &["strtokstat,/madfs/a/b/c/d", "strtokstat,/madfs/x/y"],
-        &[],
+        &[UCX],
         &["strtokstat OK 5", "strtokstat OK 3"],
     );
 }
@@ -204,7 +208,7 @@ fn first_madfs_access_leaves_the_programs_signal_handlers() {
     syscalls_expect(
         &cl,
         &["sigkeep,/madfs/", "sigkeep,/madfs/"],
-        &[],
+        &[UCX],
         &["sigkeep OK 0", "sigkeep OK 0"],
     );
 }
@@ -226,7 +230,7 @@ fn madfs_syscalls_leave_errno_alone() {
             "readdirerrno,/madfs/ed",
             "readdirerrno,/madfs/ed",
         ],
-        &[("MADFS_SPIN_US", "0")],
+        &[("MADFS_SPIN_US", "0"), UCX],
         &[
             "mkdir OK 0",
             "open OK *",
@@ -373,7 +377,12 @@ fn threads_coming_and_going_never_crash_servers() {
             format!("mkdir,/madfs/r{r}"),
             format!("threads,/madfs/r{r},{threads}"),
         );
-        let out = syscalls_env(&cl, &[&mkdir, &run], 20_000, &[("UCX_TLS", "tcp,self")]);
+        let out = syscalls_env(
+            &cl,
+            &[&mkdir, &run],
+            20_000,
+            &[("UCX_TLS", "tcp,self"), UCX],
+        );
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             stdout.contains(&format!("threads OK {threads}")),

@@ -541,3 +541,65 @@ fn madfs_find_matches_gnu_find() {
         "{out}"
     );
 }
+
+/// A thread starts on plain TCP and moves to UCX after 256 calls (`MADFS_UCX_AFTER`): a short
+/// program never pays for starting UCX, a long one gets shared memory, and the files it has
+/// open keep working across the move (their state lives in the descriptions).
+#[test]
+fn short_programs_stay_on_tcp_long_ones_move_to_ucx() {
+    let cl = cluster();
+    let moved = "[madfs] client: UCX from now on";
+    let trace = [("MADFS_TRACE", "1")];
+    let out = common::run_env(
+        &cl,
+        &[
+            "/bin/bash",
+            "-c",
+            "echo hello > /madfs/short && cat /madfs/short",
+        ],
+        TIMEOUT_MS,
+        &trace,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello\n");
+    assert!(!err.contains(moved), "a short program started UCX");
+
+    // 600 calls with a file open for writing and one for reading across the move
+    let script = r#"
+import os
+os.mkdir("/madfs/long")
+w = open("/madfs/long/w", "wb", buffering=0)
+r = open("/madfs/short", "rb", buffering=0)
+for i in range(300):
+    w.write(b"%05d\n" % i)
+    os.stat("/madfs/long/w")
+assert r.read() == b"hello\n"
+w.close()
+with open("/madfs/long/w", "rb") as f:
+    assert f.read() == b"".join(b"%05d\n" % i for i in range(300))
+print("long OK")
+"#;
+    let out = common::run_env(&cl, &["/usr/bin/python3", "-c", script], TIMEOUT_MS, &trace);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "long OK\n");
+    assert_eq!(err.matches(moved).count(), 1, "{err}");
+
+    // forced either way
+    for (mode, moves) in [("tcp", 0), ("ucx", 0)] {
+        let out = common::run_env(
+            &cl,
+            &["/bin/cat", "/madfs/short"],
+            TIMEOUT_MS,
+            &[("MADFS_TRACE", "1"), ("MADFS_TRANSPORT", mode)],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "hello\n",
+            "{mode}: {err}"
+        );
+        assert_eq!(err.matches(moved).count(), moves, "{mode}");
+    }
+}
