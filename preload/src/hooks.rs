@@ -511,8 +511,15 @@ fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
         }
         Ok((KIND_FILE, a))
     })?;
-    // a lookup only (no create or truncate of ours to count): fstat may use its answer
-    let fresh = (!create && !trunc).then(|| fdtable::Fresh {
+    // fstat may use the answer of a lookup, or of a create whose request was the one change
+    // any client of the process made meanwhile (a truncate makes several: no)
+    let now = madfs_client::mutations();
+    let fresh = match (create, trunc) {
+        (false, false) => Some(gen),
+        (true, false) => (now == gen + 1).then_some(now),
+        _ => None,
+    }
+    .map(|gen| fdtable::Fresh {
         attr,
         gen,
         until: std::time::Instant::now() + fdtable::FRESH_FOR,
