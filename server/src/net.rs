@@ -760,13 +760,34 @@ async fn tcp_conn(
                 .map_err(std::io::Error::other)?
             }
         };
-        let total = PREFIX + b.hdr.len() + n;
-        s.write_all(&(total as u32).to_le_bytes()).await?;
-        s.write_all(&prefix).await?;
-        s.write_all(&b.hdr).await?;
-        s.write_all(&b.data[..n]).await?;
+        let total = ((PREFIX + b.hdr.len() + n) as u32).to_le_bytes();
+        // one writev, one segment for a small reply: four writes were four segments, and the
+        // client, woken by the first, waited again for the rest (stat over TCP: 94 µs)
+        write_all_vectored(&mut s, &[&total, &prefix, &b.hdr, &b.data[..n]]).await?;
         pool.borrow_mut().push(b);
     }
+}
+
+/// Writes every byte of `pieces` with as few `writev` calls as the socket allows.
+async fn write_all_vectored(
+    s: &mut tokio::net::TcpStream,
+    pieces: &[&[u8]],
+) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let mut iov: Vec<std::io::IoSlice<'_>> = pieces
+        .iter()
+        .filter(|p| !p.is_empty())
+        .map(|p| std::io::IoSlice::new(p))
+        .collect();
+    let mut iov = &mut iov[..];
+    while !iov.is_empty() {
+        let n = s.write_vectored(iov).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        std::io::IoSlice::advance_slices(&mut iov, n);
+    }
+    Ok(())
 }
 
 #[cfg(test)]
