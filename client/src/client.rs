@@ -621,6 +621,37 @@ impl Client {
         Ok(path)
     }
 
+    /// `utimens`; with `link`, of a symbolic link itself (`AT_SYMLINK_NOFOLLOW`) instead of
+    /// failing with ELOOP there.
+    pub fn utimens_at(
+        &self,
+        path: &str,
+        atime: TimeSpec,
+        mtime: TimeSpec,
+        link: bool,
+    ) -> FsResult<()> {
+        let path = normalize(path)?;
+        let req = Request::Utimens {
+            path: &path,
+            atime,
+            mtime,
+            link,
+        };
+        self.call_on(&path, &req).map(|_| ())
+    }
+
+    /// `chown`; with `link`, of a symbolic link itself (`lchown`).
+    pub fn chown_at(&self, path: &str, uid: u32, gid: u32, link: bool) -> FsResult<()> {
+        let path = normalize(path)?;
+        let req = Request::Chown {
+            path: &path,
+            uid,
+            gid,
+            link,
+        };
+        self.call_on(&path, &req).map(|_| ())
+    }
+
     /// Sends a request to every server at once (connecting first).
     fn broadcast(&self, req: &Request<'_>) -> FsResult<Vec<Reply<'static>>> {
         mutating(req);
@@ -1068,13 +1099,7 @@ impl FileSystem for Client {
     }
 
     fn chown(&self, path: &str, uid: u32, gid: u32) -> FsResult<()> {
-        let path = normalize(path)?;
-        let req = Request::Chown {
-            path: &path,
-            uid,
-            gid,
-        };
-        self.call_on(&path, &req).map(|_| ())
+        self.chown_at(path, uid, gid, false)
     }
 
     fn rename(&self, from: &str, to: &str, noreplace: bool) -> FsResult<()> {
@@ -1109,13 +1134,7 @@ impl FileSystem for Client {
     }
 
     fn utimens(&self, path: &str, atime: TimeSpec, mtime: TimeSpec) -> FsResult<()> {
-        let path = normalize(path)?;
-        let req = Request::Utimens {
-            path: &path,
-            atime,
-            mtime,
-        };
-        self.call_on(&path, &req).map(|_| ())
+        self.utimens_at(path, atime, mtime, false)
     }
 
     fn statfs(&self) -> FsResult<StatFs> {

@@ -166,7 +166,7 @@ fn target(dirfd: i64, path: isize) -> Target {
     };
     if bytes.first() == Some(&b'/') {
         if !is_under_mount(bytes, mount()) {
-            return Target::External;
+            return proc_fd(bytes).unwrap_or(Target::External);
         }
         return from(internal(mount(), bytes));
     }
@@ -192,6 +192,24 @@ fn target(dirfd: i64, path: isize) -> Target {
         return Target::Fail(Errno::ENOENT);
     }
     from(resolve_in(&base, bytes))
+}
+
+/// `/proc/self/fd/N` where N is a madfs fd names that file (the kernel would follow the link
+/// to the placeholder behind it). glibc's `fchmodat(AT_SYMLINK_NOFOLLOW)` opens the file with
+/// `O_PATH` and changes it through this name: GNU tar's directories stayed at mode 0700.
+fn proc_fd(bytes: &[u8]) -> Option<Target> {
+    let n = bytes.strip_prefix(b"/proc/self/fd/")?;
+    if n.is_empty() || n.len() > 9 || !n.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let fd = n.iter().fold(0i64, |a, d| a * 10 + i64::from(d - b'0'));
+    if !fdtable::is_ours(fd) {
+        return None;
+    }
+    Some(match fdtable::get(fd) {
+        Some(d) => Target::Ours(d.path().to_owned()),
+        None => Target::Fail(Errno::EBADF),
+    })
 }
 
 macro_rules! ours {
@@ -494,6 +512,11 @@ fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
         }
         let a = c.stat_normalized(p)?;
         if a.is_link() {
+            if flags & libc::O_PATH != 0 && flags & libc::O_NOFOLLOW != 0 {
+                // the link itself, for fstat and *at(fd, "", AT_EMPTY_PATH) (glibc's
+                // fchmodat(AT_SYMLINK_NOFOLLOW) opens it so to answer EOPNOTSUPP)
+                return Ok((KIND_FILE, a));
+            }
             return Err(Errno::ELOOP);
         }
         if a.is_dir() {
@@ -1209,7 +1232,7 @@ fn sys_utimensat(dirfd: i64, path: isize, ts: isize, flags: i64) -> Ret {
     zero(with_links(
         &p,
         follow,
-        |p| conn::with(|c| c.utimens(p, a, m)),
+        |p| conn::with(|c| c.utimens_at(p, a, m, !follow)),
         // SAFETY: utimensat of a host path with the caller's times.
         |h| raw_unit(unsafe { raw_at(libc::SYS_utimensat, h, [ts, 0, 0]) }),
     ))
@@ -1232,7 +1255,7 @@ fn sys_chown(dirfd: i64, path: isize, uid: i64, gid: i64, flags: i64) -> Ret {
     zero(with_links(
         &p,
         follow,
-        |p| conn::with(|c| c.chown(p, uid as u32, gid as u32)),
+        |p| conn::with(|c| c.chown_at(p, uid as u32, gid as u32, !follow)),
         // SAFETY: fchownat of a host path.
         |h| raw_unit(unsafe { raw_at(libc::SYS_fchownat, h, [uid as isize, gid as isize, 0]) }),
     ))

@@ -108,6 +108,40 @@ fn tar_tree_in_and_out() {
     assert!(out.contains("trees identical"), "{out}");
     let counts: Vec<&str> = out.lines().skip(1).collect();
     assert_eq!(counts[0], counts[1], "{out}");
+
+    // a tree with symbolic links and modes, extracted into madfs as it is: tar sets the
+    // links' times and owners (AT_SYMLINK_NOFOLLOW, lchown) and the directories' modes (glibc
+    // changes them through /proc/self/fd/N); it used to exit 2 and leave directories 0700
+    let out = bash(
+        &cl,
+        r#"
+        src="$T/links"
+        mkdir -p "$src/d/sub" /madfs/tar/links "$T/back"
+        echo data > "$src/d/f"
+        ln -s f "$src/d/rel"
+        ln -s /etc/hostname "$src/d/abs"
+        ln -s d "$src/dl"
+        chmod 0750 "$src/d/sub"
+        tar cf "$T/links.tar" -C "$src" d dl
+        tar xf "$T/links.tar" -C /madfs/tar/links
+        stat -c '%n %a' /madfs/tar/links/d/sub
+        readlink /madfs/tar/links/d/rel /madfs/tar/links/dl
+        cat /madfs/tar/links/dl/rel
+        touch -h -d @1000000000 /madfs/tar/links/d/rel
+        stat -c '%Y' /madfs/tar/links/d/rel /madfs/tar/links/d/f | tr '\n' ' '; echo
+        tar cf - -C /madfs/tar/links d dl | tar xf - -C "$T/back"
+        diff -r --no-dereference "$src" "$T/back" && echo "links identical"
+        "#,
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "/madfs/tar/links/d/sub 750", "{out}");
+    assert_eq!(lines[1..3], ["f", "d"], "{out}");
+    assert_eq!(lines[3], "data", "{out}");
+    assert!(
+        lines[4].starts_with("1000000000 ") && !lines[4].starts_with("1000000000 1000000000"),
+        "{out}"
+    );
+    assert!(out.contains("links identical"), "{out}");
 }
 
 #[test]

@@ -405,10 +405,15 @@ impl Ops {
                 self.meta.put(path, &a)?;
                 Ok(Answer::Attr(a))
             }
-            Request::Utimens { path, atime, mtime } => {
+            Request::Utimens {
+                path,
+                atime,
+                mtime,
+                link,
+            } => {
                 not_root(path, Errno::EPERM)?;
                 let mut a = self.get(path)?;
-                if a.is_link() {
+                if a.is_link() && !link {
                     return Err(Errno::ELOOP); // the client follows the link
                 }
                 let now = now_ns();
@@ -427,10 +432,15 @@ impl Ops {
                     .reserve_append(path, len, now_ns())
                     .map(Answer::Offset)
             }
-            Request::Chown { path, uid, gid } => {
+            Request::Chown {
+                path,
+                uid,
+                gid,
+                link,
+            } => {
                 not_root(path, Errno::EPERM)?;
                 let mut a = self.get(path)?;
-                if a.is_link() {
+                if a.is_link() && !link {
                     return Err(Errno::ELOOP); // the client follows the link
                 }
                 if uid != u32::MAX {

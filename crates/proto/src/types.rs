@@ -284,14 +284,22 @@ pub enum Request<'a> {
     Append { path: &'a str, len: u64 },
     /// Change permission bits.
     Chmod { path: &'a str, mode: u32 },
-    /// Change times.
+    /// Change times. `link`: of a symbolic link itself (`AT_SYMLINK_NOFOLLOW`); otherwise a
+    /// link answers ELOOP and the client follows it.
     Utimens {
         path: &'a str,
         atime: TimeSpec,
         mtime: TimeSpec,
+        link: bool,
     },
-    /// Change owner and/or group (`u32::MAX`: leave unchanged, as `-1` in chown(2)).
-    Chown { path: &'a str, uid: u32, gid: u32 },
+    /// Change owner and/or group (`u32::MAX`: leave unchanged, as `-1` in chown(2)). `link`:
+    /// of a symbolic link itself (`lchown`).
+    Chown {
+        path: &'a str,
+        uid: u32,
+        gid: u32,
+        link: bool,
+    },
     /// Put an existing entry at `path` (rename's second half). Bulk: a file's inline chunk 0.
     /// Replaces what is at `path` unless `replace` is false (EEXIST): a file replaces a file
     /// (a directory: EISDIR), a directory replaces a directory the client found empty (a
