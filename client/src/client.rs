@@ -98,8 +98,13 @@ pub fn mutations() -> u64 {
 /// A changing request is about to be sent.
 fn mutating(req: &Request<'_>) {
     if req.mutates() {
-        MUTATIONS.fetch_add(1, Ordering::AcqRel);
+        mutated();
     }
+}
+
+/// Something is about to change (a write, whose requests are built per chunk).
+fn mutated() {
+    MUTATIONS.fetch_add(1, Ordering::AcqRel);
 }
 
 /// Directories a client saw exist (normalised paths), valid while [`DIRS_GONE`] is `gen`.
@@ -107,6 +112,17 @@ fn mutating(req: &Request<'_>) {
 struct KnownDirs {
     gen: u64,
     dirs: HashSet<String>,
+}
+
+impl KnownDirs {
+    /// The set, emptied first if directories went away since it was filled.
+    fn at(&mut self, gen: u64) -> &mut HashSet<String> {
+        if self.gen != gen {
+            self.dirs.clear();
+            self.gen = gen;
+        }
+        &mut self.dirs
+    }
 }
 
 /// Most directories one client remembers (then it starts over).
@@ -699,29 +715,21 @@ impl Client {
     /// Did this client see `dir` exist as a directory, with no directory removed or renamed
     /// in this process since?
     fn dir_known(&self, dir: &str) -> bool {
-        let mut k = self.known_dirs.borrow_mut();
         let gen = DIRS_GONE.load(Ordering::Acquire);
-        if k.gen != gen {
-            k.dirs.clear();
-            k.gen = gen;
-        }
-        k.dirs.contains(dir)
+        self.known_dirs.borrow_mut().at(gen).contains(dir)
     }
 
     /// `dir` was a directory in a reply to a request sent when [`DIRS_GONE`] was `gen`.
     fn dir_seen(&self, dir: &str, gen: u64) {
-        let mut k = self.known_dirs.borrow_mut();
         if DIRS_GONE.load(Ordering::Acquire) != gen {
             return; // a directory went away meanwhile: perhaps this one
         }
-        if k.gen != gen {
-            k.dirs.clear();
-            k.gen = gen;
+        let mut k = self.known_dirs.borrow_mut();
+        let dirs = k.at(gen);
+        if dirs.len() >= KNOWN_DIRS_MAX {
+            dirs.clear();
         }
-        if k.dirs.len() >= KNOWN_DIRS_MAX {
-            k.dirs.clear();
-        }
-        k.dirs.insert(dir.to_owned());
+        dirs.insert(dir.to_owned());
     }
 
     /// A directory was removed or renamed: every client of this process forgets what it knew.
@@ -918,9 +926,9 @@ impl FileSystem for Client {
         // a write that stays in chunk 0 publishes the file's size in the same request
         let all_inline = calls.iter().all(|c| c.1 == 0);
         let path = f.path.clone();
+        mutated();
         for group in calls.chunks(WINDOW) {
             let involved: Vec<u32> = group.iter().map(|g| g.0).collect();
-            MUTATIONS.fetch_add(1, Ordering::AcqRel);
             let futs = group.iter().map(|(server, chunk, in_chunk, bulk)| {
                 let size_of = (*chunk == 0).then_some(path.as_str());
                 // large pieces: header and data as two messages, the data contiguous

@@ -279,17 +279,16 @@ fn ucx_due() -> bool {
 /// of a process running UCX), is not wanted (`MADFS_TRANSPORT=tcp`) or not wanted yet
 /// ([`ucx_after`]).
 fn new_client() -> FsResult<Rc<Client>> {
-    let tcp = TCP_ONLY.load(Acquire)
-        || match transport() {
-            Transport::Tcp => true,
-            Transport::Ucx => false,
-            Transport::Auto => ucx_after() > 0 || UCX_FAILED.load(Acquire),
-        };
-    if tcp && transport() == Transport::Auto && !TCP_ONLY.load(Acquire) {
-        // no TCP port in the cluster file, say: UCX it is
-        return make_client(true).or_else(|_| make_client(false));
+    if TCP_ONLY.load(Acquire) {
+        return make_client(true);
     }
-    make_client(tcp)
+    match transport() {
+        Transport::Tcp => make_client(true),
+        Transport::Ucx => make_client(false),
+        Transport::Auto if ucx_after() == 0 && !UCX_FAILED.load(Acquire) => make_client(false),
+        // no TCP port in the cluster file, say: UCX it is
+        Transport::Auto => make_client(true).or_else(|_| make_client(false)),
+    }
 }
 
 fn make_client(tcp: bool) -> FsResult<Rc<Client>> {

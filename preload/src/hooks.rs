@@ -203,13 +203,21 @@ fn proc_fd(bytes: &[u8]) -> Option<Target> {
         return None;
     }
     let fd = n.iter().fold(0i64, |a, d| a * 10 + i64::from(d - b'0'));
-    if !fdtable::is_ours(fd) {
-        return None;
+    match fd_target(fd) {
+        Target::External => None,
+        t => Some(t),
     }
-    Some(match fdtable::get(fd) {
+}
+
+/// The madfs file behind `fd` (External: not a madfs fd).
+fn fd_target(fd: i64) -> Target {
+    if !fdtable::is_ours(fd) {
+        return Target::External;
+    }
+    match fdtable::get(fd) {
         Some(d) => Target::Ours(d.path().to_owned()),
         None => Target::Fail(Errno::EBADF),
-    })
+    }
 }
 
 macro_rules! ours {
@@ -1214,13 +1222,7 @@ fn times(ts: isize) -> (TimeSpec, TimeSpec) {
 
 fn fd_or_path(dirfd: i64, path: isize, flags: i64) -> Target {
     if path == 0 || empty_path(path, flags) {
-        if !fdtable::is_ours(dirfd) {
-            return Target::External;
-        }
-        return match fdtable::get(dirfd) {
-            Some(d) => Target::Ours(d.path().to_owned()),
-            None => Target::Fail(Errno::EBADF),
-        };
+        return fd_target(dirfd);
     }
     target(dirfd, path)
 }
@@ -1947,17 +1949,9 @@ pub fn dispatch(nr: i64, a: [isize; 6]) -> Ret {
         libc::SYS_chdir => sys_chdir(target(cwd_fd, a0), || unsafe {
             raw!(libc::SYS_chdir as isize, a0)
         }),
-        libc::SYS_fchdir => {
-            let t = if fdtable::is_ours(f0) {
-                match fdtable::get(f0) {
-                    Some(d) => Target::Ours(d.path().to_owned()),
-                    None => Target::Fail(Errno::EBADF),
-                }
-            } else {
-                Target::External
-            };
-            sys_chdir(t, || unsafe { raw!(libc::SYS_fchdir as isize, a0) })
-        }
+        libc::SYS_fchdir => sys_chdir(fd_target(f0), || unsafe {
+            raw!(libc::SYS_fchdir as isize, a0)
+        }),
         libc::SYS_getcwd => sys_getcwd(a0, i1),
         libc::SYS_utimensat => sys_utimensat(f0, a1, a2, f3),
         libc::SYS_fchmodat => sys_chmod(f0, a1, f2),
