@@ -186,7 +186,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     )?;
     drop(local);
     drop(rt);
-    ops.meta.sync()?;
+    ops.meta.sync(ops.meta.mark())?;
     ops.meta.flush()?;
     tracing::info!("server {} stopped", cfg.id);
     Ok(())

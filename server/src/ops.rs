@@ -550,8 +550,9 @@ impl Ops {
                 Ok(Answer::Unit)
             }
             Request::Fsync { id } => {
-                self.meta.sync()?;
+                let wal = self.meta.mark();
                 self.chunks.sync(id)?;
+                self.meta.sync(wal)?;
                 Ok(Answer::Unit)
             }
             Request::Statfs => self.chunks.statfs().map(Answer::StatFs),

@@ -1,6 +1,10 @@
 //! The background sync path: fsync requests (own UCX tag) are handed to a few sync threads per
-//! server that group-commit — one WAL sync plus one fdatasync per dirty data file covers every
-//! request queued when a thread takes its batch; batches of different threads flush at once.
+//! server that group-commit. A thread takes every request queued (one batch), flushes each
+//! dirty data file of the batch once, then waits for a WAL sync that covers the batch. WAL
+//! syncs and a file's flushes are shared ([`crate::store::flush::SharedFlush`]): one runs at
+//! a time, and it covers every request whose writes came before it started, whichever thread
+//! took that request — so the WAL is synced at most once per sync time, however many requests
+//! and threads wait.
 
 use crate::ops::Ops;
 use crate::store::{ChunkStore, MetadataStore};
@@ -22,7 +26,8 @@ pub type SyncJob = (u64, oneshot::Sender<FsResult<()>>);
 const SYNC_THREADS: usize = 4;
 
 /// Starts the sync threads; they end when every sender is dropped. `group_commit: false`
-/// makes one WAL sync per request (the baseline the benchmark compares against).
+/// makes one WAL sync of its own per request, shared with nobody (the baseline the
+/// benchmark compares against).
 pub fn start(ops: Arc<Ops>, group_commit: bool) -> std::io::Result<mpsc::Sender<SyncJob>> {
     let (tx, rx) = mpsc::channel::<SyncJob>();
     let rx = Arc::new(Mutex::new(rx));
@@ -32,12 +37,23 @@ pub fn start(ops: Arc<Ops>, group_commit: bool) -> std::io::Result<mpsc::Sender<
             .name(format!("madfs-sync{i}"))
             .spawn(move || {
                 while let Some(batch) = next_batch(&rx, group_commit) {
+                    // what the WAL sync must cover: the metadata written before these
+                    // requests came (read first, so that a WAL sync another thread starts
+                    // while this one flushes the files covers them)
+                    let wal = ops.meta.mark();
                     let ids: BTreeSet<u64> = batch.iter().map(|(id, _)| *id).collect();
-                    let mut result = ops.meta.sync();
+                    let mut result = Ok(());
                     for id in ids {
                         if result.is_ok() {
                             result = ops.chunks.sync(id);
                         }
+                    }
+                    if result.is_ok() {
+                        result = if group_commit {
+                            ops.meta.sync(wal)
+                        } else {
+                            ops.meta.sync_unshared()
+                        };
                     }
                     ops.stats.sync_batches.fetch_add(1, Relaxed);
                     ops.stats

@@ -7,10 +7,11 @@
 //! Names are built from numbers only, so no request can name a path outside the data
 //! directory. Plain `std::fs` on IO threads.
 
+use super::flush::SharedFlush;
 use super::ChunkStore;
 use madfs_placement::TOKEN_FILE;
 use madfs_proto::{Errno, FsResult, StatFs};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -37,11 +38,19 @@ pub struct Location {
     pub token: u64,
 }
 
+/// Write count and shared flush of a file written since its last flush.
+#[derive(Default)]
+struct Dirty {
+    writes: std::sync::atomic::AtomicU64,
+    flush: SharedFlush,
+}
+
 /// Local-file chunk store.
 pub struct FsChunks {
     root: PathBuf,
     location: Location,
-    dirty: Mutex<HashSet<u64>>,
+    /// Files written since their last flush (or being flushed).
+    dirty: Mutex<HashMap<u64, Arc<Dirty>>>,
     pins: Arc<Pins>,
     open: Mutex<OpenCache>,
 }
@@ -173,7 +182,7 @@ impl FsChunks {
         Ok(FsChunks {
             location,
             root: root.to_owned(),
-            dirty: Mutex::new(HashSet::new()),
+            dirty: Mutex::default(),
             pins: Arc::new(Pins {
                 readers: [const { AtomicU32::new(0) }; PIN_SHARDS],
                 shrinking: [const { AtomicU32::new(0) }; PIN_SHARDS],
@@ -319,11 +328,14 @@ impl FsChunks {
         }))
     }
 
+    fn dirty_files(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Dirty>>> {
+        self.dirty.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts a write of file `id` (after it reached the file): the next sync must cover it.
     fn mark_dirty(&self, id: u64) {
-        self.dirty
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id);
+        let mut d = self.dirty_files();
+        d.entry(id).or_default().writes.fetch_add(1, SeqCst);
     }
 }
 
@@ -407,10 +419,7 @@ impl ChunkStore for FsChunks {
                 c.files.remove(&id);
             }
             removed?;
-            self.dirty
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&id);
+            self.dirty_files().remove(&id);
             return Ok(());
         }
         let f = match OpenOptions::new().write(true).open(&path) {
@@ -457,20 +466,33 @@ impl ChunkStore for FsChunks {
     }
 
     fn sync(&self, id: u64) -> FsResult<()> {
-        let dirty = self
-            .dirty
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&id);
-        if dirty {
-            // the cached descriptor when there is one (no open by name per fsync)
-            match self.cached(id) {
-                Some(f) => f.sync_data()?,
-                None => match File::open(self.file_path(id)) {
-                    Ok(f) => f.sync_data()?,
-                    Err(e) => not_found_is_ok(e)?,
-                },
-            }
+        let Some(d) = self.dirty_files().get(&id).cloned() else {
+            return Ok(()); // every write of the file was covered by a finished flush
+        };
+        // One flush at a time per file, shared by the callers it covers: clearing a dirty
+        // flag before the flush let a second caller answer while the first's `fdatasync`
+        // was still running (ior-hard: many ranks fsync one shared file).
+        let need = d.writes.load(SeqCst);
+        d.flush.cover(
+            need,
+            || d.writes.load(SeqCst),
+            || {
+                // the cached descriptor when there is one (no open by name per fsync)
+                match self.cached(id) {
+                    Some(f) => f.sync_data()?,
+                    None => match File::open(self.file_path(id)) {
+                        Ok(f) => f.sync_data()?,
+                        Err(e) => not_found_is_ok(e)?,
+                    },
+                }
+                Ok(())
+            },
+        )?;
+        // forget a file with nothing left to flush that nobody else is syncing (a write
+        // counts under the same lock, so none can slip in between)
+        let mut all = self.dirty_files();
+        if Arc::strong_count(&d) == 2 && d.flush.flushed() >= d.writes.load(SeqCst) {
+            all.remove(&id);
         }
         Ok(())
     }

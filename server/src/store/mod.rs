@@ -4,6 +4,7 @@
 //! sees; [`rocks::RocksMeta`] and [`chunks::FsChunks`] implement them.
 
 pub mod chunks;
+pub mod flush;
 pub mod rocks;
 
 use madfs_proto::{Attr, FsResult, StatFs};
@@ -88,8 +89,17 @@ pub trait MetadataStore: Send + Sync {
     fn truncate_inline(&self, id: u64, size: u64) -> FsResult<()>;
     /// A new file id, unique in the cluster (server id in the top 16 bits).
     fn next_id(&self) -> FsResult<u64>;
-    /// Makes every write so far durable (WAL sync).
-    fn sync(&self) -> FsResult<()>;
+    /// A mark of the writes so far (monotonic; 0 before the first): what [`Self::sync`]
+    /// must cover.
+    fn mark(&self) -> u64;
+    /// Makes every write up to `mark` durable (WAL sync), sharing a sync with concurrent
+    /// callers where one covers both (group commit, [`flush::SharedFlush`]).
+    fn sync(&self, mark: u64) -> FsResult<()>;
+    /// One WAL sync of this caller's own, shared with nobody: the benchmark's baseline
+    /// (`--no-group-commit`).
+    fn sync_unshared(&self) -> FsResult<()> {
+        self.sync(self.mark())
+    }
 }
 
 /// File data held by this server: the chunks of a file that placement puts here (and the
@@ -103,7 +113,8 @@ pub trait ChunkStore: Send + Sync {
     fn truncate(&self, id: u64, size: u64) -> FsResult<()>;
     /// Drops bytes `[pos, pos + len)` of file `id` (they read as zeros).
     fn punch(&self, id: u64, pos: u64, len: u64) -> FsResult<()>;
-    /// Makes the written data of file `id` durable (fdatasync).
+    /// Makes the data of file `id` written so far durable (fdatasync; concurrent callers
+    /// for one file share a flush that covers them).
     fn sync(&self, id: u64) -> FsResult<()>;
     /// Totals of the local file system holding the chunks.
     fn statfs(&self) -> FsResult<StatFs>;
