@@ -111,52 +111,45 @@ mod tests {
         assert_eq!(f.flushed(), 9);
     }
 
+    /// A thread that writes (advances the mark) and waits until it is durable; its flush,
+    /// if it leads one, takes `ms`.
+    fn writer(
+        f: &Arc<SharedFlush>,
+        mark: &Arc<AtomicU64>,
+        runs: &Arc<AtomicU64>,
+        ms: u64,
+    ) -> std::thread::JoinHandle<FsResult<()>> {
+        let (f, mark, runs) = (f.clone(), mark.clone(), runs.clone());
+        std::thread::spawn(move || {
+            let need = mark.fetch_add(1, SeqCst) + 1;
+            f.cover(
+                need,
+                || mark.load(SeqCst),
+                || {
+                    runs.fetch_add(1, SeqCst);
+                    std::thread::sleep(Duration::from_millis(ms));
+                    Ok(())
+                },
+            )
+        })
+    }
+
     #[test]
     fn waiters_that_arrive_during_a_flush_share_the_next() {
         let f = Arc::new(SharedFlush::new());
         let mark = Arc::new(AtomicU64::new(0));
         let runs = Arc::new(AtomicU64::new(0));
-        // a slow first flush
-        let first = {
-            let (f, mark, runs) = (f.clone(), mark.clone(), runs.clone());
-            std::thread::spawn(move || {
-                let need = mark.fetch_add(1, SeqCst) + 1;
-                f.cover(
-                    need,
-                    || mark.load(SeqCst),
-                    || {
-                        runs.fetch_add(1, SeqCst);
-                        std::thread::sleep(Duration::from_millis(200));
-                        Ok(())
-                    },
-                )
-            })
-        };
+        // a slow first flush, then eight writers write and wait while it runs
+        let first = writer(&f, &mark, &runs, 200);
         std::thread::sleep(Duration::from_millis(50));
-        // eight writers write and wait while it runs
-        let waiters: Vec<_> = (0..8)
-            .map(|_| {
-                let (f, mark, runs) = (f.clone(), mark.clone(), runs.clone());
-                std::thread::spawn(move || {
-                    let need = mark.fetch_add(1, SeqCst) + 1;
-                    f.cover(
-                        need,
-                        || mark.load(SeqCst),
-                        || {
-                            runs.fetch_add(1, SeqCst);
-                            std::thread::sleep(Duration::from_millis(20));
-                            Ok(())
-                        },
-                    )
-                })
-            })
-            .collect();
+        let waiters: Vec<_> = (0..8).map(|_| writer(&f, &mark, &runs, 20)).collect();
         first.join().unwrap().unwrap();
         for w in waiters {
             w.join().unwrap().unwrap();
         }
         // the first flush could not cover them (they wrote after it started); one more did
-        assert_eq!(runs.load(SeqCst), 2);
+        // (or, on a machine too slow to start the first within 50 ms, the first covered all)
+        assert!(runs.load(SeqCst) <= 2, "{} flushes", runs.load(SeqCst));
         assert_eq!(f.flushed(), 9);
     }
 
