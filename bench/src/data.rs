@@ -3,7 +3,8 @@
 //! * mdtest-hard-like: each rank creates files of 3,901 bytes in one shared directory, closing
 //!   them without a sync on both sides, then (half as many) with durable closes: madfs's
 //!   close-sync against a local `fdatasync` before each close;
-//! * fsync-heavy: many clients doing small write + fsync, with and without group commit;
+//! * fsync-heavy: many clients doing small write + fsync, with and without group commit, each
+//!   on its own file and all on one shared file;
 //! * server memory with many connected client processes.
 //!
 //! madfs runs through the client library (2 local servers, shared memory); the local target
@@ -151,6 +152,36 @@ pub fn worker(a: DataWorkerArgs) -> anyhow::Result<()> {
                         // as durable as madfs's close-sync: the data and the new entry
                         f.sync_data()?;
                     }
+                }
+            }
+        }
+        "fsync-shared" => {
+            // every rank writes its own 4 KiB records, interleaved, into one file
+            let path = format!("{}/fsync.shared", a.dir);
+            let (buf, ranks) = (vec![a.rank as u8; 4096], a.size.max(1));
+            let at = |i: usize| ((i * ranks + a.rank) * 4096) as u64;
+            if let Some(c) = &c {
+                let flags = OpenFlags {
+                    create: true,
+                    mode: 0o644,
+                    ..OpenFlags::default()
+                };
+                let mut f = c.open(&path, flags)?;
+                for i in 0..a.n {
+                    c.write(&mut f, at(i), &buf)?;
+                    c.fsync(&mut f)?;
+                }
+                c.close(f)?;
+            } else {
+                use std::os::unix::fs::FileExt;
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(&path)?;
+                for i in 0..a.n {
+                    f.write_all_at(&buf, at(i))?;
+                    f.sync_data()?;
                 }
             }
         }
@@ -416,6 +447,25 @@ pub fn run(a: DataArgs) -> anyhow::Result<()> {
         &Job::new("fsync", "local", &local, a.fsyncs),
         a.fsync_clients,
     )?;
+    // the same on one shared file: there a flush of the file is shared too
+    fn shared<'a>(
+        cluster: Option<&'a Path>,
+        target: &'a str,
+        dir: &'a str,
+        a: &DataArgs,
+    ) -> Job<'a> {
+        Job {
+            size: a.fsync_clients,
+            cluster,
+            ..Job::new("fsync-shared", target, dir, a.fsyncs)
+        }
+    }
+    let gs = ctx.phase(&shared(None, "madfs", "/bench", &a), a.fsync_clients)?;
+    let ss = ctx.phase(
+        &shared(Some(&single_file), "madfs", "/bench", &a),
+        a.fsync_clients,
+    )?;
+    let ls = ctx.phase(&shared(None, "local", &local, &a), a.fsync_clients)?;
     drop(single);
     println!();
     println!(
@@ -432,6 +482,14 @@ pub fn run(a: DataArgs) -> anyhow::Result<()> {
         fs_ops / s,
         s / g,
         fs_ops / lf
+    );
+    println!(
+        "{:<32} {:>12.0} {:>12.0} {:>7.2}x  fsyncs/s (same, one file shared by the clients; local fdatasync {:.0}/s)",
+        "fsync-heavy, one shared file",
+        fs_ops / gs,
+        fs_ops / ss,
+        ss / gs,
+        fs_ops / ls
     );
     // memory with many connected clients
     let before = server_rss(&cl, servers)?;

@@ -10,7 +10,7 @@
 //! fsync requests arrive on their own tag and are handed to the sync thread (`sync.rs`).
 
 use crate::ops::{read_span, runs_inline, Answer, Ops};
-use crate::sync::SyncJob;
+use crate::sync::SyncSender;
 use madfs_proto::frame::{self, Encoder, PREFIX};
 use madfs_proto::{tag, Dirent, Errno, Reply, Request, Welcome};
 use madfs_rpc::{progress, Endpoint, Listener, UcxSettings, Worker};
@@ -20,7 +20,7 @@ use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Room for a request header inside a frame.
@@ -251,7 +251,7 @@ pub async fn run(
     tcp: std::net::TcpListener,
     cfg: NetConfig,
     ops: Arc<Ops>,
-    sync_tx: mpsc::Sender<SyncJob>,
+    sync_tx: SyncSender,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<()> {
     tcp.set_nonblocking(true)?;
@@ -597,7 +597,7 @@ async fn fsync_handler(
     conns: Rc<Conns>,
     cfg: Rc<NetConfig>,
     ops: Arc<Ops>,
-    sync_tx: mpsc::Sender<SyncJob>,
+    sync_tx: SyncSender,
 ) {
     let mut recv = Vec::<u8>::with_capacity(4096);
     let pending = Arc::new(tokio::sync::Semaphore::new(4096));
@@ -663,7 +663,7 @@ async fn tcp_loop(
     listener: tokio::net::TcpListener,
     cfg: Rc<NetConfig>,
     ops: Arc<Ops>,
-    sync_tx: mpsc::Sender<SyncJob>,
+    sync_tx: SyncSender,
 ) {
     let pool: Rc<RefCell<Vec<Bufs>>> = Rc::default();
     loop {
@@ -685,7 +685,7 @@ async fn tcp_conn(
     mut s: tokio::net::TcpStream,
     cfg: &NetConfig,
     ops: &Arc<Ops>,
-    sync_tx: &mpsc::Sender<SyncJob>,
+    sync_tx: &SyncSender,
     pool: &Rc<RefCell<Vec<Bufs>>>,
 ) -> std::io::Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

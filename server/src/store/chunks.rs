@@ -328,6 +328,19 @@ impl FsChunks {
         }))
     }
 
+    /// `fdatasync` of file `id`, through its cached descriptor when there is one (no open by
+    /// name per fsync); a file that is gone has nothing to flush.
+    fn flush_file(&self, id: u64) -> FsResult<()> {
+        match self.cached(id) {
+            Some(f) => f.sync_data()?,
+            None => match File::open(self.file_path(id)) {
+                Ok(f) => f.sync_data()?,
+                Err(e) => not_found_is_ok(e)?,
+            },
+        }
+        Ok(())
+    }
+
     fn dirty_files(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Dirty>>> {
         self.dirty.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -473,26 +486,20 @@ impl ChunkStore for FsChunks {
         // flag before the flush let a second caller answer while the first's `fdatasync`
         // was still running (ior-hard: many ranks fsync one shared file).
         let need = d.writes.load(SeqCst);
-        d.flush.cover(
-            need,
-            || d.writes.load(SeqCst),
-            || {
-                // the cached descriptor when there is one (no open by name per fsync)
-                match self.cached(id) {
-                    Some(f) => f.sync_data()?,
-                    None => match File::open(self.file_path(id)) {
-                        Ok(f) => f.sync_data()?,
-                        Err(e) => not_found_is_ok(e)?,
-                    },
-                }
-                Ok(())
-            },
-        )?;
+        d.flush
+            .cover(need, || d.writes.load(SeqCst), || self.flush_file(id))?;
         // forget a file with nothing left to flush that nobody else is syncing (a write
         // counts under the same lock, so none can slip in between)
         let mut all = self.dirty_files();
         if Arc::strong_count(&d) == 2 && d.flush.flushed() >= d.writes.load(SeqCst) {
             all.remove(&id);
+        }
+        Ok(())
+    }
+
+    fn sync_unshared(&self, id: u64) -> FsResult<()> {
+        if self.dirty_files().contains_key(&id) {
+            self.flush_file(id)?;
         }
         Ok(())
     }

@@ -116,6 +116,11 @@ pub trait ChunkStore: Send + Sync {
     /// Makes the data of file `id` written so far durable (fdatasync; concurrent callers
     /// for one file share a flush that covers them).
     fn sync(&self, id: u64) -> FsResult<()>;
+    /// One flush of file `id` of this caller's own, shared with nobody: the benchmark's
+    /// baseline (`--no-group-commit`).
+    fn sync_unshared(&self, id: u64) -> FsResult<()> {
+        self.sync(id)
+    }
     /// Totals of the local file system holding the chunks.
     fn statfs(&self) -> FsResult<StatFs>;
 }
