@@ -56,6 +56,13 @@ impl OpenFile {
     pub fn is_dirty(&self) -> bool {
         self.dirty
     }
+
+    /// Counts writes made through another handle of the same open file up to `end`, not
+    /// published yet: the next `fsync` (or `close`) of this handle publishes them.
+    pub fn wrote(&mut self, end: u64) {
+        self.written = self.written.max(end);
+        self.dirty = true;
+    }
 }
 
 /// Directory position of an entry: its name hash without the lowest bit, so that positions,
@@ -980,7 +987,6 @@ impl FileSystem for Client {
     }
 
     fn fsync(&self, f: &mut OpenFile) -> FsResult<()> {
-        self.publish(f)?;
         let mut servers: BTreeSet<u32> = std::mem::take(&mut f.touched);
         servers.insert(f.meta);
         // data may also have been written through other handles (other fds, other processes
@@ -996,13 +1002,28 @@ impl FileSystem for Client {
         for s in &involved {
             self.t.ensure(*s)?;
         }
-        let req = Request::Fsync { id: f.attr.id };
-        let futs = involved
-            .iter()
-            .map(|s| self.t.call(*s, tag::FSYNC, &req, &[], SMALL_REPLY));
+        // the metadata server's request also publishes the size (no SetSize of its own)
+        let plain = Request::Fsync {
+            id: f.attr.id,
+            size_of: None,
+            size: 0,
+        };
+        let publishing = Request::Fsync {
+            id: f.attr.id,
+            size_of: f.dirty.then_some(f.path.as_str()),
+            size: f.written,
+        };
+        let futs = involved.iter().map(|s| {
+            let req = if *s == f.meta { &publishing } else { &plain };
+            self.t.call(*s, tag::FSYNC, req, &[], SMALL_REPLY)
+        });
         let results = self.t.wait(&involved, async { Ok(join_all(futs).await) })?;
         for r in results {
             r?.decode()?;
+        }
+        if f.dirty {
+            f.dirty = false;
+            f.attr.size = f.attr.size.max(f.written);
         }
         Ok(())
     }

@@ -696,3 +696,35 @@ fn missing_names_cost_one_request_and_removed_dirs_are_forgotten() {
     assert_eq!(a.stat("/kd/old/x").unwrap_err(), Errno::ENOTDIR);
     assert_eq!(a.stat("/kd/new/x").unwrap_err(), Errno::ENOENT);
 }
+
+/// An fsync of a file that grew carries the size publication to the metadata server: no
+/// `SetSize` request of its own, and another client sees the size at once.
+#[test]
+fn fsync_publishes_the_size_in_the_same_request() {
+    const N: usize = 3;
+    let cl = cluster(N, &[], "none");
+    let a = client(&cl, Duration::from_secs(20), "none");
+    let b = client(&cl, Duration::from_secs(20), "none");
+    a.mkdir("/fp", 0o755).unwrap();
+    let (set_size, fsyncs) = (served(&cl, N, "set_size"), served(&cl, N, "fsync"));
+    let mut f = a.open("/fp/f", OpenFlags::create_trunc()).unwrap();
+    let bytes = data(3 << 20, 11);
+    // past chunk 0, whose writes publish the size themselves
+    let mut end = 0;
+    for (i, part) in bytes.chunks(1 << 20).enumerate() {
+        a.write(&mut f, end, part).unwrap();
+        end += part.len() as u64;
+        a.fsync(&mut f).unwrap();
+        assert_eq!(b.stat("/fp/f").unwrap().size, end, "after fsync {i}");
+    }
+    a.close(f).unwrap();
+    assert_eq!(served(&cl, N, "set_size"), set_size, "no SetSize requests");
+    assert!(served(&cl, N, "fsync") >= fsyncs + 3);
+    assert_eq!(sum(&get(&b, "/fp/f")), sum(&bytes));
+    // a failed publication fails the fsync (a directory took the name meanwhile)
+    let mut f = a.open("/fp/g", OpenFlags::create_trunc()).unwrap();
+    a.write(&mut f, 4 << 20, b"late").unwrap();
+    b.unlink("/fp/g").unwrap();
+    b.mkdir("/fp/g", 0o755).unwrap();
+    assert_eq!(a.fsync(&mut f).unwrap_err(), Errno::EISDIR);
+}

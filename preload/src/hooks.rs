@@ -572,10 +572,27 @@ fn forget(fd: i64) -> FsResult<()> {
         return Ok(());
     };
     if !d.is_dir() && d.take_unsynced() && conn::with(|c| Ok(c.close_sync()))? {
-        publish(&d)?;
-        return conn::with(|c| c.fsync(&mut file(c, &d)));
+        return sync_desc(&d);
     }
     publish(&d)
+}
+
+/// fsync of the file behind `d`; its unpublished size travels in the fsync request to the
+/// metadata server (one round trip instead of a `SetSize` first).
+fn sync_desc(d: &Desc) -> FsResult<()> {
+    let size = d.take_dirty();
+    let r = conn::with(|c| {
+        let mut f = file(c, d);
+        if let Some(end) = size {
+            f.wrote(end);
+        }
+        c.fsync(&mut f)
+    });
+    if let (Err(_), Some(end)) = (&r, size) {
+        // keep it dirty: another holder of the description may still publish it
+        d.wrote(end, false);
+    }
+    r
 }
 
 fn sys_close(fd: i64) -> Ret {
@@ -1034,7 +1051,7 @@ fn sys_fsync(fd: i64) -> Ret {
         return Some(0);
     }
     d.take_unsynced();
-    zero(publish(&d).and_then(|_| conn::with(|c| c.fsync(&mut file(c, &d)))))
+    zero(sync_desc(&d))
 }
 
 fn sys_fallocate(fd: i64, mode: i64, off: i64, len: i64) -> Ret {

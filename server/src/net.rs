@@ -617,10 +617,16 @@ async fn fsync_handler(
         unsafe { recv.set_len(len) };
         let (_, conn, seq) = tag::split(t);
         let waiter = match frame::decode_request(&recv) {
-            Ok((Request::Fsync { id }, _)) => {
+            Ok((req @ Request::Fsync { id, .. }, _)) => {
                 ops.stats.request("fsync");
                 let (tx, rx) = tokio::sync::oneshot::channel();
-                sync_tx.send((id, tx)).ok().map(|_| rx)
+                match ops.fsync_publish(&req) {
+                    Ok(()) => sync_tx.send((id, tx)).ok().map(|_| rx),
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        Some(rx)
+                    }
+                }
             }
             Ok(_) => None,
             Err(_) => {
@@ -718,12 +724,13 @@ async fn tcp_conn(
         s.read_exact(&mut b.recv).await?;
         let (b, prefix, n) = if kind == 2 {
             let result = match frame::decode_request(&b.recv) {
-                Ok((Request::Fsync { id }, _)) => {
+                Ok((req @ Request::Fsync { id, .. }, _)) => {
                     ops.stats.request("fsync");
                     let (tx, rx) = tokio::sync::oneshot::channel();
-                    match sync_tx.send((id, tx)) {
-                        Ok(()) => rx.await.unwrap_or(Err(Errno::EIO)),
-                        Err(_) => Err(Errno::EIO),
+                    match ops.fsync_publish(&req).map(|()| sync_tx.send((id, tx))) {
+                        Ok(Ok(())) => rx.await.unwrap_or(Err(Errno::EIO)),
+                        Ok(Err(_)) => Err(Errno::EIO),
+                        Err(e) => Err(e),
                     }
                 }
                 _ => Err(Errno::EINVAL),

@@ -242,6 +242,46 @@ impl Ops {
         self.meta.get(path)?.ok_or(Errno::ENOENT)
     }
 
+    /// `SetSize`: `Max` publishes a lower bound (merge operator), `Exact` truncates.
+    fn set_size(&self, path: &str, size: u64, mode: SizeMode) -> FsResult<Answer> {
+        not_root(path, Errno::EISDIR)?;
+        let mut a = self.get(path)?;
+        if a.is_link() {
+            return Err(Errno::ELOOP); // the client follows the link
+        }
+        if a.is_dir() {
+            return Err(Errno::EISDIR);
+        }
+        match mode {
+            SizeMode::Max => {
+                self.meta.merge_size(path, size, now_ns())?;
+                Ok(Answer::Unit)
+            }
+            SizeMode::Exact => {
+                a.size = size;
+                a.mtime = now_ns();
+                a.ctime = a.mtime;
+                self.meta.truncate_inline(a.id, size)?;
+                self.drop_local_chunks(a.id, size)?;
+                self.meta.put(path, &a)?;
+                Ok(Answer::Attr(a))
+            }
+        }
+    }
+
+    /// What an fsync request does before its flush: publish the size it carries.
+    pub fn fsync_publish(&self, req: &Request<'_>) -> FsResult<()> {
+        if let Request::Fsync {
+            size_of: Some(path),
+            size,
+            ..
+        } = *req
+        {
+            self.set_size(path, size, SizeMode::Max)?;
+        }
+        Ok(())
+    }
+
     /// Executes one request. `bulk` is the request's data; read results go into `data`.
     pub fn execute(&self, req: &Request<'_>, bulk: &[u8], data: &mut [u8]) -> FsResult<Answer> {
         match *req {
@@ -369,31 +409,7 @@ impl Ops {
                 let (v, next) = self.meta.list(dir, start, max)?;
                 Ok(Answer::Dirents(v, next))
             }
-            Request::SetSize { path, size, mode } => {
-                not_root(path, Errno::EISDIR)?;
-                let mut a = self.get(path)?;
-                if a.is_link() {
-                    return Err(Errno::ELOOP); // the client follows the link
-                }
-                if a.is_dir() {
-                    return Err(Errno::EISDIR);
-                }
-                match mode {
-                    SizeMode::Max => {
-                        self.meta.merge_size(path, size, now_ns())?;
-                        Ok(Answer::Unit)
-                    }
-                    SizeMode::Exact => {
-                        a.size = size;
-                        a.mtime = now_ns();
-                        a.ctime = a.mtime;
-                        self.meta.truncate_inline(a.id, size)?;
-                        self.drop_local_chunks(a.id, size)?;
-                        self.meta.put(path, &a)?;
-                        Ok(Answer::Attr(a))
-                    }
-                }
-            }
+            Request::SetSize { path, size, mode } => self.set_size(path, size, mode),
             Request::Chmod { path, mode } => {
                 not_root(path, Errno::EPERM)?;
                 let mut a = self.get(path)?;
@@ -549,7 +565,8 @@ impl Ops {
                 self.chunks.truncate(id, size)?;
                 Ok(Answer::Unit)
             }
-            Request::Fsync { id } => {
+            Request::Fsync { id, .. } => {
+                self.fsync_publish(req)?;
                 let wal = self.meta.mark();
                 self.chunks.sync(id)?;
                 self.meta.sync(wal)?;

@@ -339,8 +339,14 @@ pub enum Request<'a> {
     /// Drop every byte at or past `size` of file `id` held by this server.
     TruncateChunks { id: u64, size: u64, chunk_size: u32 },
     /// Make every acknowledged write of file `id` on this server durable (WAL + chunk files).
-    /// Sent on the fsync tag.
-    Fsync { id: u64 },
+    /// Sent on the fsync tag. With `size_of` (to the metadata server), `size` is first
+    /// published as a lower bound of that path's size, as `SetSize` `Max` does: a writer's
+    /// fsync and its size publication are one request.
+    Fsync {
+        id: u64,
+        size_of: Option<&'a str>,
+        size: u64,
+    },
     /// File-system totals of this server.
     Statfs,
     /// The client is going away: the server forgets its connection (no reply). With endpoint
