@@ -7,7 +7,7 @@
 //! the page cache holds whole is answered inline by `read_nowait`, a large one from a mapping)
 //! → the reply (prefix, header, data) goes back in one vectored send on `tag::reply(seq)`, or,
 //! for a large read, the data alone in one contiguous send on `tag::reply_data(seq)`.
-//! fsync requests arrive on their own tag and are handed to the sync thread (`sync.rs`).
+//! fsync requests arrive on their own tag and are queued for the sync threads (`sync.rs`).
 
 use crate::ops::{read_span, runs_inline, Answer, Ops};
 use crate::sync::SyncSender;
