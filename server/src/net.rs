@@ -619,14 +619,7 @@ async fn fsync_handler(
         let waiter = match frame::decode_request(&recv) {
             Ok((req @ Request::Fsync { id, .. }, _)) => {
                 ops.stats.request("fsync");
-                let (tx, rx) = tokio::sync::oneshot::channel();
-                match ops.fsync_publish(&req) {
-                    Ok(()) => sync_tx.send((id, tx)).ok().map(|_| rx),
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                        Some(rx)
-                    }
-                }
+                Some(sync_tx.submit(&ops, &req, id))
             }
             Ok(_) => None,
             Err(_) => {
@@ -726,12 +719,10 @@ async fn tcp_conn(
             let result = match frame::decode_request(&b.recv) {
                 Ok((req @ Request::Fsync { id, .. }, _)) => {
                     ops.stats.request("fsync");
-                    let (tx, rx) = tokio::sync::oneshot::channel();
-                    match ops.fsync_publish(&req).map(|()| sync_tx.send((id, tx))) {
-                        Ok(Ok(())) => rx.await.unwrap_or(Err(Errno::EIO)),
-                        Ok(Err(_)) => Err(Errno::EIO),
-                        Err(e) => Err(e),
-                    }
+                    sync_tx
+                        .submit(ops, &req, id)
+                        .await
+                        .unwrap_or(Err(Errno::EIO))
                 }
                 _ => Err(Errno::EINVAL),
             };

@@ -9,11 +9,11 @@
 
 use crate::ops::Ops;
 use crate::store::{ChunkStore, MetadataStore};
-use madfs_proto::FsResult;
+use madfs_proto::{FsResult, Request};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Condvar, Mutex};
-use tokio::sync::oneshot;
+use tokio::sync::oneshot::{self, Receiver};
 
 /// One waiter: the file to make durable and where to say it is done.
 pub type SyncJob = (u64, oneshot::Sender<FsResult<()>>);
@@ -46,13 +46,20 @@ impl Shared {
 pub struct SyncSender(Arc<Shared>);
 
 impl SyncSender {
-    /// Queues a request (`Err` never happens while a sender lives; kept for the callers'
-    /// channel-like use).
-    #[allow(clippy::result_unit_err)]
-    pub fn send(&self, job: SyncJob) -> Result<(), ()> {
-        self.0.queue().jobs.push_back(job);
-        self.0.ready.notify_one();
-        Ok(())
+    /// Publishes the size an fsync request carries (on the calling net thread, so that the
+    /// WAL sync covers it), then queues the request; the receiver gets its result.
+    pub fn submit(&self, ops: &Ops, req: &Request<'_>, id: u64) -> Receiver<FsResult<()>> {
+        let (tx, rx) = oneshot::channel();
+        match ops.fsync_publish(req) {
+            Ok(()) => {
+                self.0.queue().jobs.push_back((id, tx));
+                self.0.ready.notify_one();
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e));
+            }
+        }
+        rx
     }
 }
 
@@ -116,15 +123,14 @@ fn next_batch(
         if let Some((id, done)) = q.jobs.pop_front() {
             let mut batch = vec![done];
             if group_commit {
-                let mut rest = VecDeque::with_capacity(q.jobs.len());
-                for (other, done) in q.jobs.drain(..) {
-                    if other == id {
-                        batch.push(done);
+                let mut i = 0;
+                while i < q.jobs.len() {
+                    if q.jobs[i].0 == id {
+                        batch.extend(q.jobs.remove(i).map(|(_, done)| done));
                     } else {
-                        rest.push_back((other, done));
+                        i += 1;
                     }
                 }
-                q.jobs = rest;
             }
             return Some((id, batch));
         }
