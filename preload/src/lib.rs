@@ -50,6 +50,18 @@ extern "C" fn init() {
     }
 }
 
+/// Whether a panic inside libmadfs.so unwinds to its `catch_unwind` (1) — what keeps a fault
+/// in a hook from crossing into the program. The library carries its own copy of GCC's
+/// unwinder (`preload/build.rs`), so this checks that copy; for tests (`madfs-syscall unwind`).
+#[no_mangle]
+pub extern "C" fn madfs_unwind_selftest() -> libc::c_int {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let caught = std::panic::catch_unwind(|| panic!("unwind self-test")).is_err();
+    std::panic::set_hook(hook);
+    caught as libc::c_int
+}
+
 /// `exit()`: publish the sizes of files still open while the client library can still be
 /// used (thread-local clients may already be gone; UCX's destructors have not run yet).
 extern "C" fn at_exit() {

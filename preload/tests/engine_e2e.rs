@@ -318,17 +318,30 @@ fn only_wanted_syscall_sites_are_patched() {
             ],
         );
     };
-    // a fresh patch-site cache: the first run scans libc, the second loads the cache
-    let cache = cl.root().join("intercept-cache");
-    let cache = cache.to_str().unwrap();
+    // a fresh cache directory: the first run scans libc and stores the patch sites and the
+    // patch plan; without the plan, the second run loads the sites and stores the plan
+    // again; the third patches from the plan alone
+    let dir = cl.root().join("intercept-cache");
+    let cache = dir.to_str().unwrap();
+    let plans = || -> Vec<std::path::PathBuf> {
+        let files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(files.len(), 2, "a site cache and a plan: {files:?}");
+        files
+            .into_iter()
+            .filter(|p| p.to_string_lossy().contains(".plan-"))
+            .collect()
+    };
+    check(&[("MADFS_INTERCEPT_CACHE", cache)], "unpatched");
+    for plan in plans() {
+        std::fs::remove_file(plan).unwrap();
+    }
     for _ in 0..2 {
         check(&[("MADFS_INTERCEPT_CACHE", cache)], "unpatched");
+        assert_eq!(plans().len(), 1);
     }
-    assert_eq!(
-        std::fs::read_dir(cache).unwrap().count(),
-        1,
-        "one cache file"
-    );
     check(&[], "unpatched");
     check(&[("MADFS_INTERCEPT_ALL", "1")], "patched");
 }
@@ -392,4 +405,21 @@ fn threads_coming_and_going_never_crash_servers() {
     }
     let out = syscalls(&cl, &["stat,/madfs/r0/t0"], 20_000);
     assert!(out.contains("size 262144"), "{out}");
+}
+
+/// A panic inside libmadfs.so unwinds to its `catch_unwind` with the copy of GCC's unwinder
+/// linked into the library (it no longer loads `libgcc_s.so.1`, preload/build.rs), in a
+/// program that has its own.
+#[test]
+fn panics_unwind_inside_the_library() {
+    let out = std::process::Command::new(madfs_cluster::find_bin("madfs-syscall"))
+        .arg("unwind")
+        .env("LD_PRELOAD", madfs_cluster::find_bin("libmadfs.so"))
+        .output()
+        .expect("spawn");
+    let (out, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    expect(&out, &err, &["unwind caught 1", "unwind OK 0"]);
 }

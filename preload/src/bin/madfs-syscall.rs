@@ -214,6 +214,17 @@ fn main() {
                     );
                     0
                 }
+                // calls libmadfs.so's unwinding self-test (1: a panic inside it was caught)
+                "unwind" => {
+                    let f = libc::dlsym(libc::RTLD_DEFAULT, c"madfs_unwind_selftest".as_ptr());
+                    if f.is_null() {
+                        -1
+                    } else {
+                        let f: extern "C" fn() -> libc::c_int = std::mem::transmute(f);
+                        println!("unwind caught {}", f());
+                        0
+                    }
+                }
                 "getcwd" => {
                     let mut buf = [0u8; 4096];
                     let p = libc::getcwd(buf.as_mut_ptr().cast(), buf.len());

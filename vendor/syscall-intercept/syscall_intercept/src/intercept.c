@@ -305,6 +305,14 @@ get_object_path(const struct dl_phdr_info *info)
 {
 	if (info->dlpi_name != NULL && info->dlpi_name[0] != '\0') {
 		return info->dlpi_name;
+	} else if (!patch_all_objs) {
+		/*
+		 * madfs: a nameless object is the program itself (or the
+		 * vdso); only libc and libpthread are patched unless
+		 * INTERCEPT_ALL_OBJS is set, so its path is not needed, and
+		 * finding it means reading all of /proc/self/maps.
+		 */
+		return NULL;
 	} else {
 		uintptr_t addr = get_any_used_vaddr(info);
 		if (addr == 0)
@@ -497,6 +505,7 @@ intercept(int argc, char **argv)
 			xabort("not enough space in asm_wrapper_space");
 		allocate_trampoline_table(objs + i);
 		create_patch_wrappers(objs + i, &next_asm_wrapper_space);
+		plan_store(objs + i);
 	}
 	mprotect_asm_wrappers();
 	for (unsigned i = 0; i < objs_count; ++i)

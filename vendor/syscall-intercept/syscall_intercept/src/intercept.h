@@ -194,7 +194,17 @@ struct intercept_desc {
 	size_t trampoline_table_size;
 
 	unsigned char *next_trampoline;
+
+	/*
+	 * madfs: the library file's identity (fstat), and whether the
+	 * patches came from a patch plan (see plan_load in intercept_desc.c):
+	 * then every decision of create_patch_wrappers is already made.
+	 */
+	uint64_t file_id[5];
+	bool planned;
 };
+
+void plan_store(const struct intercept_desc *desc);
 
 bool has_jump(const struct intercept_desc *desc, unsigned char *addr);
 void mark_jump(const struct intercept_desc *desc, const unsigned char *addr);

@@ -656,10 +656,35 @@ allocate_trampoline_table(struct intercept_desc *desc)
 				& ~((uintptr_t)(0xfff))) + 0x1000;
 	}
 
+	size = 64 * 0x1000; /* XXX: don't just guess */
+
+	/*
+	 * madfs: ask the kernel first. A hint is honoured when the range at
+	 * it is free; otherwise the kernel places the table top-down from
+	 * its mmap base, next to the libraries. Either way the result is
+	 * usable if every byte of the text can reach it with a 32 bit
+	 * displacement. Only if not is /proc/self/maps scanned (reading it
+	 * makes the kernel print every mapping: tens of microseconds at
+	 * each process start).
+	 */
+	if ((uintptr_t)guess >= 0x10000) {
+		unsigned char *t = mmap(guess, size,
+					PROT_READ | PROT_WRITE | PROT_EXEC,
+					MAP_PRIVATE | MAP_ANON, -1, 0);
+		if (t != MAP_FAILED) {
+			if (t + size <= desc->text_start + INT32_MAX &&
+			    desc->text_end <= t + INT32_MAX) {
+				desc->trampoline_table = t;
+				desc->trampoline_table_size = size;
+				desc->next_trampoline = t;
+				return;
+			}
+			munmap(t, size);
+		}
+	}
+
 	if ((uintptr_t)guess < get_min_address())
 		guess = (void *)get_min_address();
-
-	size = 64 * 0x1000; /* XXX: don't just guess */
 
 	if ((maps = fopen("/proc/self/maps", "r")) == NULL)
 		xabort("fopen /proc/self/maps");
@@ -729,6 +754,7 @@ allocate_trampoline_table(struct intercept_desc *desc)
  * site is patched.
  */
 extern const uint64_t madfs_intercept_syscalls[8] __attribute__((weak));
+static int filtering_on(void);
 
 /*
  * unwanted_site - whether the syscall at addr, preceded by prev, has a known
@@ -745,11 +771,8 @@ unwanted_site(const struct intercept_desc *desc, const unsigned char *addr,
 		const struct intercept_disasm_result *prev)
 {
 	static int filtering = -1;
-	if (filtering < 0) {
-		const char *all = getenv("MADFS_INTERCEPT_ALL");
-		filtering = madfs_intercept_syscalls != NULL &&
-		    (all == NULL || all[0] == '\0');
-	}
+	if (filtering < 0)
+		filtering = filtering_on();
 	if (!filtering || prev->length != 5 || prev->address == NULL ||
 	    prev->address + 5 != addr || prev->address[0] != 0xb8 ||
 	    has_jump(desc, (unsigned char *)addr))
@@ -816,10 +839,12 @@ cache_dir(char *out, size_t size)
 		    (unsigned)getuid());
 	if (n <= 0 || (size_t)n >= size)
 		return -1;
-	(void) syscall_no_intercept(SYS_mkdir, out, 0700);
 	struct stat st;
-	if (syscall_no_intercept(SYS_stat, out, &st) != 0)
-		return -1;
+	if (syscall_no_intercept(SYS_stat, out, &st) != 0) {
+		(void) syscall_no_intercept(SYS_mkdir, out, 0700);
+		if (syscall_no_intercept(SYS_stat, out, &st) != 0)
+			return -1;
+	}
 	if (!S_ISDIR(st.st_mode) || st.st_uid != getuid() ||
 	    (st.st_mode & 022) != 0)
 		return -1;
@@ -1055,6 +1080,210 @@ cache_store(const struct intercept_desc *desc, struct cache_header *key)
 
 
 /*
+ * madfs: the patch plan -- what create_patch_wrappers decided for every
+ * site that is patched (after unwanted sites were dropped): the bytes
+ * overwritten, the NOP used as a trampoline, the address returned to, and
+ * the instructions relocated into the wrapper. It depends on the library
+ * file and on the wanted set, so a process that finds its plan skips the
+ * ELF section scan, the patch-site cache with its NOP table and jump
+ * bitmap, and every decision: it only creates the wrappers and writes the
+ * jumps. Stored next to the patch-site cache after the first process that
+ * patched without one; any mismatch or short file is ignored.
+ */
+#define PLAN_MAGIC "MADFSPL1"
+
+struct plan_header {
+	char magic[8];
+	uint64_t file_id[5];
+	uint64_t wanted[8];
+	uint64_t filtering;
+	uint32_t sizeof_result, sizeof_patch;
+	uint64_t text_addr, text_offset, text_bytes;
+	uint64_t count;
+};
+
+struct planned_patch {
+	uint64_t syscall_off, syscall_offset;
+	uint64_t dst_jmp_off, return_off, nop_off, nop_size;
+	uint8_t uses_prev_ins_2, uses_prev_ins, uses_next_ins, uses_nop;
+	uint8_t pad[4];
+	struct cached_result prev2, prev, next;
+};
+
+static int
+filtering_on(void)
+{
+	const char *all = getenv("MADFS_INTERCEPT_ALL");
+	return madfs_intercept_syscalls != NULL &&
+	    (all == NULL || all[0] == '\0');
+}
+
+/* the header every plan of this library and wanted set must carry */
+static int
+plan_key(const struct intercept_desc *desc, struct plan_header *h)
+{
+	memset(h, 0, sizeof(*h));
+	if (desc->file_id[0] == 0 && desc->file_id[1] == 0)
+		return -1;
+	memcpy(h->magic, PLAN_MAGIC, 8);
+	memcpy(h->file_id, desc->file_id, sizeof(h->file_id));
+	h->filtering = (uint64_t)filtering_on();
+	if (h->filtering)
+		memcpy(h->wanted, madfs_intercept_syscalls, sizeof(h->wanted));
+	h->sizeof_result = (uint32_t)sizeof(struct cached_result);
+	h->sizeof_patch = (uint32_t)sizeof(struct planned_patch);
+	return 0;
+}
+
+static int
+plan_path(const struct plan_header *h, char *out, size_t size)
+{
+	char dir[512];
+	if (cache_dir(dir, sizeof(dir)) != 0)
+		return -1;
+	uint64_t hash = 1469598103934665603ULL; /* FNV-1a of the wanted set */
+	const unsigned char *b = (const unsigned char *)h->wanted;
+	for (size_t i = 0; i < sizeof(h->wanted) + sizeof(h->filtering); ++i)
+		hash = (hash ^ b[i]) * 1099511628211ULL;
+	int n = snprintf(out, size, "%s/%" PRIx64 "-%" PRIx64 "-%" PRIx64
+	    "-%" PRIx64 ".%" PRIx64 ".plan-%" PRIx64, dir, h->file_id[0],
+	    h->file_id[1], h->file_id[2], h->file_id[3], h->file_id[4], hash);
+	return (n <= 0 || (size_t)n >= size) ? -1 : 0;
+}
+
+static int
+plan_load(struct intercept_desc *desc, int fd)
+{
+	struct stat st;
+	if (syscall_no_intercept(SYS_fstat, fd, &st) != 0)
+		return -1;
+	desc->file_id[0] = (uint64_t)st.st_dev;
+	desc->file_id[1] = (uint64_t)st.st_ino;
+	desc->file_id[2] = (uint64_t)st.st_size;
+	desc->file_id[3] = (uint64_t)st.st_mtim.tv_sec;
+	desc->file_id[4] = (uint64_t)st.st_mtim.tv_nsec;
+
+	struct plan_header key;
+	char path[768];
+	if (plan_key(desc, &key) || plan_path(&key, path, sizeof(path)))
+		return -1;
+	long pfd = syscall_no_intercept(SYS_open, path, O_RDONLY | O_CLOEXEC);
+	if (pfd < 0)
+		return -1;
+	struct stat pst;
+	long m = -1;
+	if (syscall_no_intercept(SYS_fstat, pfd, &pst) == 0 &&
+	    (size_t)pst.st_size >= sizeof(struct plan_header))
+		m = syscall_no_intercept(SYS_mmap, NULL, (size_t)pst.st_size,
+		    PROT_READ, MAP_PRIVATE, pfd, 0);
+	syscall_no_intercept(SYS_close, pfd);
+	if (m < 0 && m > -4096)
+		return -1;
+	size_t len = (size_t)pst.st_size;
+	const unsigned char *base = (const unsigned char *)m;
+	const struct plan_header *h = (const void *)base;
+	int ok = memcmp(h->magic, key.magic, 8) == 0 &&
+	    memcmp(h->file_id, key.file_id, sizeof(key.file_id)) == 0 &&
+	    memcmp(h->wanted, key.wanted, sizeof(key.wanted)) == 0 &&
+	    h->filtering == key.filtering &&
+	    h->sizeof_result == key.sizeof_result &&
+	    h->sizeof_patch == key.sizeof_patch &&
+	    h->count > 0 && h->count < (1u << 20) &&
+	    len == sizeof(*h) + h->count * sizeof(struct planned_patch);
+	if (ok) {
+		desc->text_offset = h->text_offset;
+		desc->text_start = desc->base_addr + h->text_addr;
+		desc->text_end = desc->text_start + h->text_bytes - 1;
+		desc->items = xmmap_anon(h->count * sizeof(desc->items[0]));
+	}
+	const unsigned char *p = base + sizeof(*h);
+	for (uint64_t i = 0; ok && i < h->count; ++i) {
+		struct planned_patch pp; /* memcpy: p is not aligned */
+		memcpy(&pp, p, sizeof(pp));
+		p += sizeof(pp);
+		ok = pp.syscall_off < h->text_bytes &&
+		    pp.dst_jmp_off < h->text_bytes &&
+		    pp.return_off <= h->text_bytes &&
+		    pp.nop_off < h->text_bytes;
+		struct patch_desc *patch = desc->items + i;
+		patch->containing_lib_path = desc->path;
+		patch->syscall_addr = desc->text_start + pp.syscall_off;
+		patch->syscall_offset = pp.syscall_offset;
+		patch->dst_jmp_patch = desc->text_start + pp.dst_jmp_off;
+		patch->return_address = desc->text_start + pp.return_off;
+		patch->uses_prev_ins_2 = pp.uses_prev_ins_2;
+		patch->uses_prev_ins = pp.uses_prev_ins;
+		patch->uses_next_ins = pp.uses_next_ins;
+		patch->uses_nop_trampoline = pp.uses_nop;
+		patch->nop_trampoline.address =
+		    desc->text_start + pp.nop_off;
+		patch->nop_trampoline.size = pp.nop_size;
+		unpack_result(desc, &pp.prev2, &patch->preceding_ins_2);
+		unpack_result(desc, &pp.prev, &patch->preceding_ins);
+		unpack_result(desc, &pp.next, &patch->following_ins);
+	}
+	if (ok) {
+		desc->count = (unsigned)h->count;
+		desc->planned = true;
+	} else if (desc->items != NULL) {
+		syscall_no_intercept(SYS_munmap, desc->items,
+		    h->count * sizeof(desc->items[0]));
+		desc->items = NULL;
+	}
+	syscall_no_intercept(SYS_munmap, base, len);
+	return ok ? 0 : -1;
+}
+
+void
+plan_store(const struct intercept_desc *desc)
+{
+	struct plan_header h;
+	char path[768], tmp[800];
+	if (desc->planned || desc->count == 0 || plan_key(desc, &h) ||
+	    plan_path(&h, path, sizeof(path)))
+		return;
+	h.text_addr = (uint64_t)(desc->text_start - desc->base_addr);
+	h.text_offset = desc->text_offset;
+	h.text_bytes = (uint64_t)(desc->text_end - desc->text_start + 1);
+	h.count = desc->count;
+	if (snprintf(tmp, sizeof(tmp), "%s.%ld", path,
+	    syscall_no_intercept(SYS_getpid)) >= (int)sizeof(tmp))
+		return;
+	long fd = syscall_no_intercept(SYS_open, tmp,
+	    O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return;
+	int ok = write_all((int)fd, &h, sizeof(h)) == 0;
+	for (unsigned i = 0; ok && i < desc->count; ++i) {
+		const struct patch_desc *p = desc->items + i;
+		struct planned_patch pp;
+		memset(&pp, 0, sizeof(pp));
+		const unsigned char *t = desc->text_start;
+		pp.syscall_off = (uint64_t)(p->syscall_addr - t);
+		pp.syscall_offset = p->syscall_offset;
+		pp.dst_jmp_off = (uint64_t)(p->dst_jmp_patch - t);
+		pp.return_off = (uint64_t)(p->return_address - t);
+		pp.uses_prev_ins_2 = p->uses_prev_ins_2;
+		pp.uses_prev_ins = p->uses_prev_ins;
+		pp.uses_next_ins = p->uses_next_ins;
+		pp.uses_nop = p->uses_nop_trampoline;
+		if (p->uses_nop_trampoline) {
+			pp.nop_off = (uint64_t)(p->nop_trampoline.address - t);
+			pp.nop_size = p->nop_trampoline.size;
+		}
+		pack_result(desc, &p->preceding_ins_2, &pp.prev2);
+		pack_result(desc, &p->preceding_ins, &pp.prev);
+		pack_result(desc, &p->following_ins, &pp.next);
+		ok = write_all((int)fd, &pp, sizeof(pp)) == 0;
+	}
+	syscall_no_intercept(SYS_close, fd);
+	if (ok)
+		ok = syscall_no_intercept(SYS_rename, tmp, path) == 0;
+	if (!ok)
+		syscall_no_intercept(SYS_unlink, tmp);
+}
+
+/*
  * find_syscalls
  * The routine that disassembles a text section. Here is some higher level
  * logic for finding syscalls, finding overwritable NOP instructions, and
@@ -1074,6 +1303,11 @@ find_syscalls(struct intercept_desc *desc)
 	desc->count = 0;
 
 	int fd = open_orig_file(desc);
+
+	if (plan_load(desc, fd) == 0) {
+		syscall_no_intercept(SYS_close, fd);
+		return;
+	}
 
 	find_sections(desc, fd);
 	debug_dump(

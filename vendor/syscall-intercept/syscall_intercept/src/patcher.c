@@ -69,6 +69,13 @@
  */
 
 #include <cpuid.h>
+#include <features.h>
+#if __GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33)
+/* madfs: glibc >= 2.33 reports the CPU features its loader found */
+#include <sys/platform/x86.h>
+#pragma weak __x86_get_cpuid_feature_leaf
+#define MADFS_GLIBC_CPU_FEATURES 1
+#endif
 #include "intercept.h"
 #include "intercept_util.h"
 #include "intercept_log.h"
@@ -355,6 +362,12 @@ create_patch_wrappers(struct intercept_desc *desc, unsigned char **dst)
 		debug_dump("patching %s:0x%lx\n", desc->path,
 				patch->syscall_addr - desc->base_addr);
 
+		if (desc->planned) {
+			/* madfs: decided in an earlier process (plan_load) */
+			create_wrapper(patch, dst);
+			continue;
+		}
+
 		assign_nop_trampoline(desc, patch, &next_nop_i);
 
 		if (patch->uses_nop_trampoline) {
@@ -542,6 +555,22 @@ init_patcher(void)
 	 * XXX check for ZMM registers, and save/restore them!
 	 */
 	extern bool has_ymm_registers(void);
+
+#ifdef MADFS_GLIBC_CPU_FEATURES
+	/*
+	 * madfs: ask what the dynamic loader found at start instead of
+	 * running cpuid again: in a virtual machine every cpuid traps to
+	 * the hypervisor (tens of microseconds each here, at every process
+	 * start). Older glibc lacks the function: then cpuid, as upstream.
+	 */
+	if (__x86_get_cpuid_feature_leaf != NULL) {
+		intercept_routine_must_save_ymm = CPU_FEATURE_ACTIVE(AVX);
+		intercept_routine_has_xinuse =
+		    intercept_routine_must_save_ymm &&
+		    CPU_FEATURE_PRESENT(XGETBV_ECX_1);
+		return;
+	}
+#endif
 
 	intercept_routine_must_save_ymm = has_ymm_registers();
 
