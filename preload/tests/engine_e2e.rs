@@ -291,8 +291,9 @@ fn posix_spawn_child_cannot_open_madfs_paths_and_leaves_the_parent_intact() {
 }
 
 /// x86_64: libc sites of syscalls the preload never answers (known number, `getppid`) stay
-/// unpatched, those it may answer (`dup`) are patched, after a full scan of libc as after a
-/// patch-site cache hit; `MADFS_INTERCEPT_ALL` patches all.
+/// unpatched, those it may answer (`dup`) are patched, after a full scan of libc, a
+/// patch-site cache hit, with a patch plan and the patched image of libc mapped, and with a
+/// bad image (patched in place); `MADFS_INTERCEPT_ALL` patches all.
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn only_wanted_syscall_sites_are_patched() {
@@ -318,30 +319,35 @@ fn only_wanted_syscall_sites_are_patched() {
             ],
         );
     };
-    // a fresh cache directory: the first run scans libc and stores the patch sites and the
-    // patch plan; without the plan, the second run loads the sites and stores the plan
-    // again; the third patches from the plan alone
+    // a fresh cache directory: the first run scans libc and stores the patch sites, the
+    // patch plan and the patched image of libc; without plan and image, the second run loads
+    // the sites and stores both again; the third maps the image (its pages are what
+    // `patched` reads); a fourth finds an image whose jumps are not there (a plain copy of
+    // libc under its name), maps libc back and patches in place
     let dir = cl.root().join("intercept-cache");
     let cache = dir.to_str().unwrap();
-    let plans = || -> Vec<std::path::PathBuf> {
-        let files: Vec<_> = std::fs::read_dir(&dir)
+    let files = |kind: &str| -> Vec<std::path::PathBuf> {
+        let all: Vec<_> = std::fs::read_dir(&dir)
             .unwrap()
             .map(|e| e.unwrap().path())
             .collect();
-        assert_eq!(files.len(), 2, "a site cache and a plan: {files:?}");
-        files
-            .into_iter()
-            .filter(|p| p.to_string_lossy().contains(".plan-"))
+        assert_eq!(all.len(), 3, "site cache, plan and image: {all:?}");
+        all.into_iter()
+            .filter(|p| p.to_string_lossy().contains(kind))
             .collect()
     };
-    check(&[("MADFS_INTERCEPT_CACHE", cache)], "unpatched");
-    for plan in plans() {
-        std::fs::remove_file(plan).unwrap();
+    let env = [("MADFS_INTERCEPT_CACHE", cache)];
+    check(&env, "unpatched");
+    for f in files(".plan-").into_iter().chain(files(".image")) {
+        std::fs::remove_file(f).unwrap();
     }
     for _ in 0..2 {
-        check(&[("MADFS_INTERCEPT_CACHE", cache)], "unpatched");
-        assert_eq!(plans().len(), 1);
+        check(&env, "unpatched");
+        assert_eq!((files(".plan-").len(), files(".image").len()), (1, 1));
     }
+    let image = &files(".image")[0];
+    std::fs::copy("/lib/x86_64-linux-gnu/libc.so.6", image).unwrap();
+    check(&env, "unpatched");
     check(&[], "unpatched");
     check(&[("MADFS_INTERCEPT_ALL", "1")], "patched");
 }

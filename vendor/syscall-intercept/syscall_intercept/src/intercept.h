@@ -202,9 +202,17 @@ struct intercept_desc {
 	 */
 	uint64_t file_id[5];
 	bool planned;
+
+	/*
+	 * madfs: the trampoline table sits where every process puts it, at
+	 * the same distance from the text (see image_map in patcher.c).
+	 */
+	bool trampoline_canonical;
 };
 
 void plan_store(const struct intercept_desc *desc);
+int cache_dir(char *out, size_t size);
+uint64_t plan_hash(void);
 
 bool has_jump(const struct intercept_desc *desc, unsigned char *addr);
 void mark_jump(const struct intercept_desc *desc, const unsigned char *addr);

@@ -674,6 +674,7 @@ allocate_trampoline_table(struct intercept_desc *desc)
 		if (t != MAP_FAILED) {
 			if (t + size <= desc->text_start + INT32_MAX &&
 			    desc->text_end <= t + INT32_MAX) {
+				desc->trampoline_canonical = t == guess;
 				desc->trampoline_table = t;
 				desc->trampoline_table_size = size;
 				desc->next_trampoline = t;
@@ -827,7 +828,7 @@ struct cached_patch {
 	struct cached_result prev2, prev, next;
 };
 
-static int
+int
 cache_dir(char *out, size_t size)
 {
 	const char *env = getenv("MADFS_INTERCEPT_CACHE");
@@ -1135,16 +1136,35 @@ plan_key(const struct intercept_desc *desc, struct plan_header *h)
 	return 0;
 }
 
+/* FNV-1a of the wanted set and whether it filters */
+static uint64_t
+wanted_hash(const struct plan_header *h)
+{
+	uint64_t hash = 1469598103934665603ULL;
+	const unsigned char *b = (const unsigned char *)h->wanted;
+	for (size_t i = 0; i < sizeof(h->wanted) + sizeof(h->filtering); ++i)
+		hash = (hash ^ b[i]) * 1099511628211ULL;
+	return hash;
+}
+
+uint64_t
+plan_hash(void)
+{
+	struct plan_header h;
+	memset(&h, 0, sizeof(h));
+	h.filtering = (uint64_t)filtering_on();
+	if (h.filtering)
+		memcpy(h.wanted, madfs_intercept_syscalls, sizeof(h.wanted));
+	return wanted_hash(&h);
+}
+
 static int
 plan_path(const struct plan_header *h, char *out, size_t size)
 {
 	char dir[512];
 	if (cache_dir(dir, sizeof(dir)) != 0)
 		return -1;
-	uint64_t hash = 1469598103934665603ULL; /* FNV-1a of the wanted set */
-	const unsigned char *b = (const unsigned char *)h->wanted;
-	for (size_t i = 0; i < sizeof(h->wanted) + sizeof(h->filtering); ++i)
-		hash = (hash ^ b[i]) * 1099511628211ULL;
+	uint64_t hash = wanted_hash(h);
 	int n = snprintf(out, size, "%s/%" PRIx64 "-%" PRIx64 "-%" PRIx64
 	    "-%" PRIx64 ".%" PRIx64 ".plan-%" PRIx64, dir, h->file_id[0],
 	    h->file_id[1], h->file_id[2], h->file_id[3], h->file_id[4], hash);

@@ -78,6 +78,13 @@
 #endif
 #include "intercept.h"
 #include "intercept_util.h"
+
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <syscall.h>
 #include "intercept_log.h"
 
 #include <assert.h>
@@ -707,6 +714,195 @@ after_nop(const struct range *nop)
 }
 
 /*
+ * madfs: the patched image of a library -- a copy of the library file whose
+ * text pages hold the jumps. Patching in place costs every process a
+ * copy-on-write fault per patched page (about 45 in Debian 12's libc) and
+ * two mprotect calls over the whole text; mapping the image's pages over
+ * the text instead shares them between processes through the page cache,
+ * as the library's own pages are. The jumps lead into the trampoline
+ * table, so an image fits only a process whose table sits at the same
+ * distance from the text (the first address tried, free in practically
+ * every process: see allocate_trampoline_table); the table's entries
+ * (absolute jumps to this process's wrappers) are still written per
+ * process. The image is a whole copy of the file, mapped at the file
+ * offsets of the original, so tools that read symbols from the mapped file
+ * (perf) still find libc's. Its name carries everything its bytes depend
+ * on; it is written to a temporary name and renamed, never changed in
+ * place. Before it is used, each patch site is checked to jump to its
+ * trampoline entry; on any mismatch the original file is mapped back and
+ * the process patches in place.
+ */
+#define IMAGE_VERSION 1
+#define TRAMPOLINE_ENTRY_SIZE 14 /* create_absolute_jump */
+
+static size_t
+page_up(size_t n)
+{
+	return (n + 0xfff) & ~(size_t)0xfff;
+}
+
+/* the image's path for this library, wanted set and trampoline distance */
+static int
+image_path(const struct intercept_desc *desc, char *out, size_t size)
+{
+	char dir[512];
+	if (cache_dir(dir, sizeof(dir)) != 0)
+		return -1;
+	const uint64_t *id = desc->file_id;
+	uint64_t dist = (uint64_t)(desc->text_start - desc->trampoline_table);
+	int n = snprintf(out, size, "%s/%" PRIx64 "-%" PRIx64 "-%" PRIx64
+	    "-%" PRIx64 ".%" PRIx64 ".image%d-%" PRIx64 "-%" PRIx64, dir,
+	    id[0], id[1], id[2], id[3], id[4], IMAGE_VERSION, plan_hash(),
+	    dist);
+	return (n <= 0 || (size_t)n >= size) ? -1 : 0;
+}
+
+/* the file offset of the page at first_page */
+static off_t
+image_offset(const struct intercept_desc *desc, unsigned char *first_page)
+{
+	return (off_t)desc->text_offset -
+	    (off_t)(desc->text_start - first_page);
+}
+
+/* maps the file fd over len bytes from first_page, as text */
+static int
+map_text_fd(long fd, unsigned char *first_page, size_t len, off_t off,
+	uint64_t want_size)
+{
+	struct stat st;
+	long m = -1;
+	if (syscall_no_intercept(SYS_fstat, fd, &st) == 0 &&
+	    (uint64_t)st.st_size == want_size)
+		m = syscall_no_intercept(SYS_mmap, first_page, len,
+		    PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_FIXED, fd, off);
+	return m == (long)first_page ? 0 : -1;
+}
+
+static int
+map_text(const char *path, unsigned char *first_page, size_t len, off_t off,
+	uint64_t want_size)
+{
+	long fd = syscall_no_intercept(SYS_open, path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	int r = map_text_fd(fd, first_page, len, off, want_size);
+	syscall_no_intercept(SYS_close, fd);
+	return r;
+}
+
+/* whether every patch of the (mapped) image jumps to its trampoline entry */
+static bool
+image_matches(const struct intercept_desc *desc)
+{
+	for (unsigned i = 0; i < desc->count; ++i) {
+		const struct patch_desc *patch = desc->items + i;
+		const unsigned char *at = patch->dst_jmp_patch;
+		const unsigned char *to = desc->trampoline_table +
+		    (size_t)i * TRAMPOLINE_ENTRY_SIZE;
+		int32_t rel;
+		memcpy(&rel, at + 1, sizeof(rel));
+		if (at[0] != JMP_OPCODE || at + JUMP_INS_SIZE + rel != to)
+			return false;
+		if (patch->uses_nop_trampoline &&
+		    patch->syscall_addr[0] != SHORT_JMP_OPCODE)
+			return false;
+	}
+	return true;
+}
+
+static int
+image_map(const struct intercept_desc *desc, unsigned char *first_page,
+	size_t len)
+{
+	char path[800];
+	if (!desc->trampoline_canonical || !desc->uses_trampoline_table ||
+	    image_path(desc, path, sizeof(path)) != 0)
+		return -1;
+	off_t off = image_offset(desc, first_page);
+	long fd = syscall_no_intercept(SYS_open, path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1; /* no image yet */
+	bool ok = map_text_fd(fd, first_page, len, off,
+	    desc->file_id[2]) == 0 && image_matches(desc);
+	syscall_no_intercept(SYS_close, fd);
+	if (ok)
+		return 0;
+	/*
+	 * Not usable (a mount without exec, a failed mapping, not ours
+	 * after all): the original pages back.
+	 */
+	if (map_text(desc->path, first_page, len, off, desc->file_id[2]) != 0)
+		xabort("cannot map the library's text back");
+	return -1;
+}
+
+static int
+write_all_no_intercept(long fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+	while (len > 0) {
+		long n = syscall_no_intercept(SYS_write, fd, p, len);
+		if (n <= 0)
+			return -1;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* writes the image of the library just patched in place */
+static void
+image_store(const struct intercept_desc *desc, unsigned char *first_page,
+	size_t len)
+{
+	char path[800], tmp[840];
+	if (!desc->trampoline_canonical || !desc->uses_trampoline_table ||
+	    image_path(desc, path, sizeof(path)) != 0)
+		return;
+	struct stat st;
+	if (syscall_no_intercept(SYS_stat, path, &st) == 0)
+		return; /* there, but did not fit: leave it */
+	long src = syscall_no_intercept(SYS_open, desc->path,
+	    O_RDONLY | O_CLOEXEC);
+	if (src < 0)
+		return;
+	long m = -1;
+	size_t size = 0;
+	if (syscall_no_intercept(SYS_fstat, src, &st) == 0 &&
+	    (uint64_t)st.st_dev == desc->file_id[0] &&
+	    (uint64_t)st.st_ino == desc->file_id[1] &&
+	    (uint64_t)st.st_size == desc->file_id[2]) {
+		size = (size_t)st.st_size;
+		m = syscall_no_intercept(SYS_mmap, NULL, size, PROT_READ,
+		    MAP_PRIVATE, src, 0);
+	}
+	syscall_no_intercept(SYS_close, src);
+	if (m < 0 && m > -4096)
+		return;
+	const unsigned char *file = (const unsigned char *)m;
+	off_t off = image_offset(desc, first_page);
+	long fd = -1;
+	if (off >= 0 && (size_t)off + len <= size &&
+	    snprintf(tmp, sizeof(tmp), "%s.%ld", path,
+	    syscall_no_intercept(SYS_getpid)) < (int)sizeof(tmp))
+		fd = syscall_no_intercept(SYS_open, tmp,
+		    O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd >= 0) {
+		size_t end = (size_t)off + len;
+		int ok = write_all_no_intercept(fd, file, (size_t)off) == 0 &&
+		    write_all_no_intercept(fd, first_page, len) == 0 &&
+		    write_all_no_intercept(fd, file + end, size - end) == 0;
+		syscall_no_intercept(SYS_close, fd);
+		if (ok)
+			ok = syscall_no_intercept(SYS_rename, tmp, path) == 0;
+		if (!ok)
+			syscall_no_intercept(SYS_unlink, tmp);
+	}
+	syscall_no_intercept(SYS_munmap, file, size);
+}
+
+/*
  * activate_patches()
  * Loop over all the patches, and and overwrite each syscall.
  */
@@ -721,6 +917,18 @@ activate_patches(struct intercept_desc *desc)
 
 	first_page = round_down_address(desc->text_start);
 	size = (size_t)(desc->text_end - first_page);
+
+	/* madfs: the text pages of the image, or patched in place */
+	size_t len = page_up((size_t)(desc->text_end + 1 - first_page));
+	bool imaged = image_map(desc, first_page, len) == 0;
+	if (imaged) {
+		for (unsigned i = 0; i < desc->count; ++i) {
+			check_trampoline_usage(desc);
+			desc->next_trampoline = create_absolute_jump(
+			    desc->next_trampoline, desc->items[i].asm_wrapper);
+		}
+		return;
+	}
 
 	mprotect_no_intercept(first_page, size,
 	    PROT_READ | PROT_WRITE | PROT_EXEC,
@@ -801,4 +1009,6 @@ activate_patches(struct intercept_desc *desc)
 	mprotect_no_intercept(first_page, size,
 	    PROT_READ | PROT_EXEC,
 	    "mprotect PROT_READ | PROT_EXEC");
+
+	image_store(desc, first_page, len);
 }
