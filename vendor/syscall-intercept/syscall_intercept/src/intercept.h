@@ -213,6 +213,9 @@ struct intercept_desc {
 void plan_store(const struct intercept_desc *desc);
 int cache_dir(char *out, size_t size);
 uint64_t plan_hash(void);
+int write_all(long fd, const void *buf, size_t len);
+long tmp_create(const char *path, char *tmp, size_t size);
+void tmp_publish(long fd, bool ok, const char *tmp, const char *path);
 
 bool has_jump(const struct intercept_desc *desc, unsigned char *addr);
 void mark_jump(const struct intercept_desc *desc, const unsigned char *addr);

@@ -828,8 +828,8 @@ struct cached_patch {
 	struct cached_result prev2, prev, next;
 };
 
-int
-cache_dir(char *out, size_t size)
+static int
+cache_dir_find(char *out, size_t size)
 {
 	const char *env = getenv("MADFS_INTERCEPT_CACHE");
 	int n;
@@ -849,6 +849,24 @@ cache_dir(char *out, size_t size)
 	if (!S_ISDIR(st.st_mode) || st.st_uid != getuid() ||
 	    (st.st_mode & 022) != 0)
 		return -1;
+	return 0;
+}
+
+/*
+ * madfs: the cache directory, looked up (and made) once per process: the
+ * site cache, the plan and the image all live there, and the constructor
+ * runs single-threaded.
+ */
+int
+cache_dir(char *out, size_t size)
+{
+	static char dir[512];
+	static int state; /* 0: not looked up, 1: usable, -1: not */
+	if (state == 0)
+		state = cache_dir_find(dir, sizeof(dir)) == 0 ? 1 : -1;
+	if (state < 0 || strlen(dir) >= size)
+		return -1;
+	memcpy(out, dir, strlen(dir) + 1);
 	return 0;
 }
 
@@ -919,8 +937,8 @@ unpack_result(const struct intercept_desc *desc,
 #endif
 }
 
-static int
-write_all(int fd, const void *buf, size_t len)
+int
+write_all(long fd, const void *buf, size_t len)
 {
 	const char *p = buf;
 	while (len > 0) {
@@ -931,6 +949,33 @@ write_all(int fd, const void *buf, size_t len)
 		len -= (size_t)n;
 	}
 	return 0;
+}
+
+/*
+ * madfs: the cache files are written under a temporary name (path.<pid>)
+ * and renamed into place, so a reader sees a whole file or none.
+ * tmp_create returns the descriptor, or -1; tmp_publish closes it and
+ * renames the file if everything was written, or removes it.
+ */
+long
+tmp_create(const char *path, char *tmp, size_t size)
+{
+	if (snprintf(tmp, size, "%s.%ld", path,
+	    syscall_no_intercept(SYS_getpid)) >= (int)size)
+		return -1;
+	long fd = syscall_no_intercept(SYS_open, tmp,
+	    O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	return fd < 0 ? -1 : fd;
+}
+
+void
+tmp_publish(long fd, bool ok, const char *tmp, const char *path)
+{
+	syscall_no_intercept(SYS_close, fd);
+	if (ok)
+		ok = syscall_no_intercept(SYS_rename, tmp, path) == 0;
+	if (!ok)
+		syscall_no_intercept(SYS_unlink, tmp);
 }
 
 /*
@@ -1042,11 +1087,7 @@ cache_store(const struct intercept_desc *desc, struct cache_header *key)
 	char path[768], tmp[800];
 	if (key->magic[0] == '\0' || cache_file_path(key, path, sizeof(path)))
 		return;
-	if (snprintf(tmp, sizeof(tmp), "%s.%ld", path,
-	    syscall_no_intercept(SYS_getpid)) >= (int)sizeof(tmp))
-		return;
-	long fd = syscall_no_intercept(SYS_open, tmp,
-	    O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	long fd = tmp_create(path, tmp, sizeof(tmp));
 	if (fd < 0)
 		return;
 	key->count = desc->count;
@@ -1072,11 +1113,7 @@ cache_store(const struct intercept_desc *desc, struct cache_header *key)
 		pack_result(desc, &p->following_ins, &cp.next);
 		ok = write_all((int)fd, &cp, sizeof(cp)) == 0;
 	}
-	syscall_no_intercept(SYS_close, fd);
-	if (ok)
-		ok = syscall_no_intercept(SYS_rename, tmp, path) == 0;
-	if (!ok)
-		syscall_no_intercept(SYS_unlink, tmp);
+	tmp_publish(fd, ok, tmp, path);
 }
 
 
@@ -1119,18 +1156,25 @@ filtering_on(void)
 	    (all == NULL || all[0] == '\0');
 }
 
+/* a zeroed header with the wanted set and whether it filters */
+static void
+wanted_key(struct plan_header *h)
+{
+	memset(h, 0, sizeof(*h));
+	h->filtering = (uint64_t)filtering_on();
+	if (h->filtering)
+		memcpy(h->wanted, madfs_intercept_syscalls, sizeof(h->wanted));
+}
+
 /* the header every plan of this library and wanted set must carry */
 static int
 plan_key(const struct intercept_desc *desc, struct plan_header *h)
 {
-	memset(h, 0, sizeof(*h));
+	wanted_key(h);
 	if (desc->file_id[0] == 0 && desc->file_id[1] == 0)
 		return -1;
 	memcpy(h->magic, PLAN_MAGIC, 8);
 	memcpy(h->file_id, desc->file_id, sizeof(h->file_id));
-	h->filtering = (uint64_t)filtering_on();
-	if (h->filtering)
-		memcpy(h->wanted, madfs_intercept_syscalls, sizeof(h->wanted));
 	h->sizeof_result = (uint32_t)sizeof(struct cached_result);
 	h->sizeof_patch = (uint32_t)sizeof(struct planned_patch);
 	return 0;
@@ -1151,10 +1195,7 @@ uint64_t
 plan_hash(void)
 {
 	struct plan_header h;
-	memset(&h, 0, sizeof(h));
-	h.filtering = (uint64_t)filtering_on();
-	if (h.filtering)
-		memcpy(h.wanted, madfs_intercept_syscalls, sizeof(h.wanted));
+	wanted_key(&h);
 	return wanted_hash(&h);
 }
 
@@ -1266,11 +1307,7 @@ plan_store(const struct intercept_desc *desc)
 	h.text_offset = desc->text_offset;
 	h.text_bytes = (uint64_t)(desc->text_end - desc->text_start + 1);
 	h.count = desc->count;
-	if (snprintf(tmp, sizeof(tmp), "%s.%ld", path,
-	    syscall_no_intercept(SYS_getpid)) >= (int)sizeof(tmp))
-		return;
-	long fd = syscall_no_intercept(SYS_open, tmp,
-	    O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	long fd = tmp_create(path, tmp, sizeof(tmp));
 	if (fd < 0)
 		return;
 	int ok = write_all((int)fd, &h, sizeof(h)) == 0;
@@ -1296,11 +1333,7 @@ plan_store(const struct intercept_desc *desc)
 		pack_result(desc, &p->following_ins, &pp.next);
 		ok = write_all((int)fd, &pp, sizeof(pp)) == 0;
 	}
-	syscall_no_intercept(SYS_close, fd);
-	if (ok)
-		ok = syscall_no_intercept(SYS_rename, tmp, path) == 0;
-	if (!ok)
-		syscall_no_intercept(SYS_unlink, tmp);
+	tmp_publish(fd, ok, tmp, path);
 }
 
 /*

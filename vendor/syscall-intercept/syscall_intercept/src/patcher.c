@@ -837,20 +837,6 @@ image_map(const struct intercept_desc *desc, unsigned char *first_page,
 	return -1;
 }
 
-static int
-write_all_no_intercept(long fd, const void *buf, size_t len)
-{
-	const char *p = buf;
-	while (len > 0) {
-		long n = syscall_no_intercept(SYS_write, fd, p, len);
-		if (n <= 0)
-			return -1;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 /* writes the image of the library just patched in place */
 static void
 image_store(const struct intercept_desc *desc, unsigned char *first_page,
@@ -883,21 +869,14 @@ image_store(const struct intercept_desc *desc, unsigned char *first_page,
 	const unsigned char *file = (const unsigned char *)m;
 	off_t off = image_offset(desc, first_page);
 	long fd = -1;
-	if (off >= 0 && (size_t)off + len <= size &&
-	    snprintf(tmp, sizeof(tmp), "%s.%ld", path,
-	    syscall_no_intercept(SYS_getpid)) < (int)sizeof(tmp))
-		fd = syscall_no_intercept(SYS_open, tmp,
-		    O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (off >= 0 && (size_t)off + len <= size)
+		fd = tmp_create(path, tmp, sizeof(tmp));
 	if (fd >= 0) {
 		size_t end = (size_t)off + len;
-		int ok = write_all_no_intercept(fd, file, (size_t)off) == 0 &&
-		    write_all_no_intercept(fd, first_page, len) == 0 &&
-		    write_all_no_intercept(fd, file + end, size - end) == 0;
-		syscall_no_intercept(SYS_close, fd);
-		if (ok)
-			ok = syscall_no_intercept(SYS_rename, tmp, path) == 0;
-		if (!ok)
-			syscall_no_intercept(SYS_unlink, tmp);
+		bool ok = write_all(fd, file, (size_t)off) == 0 &&
+		    write_all(fd, first_page, len) == 0 &&
+		    write_all(fd, file + end, size - end) == 0;
+		tmp_publish(fd, ok, tmp, path);
 	}
 	syscall_no_intercept(SYS_munmap, file, size);
 }
