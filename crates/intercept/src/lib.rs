@@ -21,6 +21,7 @@ pub mod plan;
 mod x86_64;
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::OnceLock;
 
 /// The hook: syscall number and its six argument registers. `Some(v)`: the syscall returns
@@ -108,6 +109,68 @@ macro_rules! syscall_set {
             set
         };
     };
+}
+
+/// What the engine may look at to let a syscall through without calling the hook
+/// ([`fast_pass`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Pass {
+    /// Nothing: the hook decides.
+    Never = 0,
+    /// The file descriptor in the first argument.
+    FdFirst = 1,
+    /// The file descriptor in the fifth argument (`mmap`).
+    FdFifth = 5,
+    /// A `(dirfd, path)` pair in the first two arguments.
+    DirfdPath = 2,
+    /// A path in the first argument, relative to the working directory.
+    CwdPath = 3,
+}
+
+/// What the program's files are, for [`fast_pass`].
+pub struct Ours {
+    /// Its file descriptors: bit `fd % 64` of word `fd / 64`, set (with `Release`) before
+    /// such an fd can reach libc.
+    pub fds: &'static [AtomicU64],
+    /// The path prefix of its files (no NUL): a path is the program's when it is this
+    /// prefix, followed by `/` or its end.
+    pub mount: &'static [u8],
+    /// True while the working directory is not the program's (relative paths from it are
+    /// not the program's).
+    pub cwd_host: &'static AtomicBool,
+}
+
+/// Promises that the hook returns `None` for every syscall `nr` whose `table[nr]` says where
+/// to look and finds none of `ours`: a file descriptor (as a C `int`) that is negative, at
+/// least `ours.fds.len() * 64` or whose bit is clear; an absolute path that is not under
+/// `ours.mount` and does not start with `/proc/self/fd/`; a relative or empty path from
+/// such a file descriptor, or from the working directory while `ours.cwd_host` is true. A
+/// null path is always left to the hook. The engine may then run such a syscall without
+/// calling the hook (x86_64: a few instructions in syscall_intercept's wrapper, before it
+/// saves the registers). Returns whether the engine took it (not on aarch64, nor while
+/// syscall_intercept logs syscalls). Call it after [`install`], before other threads run.
+pub fn fast_pass(table: &'static [Pass; 512], ours: Ours) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: `Pass` is a `u8`, `AtomicU64` a `u64` and `AtomicBool` a `u8` in memory;
+        // all live for the life of the process; the engine only reads them.
+        return unsafe {
+            syscall_intercept::madfs_intercept_fast_pass(
+                table.as_ptr().cast(),
+                ours.fds.as_ptr().cast(),
+                ours.fds.len() as u64 * 64,
+                ours.mount.as_ptr(),
+                ours.mount.len(),
+                ours.cwd_host.as_ptr().cast_const().cast(),
+            )
+        } == 0;
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = (table, ours);
+        false
+    }
 }
 
 /// Installs `hook` for every syscall libc makes from now on, in every thread.

@@ -3,6 +3,21 @@ extern "C" {
     static mut intercept_hook_point: Option<HookFn>;
 
     pub fn syscall_no_intercept(num: isize, ...) -> isize;
+
+    /// madfs: the fast pass-through (see `intercept.c`): `arg` has 512 entries (0: always
+    /// call the hook; 1, 5: the fd is in the first or fifth argument; 2: a (dirfd, path)
+    /// pair in the first two; 3: a path in the first, relative to the working directory);
+    /// `bits` holds `nfds` bits; `mount` is the path prefix of the program's files;
+    /// `*cwd_host` is nonzero while the working directory is not the program's. Returns 0,
+    /// or -1 when not enabled (syscall logging on, bad arguments).
+    pub fn madfs_intercept_fast_pass(
+        arg: *const u8,
+        bits: *const u64,
+        nfds: u64,
+        mount: *const u8,
+        mount_len: usize,
+        cwd_host: *const u8,
+    ) -> i32;
 }
 
 /// Set syscall intercept hook function.

@@ -391,6 +391,82 @@ should_patch_object(uintptr_t addr, const char *path)
 	return false;
 }
 
+#ifndef PT_GNU_PROPERTY
+#define PT_GNU_PROPERTY 0x6474e553
+#endif
+#ifndef NT_GNU_PROPERTY_TYPE_0
+#define NT_GNU_PROPERTY_TYPE_0 5
+#endif
+#define MADFS_ISA_1_NEEDED 0xc0008002u
+#define MADFS_ISA_BASELINE_V2 3u
+#define ALIGN8(n) (((n) + 7u) & ~(size_t)7u)
+
+/*
+ * madfs: the x86 ISA level an object declares it needs (its
+ * GNU_PROPERTY_X86_ISA_1_NEEDED property, read from the mapped
+ * PT_GNU_PROPERTY segment), or 0 if it declares none.
+ */
+static uint32_t
+isa_needed(const struct dl_phdr_info *info)
+{
+	for (Elf64_Word i = 0; i < info->dlpi_phnum; ++i) {
+		const Elf64_Phdr *ph = &info->dlpi_phdr[i];
+		if (ph->p_type != PT_GNU_PROPERTY || ph->p_align != 8)
+			continue;
+		/* offsets from the segment's start, all 8-aligned */
+		const unsigned char *seg =
+		    (const void *)(info->dlpi_addr + ph->p_vaddr);
+		size_t size = ph->p_memsz;
+		size_t at = 0;
+		while (at <= size && size - at >= sizeof(Elf64_Nhdr)) {
+			Elf64_Nhdr n;
+			memcpy(&n, seg + at, sizeof(n));
+			size_t d = ALIGN8(at + sizeof(n) + n.n_namesz);
+			if (d > size || size - d < n.n_descsz)
+				break;
+			size_t dend = d + n.n_descsz;
+			if (n.n_type == NT_GNU_PROPERTY_TYPE_0 &&
+			    n.n_namesz == 4 &&
+			    memcmp(seg + at + sizeof(n), "GNU", 4) == 0) {
+				while (dend - d >= 8) {
+					uint32_t type, len;
+					memcpy(&type, seg + d, 4);
+					memcpy(&len, seg + d + 4, 4);
+					if (dend - d - 8 < len)
+						break;
+					if (type == MADFS_ISA_1_NEEDED &&
+					    len >= 4) {
+						uint32_t isa;
+						memcpy(&isa, seg + d + 8, 4);
+						return isa;
+					}
+					d += 8 + ALIGN8(len);
+					if (d > dend)
+						break;
+				}
+			}
+			at = ALIGN8(dend);
+		}
+	}
+	return 0;
+}
+
+/*
+ * madfs: may code of this object keep values in the upper halves of the
+ * ymm registers across a syscall instruction? Not if it declares that it
+ * needs no more than x86-64-v2 (no AVX): its code outside of ifunc'd
+ * variants (string functions, which make no syscalls) is then SSE code,
+ * unaware of the upper halves. glibc marks libc so (Debian's: baseline).
+ * Anything else (no marker, x86-64-v3 or v4) may: then the wrapper saves
+ * them whenever they are in use (intercept_wrapper.S).
+ */
+static bool
+object_may_hold_ymm(const struct dl_phdr_info *info)
+{
+	uint32_t isa = isa_needed(info);
+	return isa == 0 || (isa & ~MADFS_ISA_BASELINE_V2) != 0;
+}
+
 /*
  * analyze_object
  * Look at a library loaded into the current process, and determine as much as
@@ -429,6 +505,10 @@ analyze_object(struct dl_phdr_info *info, size_t size, void *data)
 
 	if (!should_patch_object(info->dlpi_addr, path))
 		return 0;
+
+	if (intercept_cpu_has_ymm &&
+	    (patch_all_objs || object_may_hold_ymm(info)))
+		intercept_routine_must_save_ymm = true;
 
 	struct intercept_desc *patches = allocate_next_obj_desc();
 
@@ -611,6 +691,131 @@ get_syscall_in_context(struct context *context, struct syscall_desc *sys)
 }
 
 /*
+ * madfs: the fast pass-through, read by intercept_wrapper.S before it
+ * saves anything. For syscall number nr < 512, intercept_fast_arg[nr]
+ * says where to look:
+ *  0 -- nowhere, the hook is always called;
+ *  1, 5 -- the file descriptor in rdi (first argument) or r8 (fifth);
+ *  2 -- a (dirfd, path) pair in rdi and rsi;
+ *  3 -- a path in rdi, relative to the working directory.
+ * The syscall is issued at once, without calling the hook, when the
+ * descriptor is not the program's (negative as a C int, at least
+ * intercept_fast_fd_limit, or its bit in intercept_fast_fd_bits clear),
+ * or the path is not (see intercept_fast_path_pass): the program declared
+ * that its hook lets these through.
+ */
+unsigned char intercept_fast_arg[512];
+const uint64_t *intercept_fast_fd_bits;
+uint64_t intercept_fast_fd_limit;
+static const char *fast_mount;
+static size_t fast_mount_len;
+static const volatile unsigned char *fast_cwd_host;
+
+#define FAST_CHECK __attribute__((always_inline, target("general-regs-only")))
+
+static inline FAST_CHECK int
+fast_fd_host(long fd)
+{
+	uint64_t f = (uint32_t)fd;
+	if (f >= intercept_fast_fd_limit)
+		return 1;
+	uint64_t w = __atomic_load_n(&intercept_fast_fd_bits[f / 64],
+	    __ATOMIC_ACQUIRE);
+	return ((w >> (f % 64)) & 1) == 0;
+}
+
+/*
+ * Is an absolute path outside the mount: not the mount's path followed by
+ * '/' or the end, and not under /proc/self/fd/ (which may name one of the
+ * program's descriptors)? Reads no byte past the terminating NUL.
+ */
+static inline FAST_CHECK int
+fast_absolute_host(const char *p)
+{
+	static const char proc_fd[] = "/proc/self/fd/";
+	size_t i;
+
+	for (i = 0; i < fast_mount_len; i++) {
+		if (p[i] != fast_mount[i])
+			break;
+	}
+	if (i == fast_mount_len && (p[i] == '\0' || p[i] == '/'))
+		return 0;
+	for (i = 0; i + 1 < sizeof(proc_fd); i++) {
+		if (p[i] != proc_fd[i])
+			return 1;
+	}
+	return 0;
+}
+
+/*
+ * intercept_fast_path_pass -- 1 when (dirfd, path) names no file of the
+ * program's: an absolute path outside the mount, or a relative (or empty)
+ * one from a descriptor that is not the program's, or from the working
+ * directory while the program says it is a host directory. Called from
+ * intercept_wrapper.S with every register live: it saves what it uses
+ * (no_caller_saved_registers) and uses no vector register.
+ */
+__attribute__((no_caller_saved_registers, target("general-regs-only")))
+int
+intercept_fast_path_pass(long dirfd, const char *path)
+{
+	if (path == NULL)
+		return 0;
+	if (path[0] == '/')
+		return fast_absolute_host(path);
+	if ((int)dirfd == AT_FDCWD)
+		return *fast_cwd_host != 0;
+	return fast_fd_host(dirfd);
+}
+
+/* intercept_fast_path_pass for a path relative to the working directory */
+__attribute__((no_caller_saved_registers, target("general-regs-only")))
+int
+intercept_fast_cwd_path_pass(const char *path)
+{
+	if (path == NULL)
+		return 0;
+	if (path[0] == '/')
+		return fast_absolute_host(path);
+	return *fast_cwd_host != 0;
+}
+
+/*
+ * madfs_intercept_fast_pass -- sets the fast pass-through (see above).
+ * arg holds 512 entries; bits holds nfds bits (nfds a multiple of 64);
+ * mount (mount_len bytes, no NUL among them) is the prefix of the
+ * program's paths; *cwd_host is nonzero while relative paths from the
+ * working directory are not the program's. All must stay valid for the
+ * life of the process; bits and *cwd_host are updated atomically by the
+ * program. Not enabled while syscalls are logged (INTERCEPT_LOG): the
+ * log shows every syscall then. Call it before other threads run.
+ * Returns 0, or -1 if not enabled.
+ */
+__attribute__((visibility("default"))) int
+madfs_intercept_fast_pass(const unsigned char *arg, const uint64_t *bits,
+	uint64_t nfds, const char *mount, size_t mount_len,
+	const unsigned char *cwd_host)
+{
+	if (intercept_log_active() || bits == NULL || nfds % 64 != 0 ||
+	    mount == NULL || mount_len == 0 || cwd_host == NULL ||
+	    memchr(mount, '\0', mount_len) != NULL)
+		return -1;
+	intercept_fast_fd_bits = bits;
+	intercept_fast_fd_limit = nfds;
+	fast_mount = mount;
+	fast_mount_len = mount_len;
+	fast_cwd_host = cwd_host;
+	/* the table last: an entry set means the rest is in place */
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	for (int nr = 0; nr < 512; nr++) {
+		unsigned char a = arg[nr];
+		intercept_fast_arg[nr] = a <= 3 || a == 5 ? a : 0;
+	}
+	return 0;
+}
+
+/*
  * intercept_routine(...)
  * This is the function called from the asm wrappers,
  * forwarding the syscall parameters to a hook function
@@ -687,8 +892,15 @@ intercept_routine(struct context *context)
 		if (desc.nr == SYS_clone && desc.args[1] != 0)
 			return (struct wrapper_ret){
 				.rax = context->rax, .rdx = 2 };
-		else
-			result = syscall_no_intercept(desc.nr,
+		/*
+		 * madfs: unless the syscall is logged with its result, the
+		 * wrapper template issues it, with the registers it restored
+		 * (as for vfork): no second call and argument copy here.
+		 */
+		if (!intercept_log_active())
+			return (struct wrapper_ret){
+				.rax = context->rax, .rdx = 0 };
+		result = syscall_no_intercept(desc.nr,
 					desc.args[0],
 					desc.args[1],
 					desc.args[2],

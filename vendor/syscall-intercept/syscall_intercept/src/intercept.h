@@ -225,6 +225,8 @@ void allocate_trampoline_table(struct intercept_desc *desc);
 void find_syscalls(struct intercept_desc *desc);
 
 void init_patcher(void);
+extern bool intercept_cpu_has_ymm;
+extern bool intercept_routine_must_save_ymm;
 void create_patch_wrappers(struct intercept_desc *desc, unsigned char **dst);
 void mprotect_asm_wrappers(void);
 

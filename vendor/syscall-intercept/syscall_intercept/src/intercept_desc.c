@@ -1236,7 +1236,7 @@ plan_load(struct intercept_desc *desc, int fd)
 	if (syscall_no_intercept(SYS_fstat, pfd, &pst) == 0 &&
 	    (size_t)pst.st_size >= sizeof(struct plan_header))
 		m = syscall_no_intercept(SYS_mmap, NULL, (size_t)pst.st_size,
-		    PROT_READ, MAP_PRIVATE, pfd, 0);
+		    PROT_READ, MAP_PRIVATE | MAP_POPULATE, pfd, 0);
 	syscall_no_intercept(SYS_close, pfd);
 	if (m < 0 && m > -4096)
 		return -1;
@@ -1255,7 +1255,17 @@ plan_load(struct intercept_desc *desc, int fd)
 		desc->text_offset = h->text_offset;
 		desc->text_start = desc->base_addr + h->text_addr;
 		desc->text_end = desc->text_start + h->text_bytes - 1;
-		desc->items = xmmap_anon(h->count * sizeof(desc->items[0]));
+		/*
+		 * madfs: populated at once, as the plan above: each of
+		 * their pages is written (or read) below, and one call
+		 * costs less than a page fault per page.
+		 */
+		long a = syscall_no_intercept(SYS_mmap, NULL,
+		    h->count * sizeof(desc->items[0]),
+		    PROT_READ | PROT_WRITE,
+		    MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+		xabort_on_syserror(a, "plan items");
+		desc->items = (void *)a;
 	}
 	const unsigned char *p = base + sizeof(*h);
 	for (uint64_t i = 0; ok && i < h->count; ++i) {

@@ -906,6 +906,12 @@ print_syscall(char *c, const struct syscall_desc *desc,
  * Each syscall should be logged after being executed, so the result can be
  * logged as well.
  */
+int
+intercept_log_active(void)
+{
+	return log_fd >= 0;
+}
+
 void
 intercept_log_syscall(const struct patch_desc *patch,
 			const struct syscall_desc *desc,

@@ -50,4 +50,7 @@ void intercept_log_syscall(const struct patch_desc *,
 
 void intercept_log_close(void);
 
+/* madfs: is a log file open (INTERCEPT_LOG)? */
+int intercept_log_active(void);
+
 #endif

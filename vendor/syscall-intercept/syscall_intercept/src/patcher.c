@@ -528,6 +528,12 @@ static ptrdiff_t o_wrapper_level1_addr;
 bool intercept_routine_must_save_ymm;
 /* madfs: xgetbv with ecx = 1 (XINUSE) is available, see intercept_wrapper.S */
 bool intercept_routine_has_xinuse;
+/*
+ * madfs: the CPU has ymm registers; they are saved only if a patched
+ * object may keep them live across a syscall (intercept.c,
+ * note_ymm_use), intercept_routine_must_save_ymm.
+ */
+bool intercept_cpu_has_ymm;
 
 /*
  * init_patcher
@@ -571,18 +577,18 @@ init_patcher(void)
 	 * start). Older glibc lacks the function: then cpuid, as upstream.
 	 */
 	if (__x86_get_cpuid_feature_leaf != NULL) {
-		intercept_routine_must_save_ymm = CPU_FEATURE_ACTIVE(AVX);
+		intercept_cpu_has_ymm = CPU_FEATURE_ACTIVE(AVX);
 		intercept_routine_has_xinuse =
-		    intercept_routine_must_save_ymm &&
+		    intercept_cpu_has_ymm &&
 		    CPU_FEATURE_PRESENT(XGETBV_ECX_1);
 		return;
 	}
 #endif
 
-	intercept_routine_must_save_ymm = has_ymm_registers();
+	intercept_cpu_has_ymm = has_ymm_registers();
 
 	unsigned eax, ebx, ecx, edx;
-	if (intercept_routine_must_save_ymm &&
+	if (intercept_cpu_has_ymm &&
 	    __get_cpuid_count(0xd, 1, &eax, &ebx, &ecx, &edx))
 		intercept_routine_has_xinuse = (eax & 4) != 0;
 }
