@@ -139,6 +139,23 @@ pub const LEGACY_TIME: i64 = -3;
 /// Whether `nr` is a legacy path syscall of this architecture (see [`legacy`]).
 #[cfg(target_arch = "x86_64")]
 pub const fn is_legacy(nr: i64) -> bool {
+    is_legacy_path(nr)
+        || matches!(
+            nr,
+            libc::SYS_rename
+                | libc::SYS_dup2
+                | libc::SYS_symlink
+                | libc::SYS_link
+                | libc::SYS_futimesat
+                | libc::SYS_fork
+                | libc::SYS_vfork
+        )
+}
+
+/// The legacy syscalls whose only file argument is a path in their first argument, relative
+/// to the working directory (the hook passes them through when that names no madfs file).
+#[cfg(target_arch = "x86_64")]
+pub const fn is_legacy_path(nr: i64) -> bool {
     matches!(
         nr,
         libc::SYS_open
@@ -149,26 +166,25 @@ pub const fn is_legacy(nr: i64) -> bool {
             | libc::SYS_mkdir
             | libc::SYS_rmdir
             | libc::SYS_unlink
-            | libc::SYS_rename
-            | libc::SYS_dup2
             | libc::SYS_chmod
             | libc::SYS_chown
             | libc::SYS_lchown
             | libc::SYS_readlink
-            | libc::SYS_symlink
-            | libc::SYS_link
             | libc::SYS_mknod
-            | libc::SYS_utimes
             | libc::SYS_utime
-            | libc::SYS_futimesat
-            | libc::SYS_fork
-            | libc::SYS_vfork
+            | libc::SYS_utimes
     )
 }
 
 /// aarch64 has only the `*at` forms.
 #[cfg(not(target_arch = "x86_64"))]
 pub const fn is_legacy(_nr: i64) -> bool {
+    false
+}
+
+/// aarch64 has only the `*at` forms.
+#[cfg(not(target_arch = "x86_64"))]
+pub const fn is_legacy_path(_nr: i64) -> bool {
     false
 }
 

@@ -4,6 +4,7 @@
 //! panic cross into C.
 
 use crate::hooks;
+use madfs_intercept::Pass;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
@@ -118,22 +119,99 @@ const fn fd_only(nr: i64) -> bool {
     )
 }
 
+/// Where the engine looks to run a syscall without calling [`hook`] (which would pass it
+/// through for the same reason): the fd of the `fd_only` syscalls and `mmap`, the path of the
+/// path syscalls.
+static PASS: [Pass; 512] = {
+    let mut t = [Pass::Never; 512];
+    let mut nr = 0;
+    while nr < 512 {
+        let n = nr as i64;
+        t[nr] = if fd_only(n) {
+            Pass::FdFirst
+        } else if dirfd_path(n) {
+            Pass::DirfdPath
+        } else if cwd_path(n) {
+            Pass::CwdPath
+        } else {
+            Pass::Never
+        };
+        nr += 1;
+    }
+    t[libc::SYS_mmap as usize] = Pass::FdFifth;
+    t
+};
+
+/// Lets the interception engine run the syscalls [`hook`] would pass through for their fd or
+/// path without calling it (x86_64: a bit test or a prefix comparison in the engine's
+/// wrapper instead of saving the registers and calling into Rust). [`hook`] keeps the same
+/// tests, for the other engines and for when the engine does not take this.
+pub fn install_fast_pass() -> bool {
+    if TRACE.load(Relaxed) {
+        return false;
+    }
+    madfs_intercept::fast_pass(
+        &PASS,
+        madfs_intercept::Ours {
+            fds: crate::fdtable::bits(),
+            mount: hooks::mount(),
+            cwd_host: &hooks::CWD_HOST,
+        },
+    )
+}
+
+/// Syscalls with a `(dirfd, path)` pair in their first two arguments that the hook passes
+/// through whenever that pair names no madfs file.
+const fn dirfd_path(nr: i64) -> bool {
+    matches!(
+        nr,
+        libc::SYS_openat
+            | libc::SYS_newfstatat
+            | libc::SYS_statx
+            | libc::SYS_faccessat
+            | libc::SYS_faccessat2
+            | libc::SYS_mkdirat
+            | libc::SYS_unlinkat
+            | libc::SYS_utimensat
+            | libc::SYS_fchmodat
+            | libc::SYS_fchownat
+            | libc::SYS_readlinkat
+            | libc::SYS_mknodat
+    )
+}
+
+/// The extended-attribute syscalls that take a path (relative to the working directory).
+pub const fn xattr_path(nr: i64) -> bool {
+    matches!(
+        nr,
+        libc::SYS_getxattr
+            | libc::SYS_lgetxattr
+            | libc::SYS_setxattr
+            | libc::SYS_lsetxattr
+            | libc::SYS_listxattr
+            | libc::SYS_llistxattr
+            | libc::SYS_removexattr
+            | libc::SYS_lremovexattr
+    )
+}
+
+/// Syscalls whose first argument is a path relative to the working directory, with the same
+/// property (x86_64's legacy forms, which the hook maps to the `*at` ones, and the xattrs).
+const fn cwd_path(nr: i64) -> bool {
+    crate::abi::is_legacy_path(nr) || xattr_path(nr)
+}
+
 // libc sites of every other syscall with a known number stay unpatched (x86_64).
 madfs_intercept::syscall_set!(candidate);
 
 /// Syscalls that can concern madfs (everything else is passed through at once).
 const fn candidate(nr: i64) -> bool {
     fd_only(nr)
+        || dirfd_path(nr)
+        || xattr_path(nr)
         || matches!(
             nr,
-            libc::SYS_openat
-                | libc::SYS_close_range
-                | libc::SYS_newfstatat
-                | libc::SYS_statx
-                | libc::SYS_faccessat
-                | libc::SYS_faccessat2
-                | libc::SYS_mkdirat
-                | libc::SYS_unlinkat
+            libc::SYS_close_range
                 | libc::SYS_renameat
                 | libc::SYS_renameat2
                 | libc::SYS_truncate
@@ -142,22 +220,9 @@ const fn candidate(nr: i64) -> bool {
                 | libc::SYS_chdir
                 | libc::SYS_fchdir
                 | libc::SYS_getcwd
-                | libc::SYS_utimensat
-                | libc::SYS_fchmodat
-                | libc::SYS_fchownat
                 | libc::SYS_statfs
-                | libc::SYS_readlinkat
                 | libc::SYS_symlinkat
                 | libc::SYS_linkat
-                | libc::SYS_mknodat
-                | libc::SYS_getxattr
-                | libc::SYS_lgetxattr
-                | libc::SYS_setxattr
-                | libc::SYS_lsetxattr
-                | libc::SYS_listxattr
-                | libc::SYS_llistxattr
-                | libc::SYS_removexattr
-                | libc::SYS_lremovexattr
                 | libc::SYS_copy_file_range
                 | libc::SYS_sendfile
                 | libc::SYS_splice
@@ -185,6 +250,14 @@ pub fn hook(nr: i64, a: &[isize; 6]) -> Option<isize> {
     if nr == libc::SYS_mmap && !crate::fdtable::is_ours(a[4] as i32 as i64) {
         return None;
     }
+    // host paths leave here, before the guard, errno and the dispatch (a trace shows all)
+    let cwd = libc::AT_FDCWD as i64;
+    if (dirfd_path(nr) && hooks::surely_external(a[0] as i32 as i64, a[1])
+        || cwd_path(nr) && hooks::surely_external(cwd, a[0]))
+        && !TRACE.load(Relaxed)
+    {
+        return None;
+    }
     let _guard = Guard::enter()?;
     // What runs below (UCX progress reading an empty event fd, the loader, probes of files
     // that may not exist) sets errno on the way; the program must not see it: a syscall
@@ -204,4 +277,35 @@ pub fn hook(nr: i64, a: &[isize; 6]) -> Option<isize> {
     }
     set_errno(saved);
     r.unwrap_or(Some(-(libc::EIO as isize)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the engine may let through without the hook is something the hook would judge
+    /// (a patched candidate), and each kind of syscall is where the table says.
+    #[test]
+    fn fast_pass_table_covers_only_candidates() {
+        for (nr, p) in PASS.iter().enumerate() {
+            let nr = nr as i64;
+            if *p != Pass::Never {
+                assert!(candidate(nr), "{nr}");
+            }
+            assert_eq!(*p == Pass::FdFirst, fd_only(nr), "{nr}");
+            assert_eq!(*p == Pass::DirfdPath, dirfd_path(nr), "{nr}");
+        }
+        assert_eq!(PASS[libc::SYS_mmap as usize], Pass::FdFifth);
+        assert_eq!(PASS[libc::SYS_getxattr as usize], Pass::CwdPath);
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(PASS[libc::SYS_stat as usize], Pass::CwdPath);
+        for nr in [
+            libc::SYS_renameat2,
+            libc::SYS_linkat,
+            libc::SYS_chdir,
+            libc::SYS_execve,
+        ] {
+            assert_eq!(PASS[nr as usize], Pass::Never, "{nr}");
+        }
+    }
 }

@@ -505,6 +505,12 @@ fn table() -> MutexGuard<'static, Vec<Option<Arc<Desc>>>> {
     TABLE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The bitmap of madfs fds (bit `fd % 64` of word `fd / 64`), for the interception engine's
+/// fast pass-through ([`crate::entry::install_fast_pass`]).
+pub fn bits() -> &'static [AtomicU64] {
+    &BITS
+}
+
 /// Is `fd` a madfs fd? Lock-free; the hook's first check for fd syscalls.
 #[inline]
 pub fn is_ours(fd: i64) -> bool {
@@ -749,11 +755,16 @@ fn template() -> i32 {
 }
 
 /// After exec: finds inherited madfs fds (memfds named `madfs`) and registers them,
-/// one description per memfd inode. This runs in every process start, so it is cheap: one
+/// one description per memfd inode. This runs at the start of every process whose parent
+/// image had madfs fds when it exec'd ([`crate::hooks::FDS_ENV`]), so it is cheap: one
 /// `ppoll` over fds 0..1023 (open or not) where the fd limit allows (reading `/proc/self/fd`
 /// costs ≈ 40 µs the first time in a process), then an `fstat` per open fd; only a deleted
 /// regular file of our size is looked at closer (its link name, then its header's magic).
 pub fn adopt_inherited() {
+    // only an image that a process with madfs fds exec'd can have any (its exec hook said so)
+    if std::env::var_os(crate::hooks::FDS_ENV).is_none() {
+        return;
+    }
     let mut seen: Vec<(u64, Arc<Desc>)> = Vec::new();
     let mut found = |fd: i32| {
         if let Some(d) = inherited(fd, &mut seen) {

@@ -19,9 +19,19 @@ type Ret = Option<isize>;
 static MOUNT: OnceLock<Vec<u8>> = OnceLock::new();
 static CWD: Mutex<Option<String>> = Mutex::new(None);
 static CWD_IN: AtomicBool = AtomicBool::new(false);
+/// True while relative paths from the working directory are surely host paths: the process
+/// is in a host directory and no `vfork` child ever chose one of its own (such a child runs
+/// on its parent's memory: from then on the hook judges relative paths, in every thread).
+/// Read by the interception engine's fast pass-through ([`crate::entry::install_fast_pass`]).
+pub static CWD_HOST: AtomicBool = AtomicBool::new(true);
+/// A `vfork` child chose its own working directory (sticky; see [`CWD_HOST`]).
+static CHILD_CHOSE_CWD: AtomicBool = AtomicBool::new(false);
 static UMASK: AtomicU32 = AtomicU32::new(0o022);
 /// Environment variable that carries a madfs working directory across `exec`.
 pub const CWD_ENV: &str = "MADFS_CWD";
+/// Environment variable that tells a new image it may have inherited madfs fds (set by
+/// [`sys_execve`] whenever the process has any); without it the image does not look.
+pub const FDS_ENV: &str = "MADFS_FDS";
 
 /// Load-time set-up (before the hook is installed).
 pub fn init() {
@@ -40,7 +50,7 @@ pub fn init() {
     }
 }
 
-fn mount() -> &'static [u8] {
+pub fn mount() -> &'static [u8] {
     MOUNT
         .get()
         .map(Vec::as_slice)
@@ -50,6 +60,11 @@ fn mount() -> &'static [u8] {
 fn set_cwd(p: Option<String>) {
     let mut c = CWD.lock().unwrap_or_else(|e| e.into_inner());
     CWD_IN.store(p.is_some(), Release);
+    // SeqCst: a vfork child's `set_child_cwd` in between leaves `false` either way
+    CWD_HOST.store(p.is_none(), SeqCst);
+    if CHILD_CHOSE_CWD.load(SeqCst) {
+        CWD_HOST.store(false, SeqCst);
+    }
     *c = p;
 }
 
@@ -65,6 +80,8 @@ thread_local! {
 
 /// Sets the `vfork` child's own working directory.
 fn set_child_cwd(dir: Option<String>) {
+    CHILD_CHOSE_CWD.store(true, SeqCst);
+    CWD_HOST.store(false, SeqCst);
     let old = CHILD_CWD.with(|c| c.replace(Box::into_raw(Box::new(dir))));
     if !old.is_null() {
         // SAFETY: made by Box::into_raw above and owned by this slot.
@@ -194,11 +211,52 @@ fn target(dirfd: i64, path: isize) -> Target {
     from(resolve_in(&base, bytes))
 }
 
+/// Whether `(dirfd, path)` certainly names no madfs file, told from the first bytes of the
+/// path and without allocating: an absolute path outside the mount (and not under
+/// `/proc/self/fd/`), or a relative (or empty: `AT_EMPTY_PATH`) path from a host directory
+/// or a host working directory. Where this says `true`, [`target`] says `External`: the
+/// hook's early exit ([`crate::entry::hook`]).
+pub fn surely_external(dirfd: i64, path: isize) -> bool {
+    if path == 0 {
+        return false;
+    }
+    let p = path as *const u8;
+    // SAFETY: a syscall path argument points to a NUL-terminated string (or is invalid,
+    // which the kernel would fault on as well); no byte past the first NUL is read.
+    let at = |i: usize| unsafe { *p.add(i) };
+    match at(0) {
+        b'/' => {
+            let m = mount();
+            for (i, &c) in m.iter().enumerate() {
+                if at(i) != c {
+                    // the NUL, or a different byte: not under the mount
+                    return !starts_with_nul_terminated(p, PROC_FD);
+                }
+            }
+            !matches!(at(m.len()), 0 | b'/')
+        }
+        _ if dirfd == libc::AT_FDCWD as i64 => !cwd_in(),
+        _ => !fdtable::is_ours(dirfd),
+    }
+}
+
+const PROC_FD: &[u8] = b"/proc/self/fd/";
+
+/// Does the C string at `p` start with `prefix` (which has no NUL)?
+fn starts_with_nul_terminated(p: *const u8, prefix: &[u8]) -> bool {
+    // SAFETY: as in `surely_external`: reading stops at the first byte that differs, the NUL
+    // included.
+    prefix
+        .iter()
+        .enumerate()
+        .all(|(i, &c)| unsafe { *p.add(i) } == c)
+}
+
 /// `/proc/self/fd/N` where N is a madfs fd names that file (the kernel would follow the link
 /// to the placeholder behind it). glibc's `fchmodat(AT_SYMLINK_NOFOLLOW)` opens the file with
 /// `O_PATH` and changes it through this name: GNU tar's directories stayed at mode 0700.
 fn proc_fd(bytes: &[u8]) -> Option<Target> {
-    let n = bytes.strip_prefix(b"/proc/self/fd/")?;
+    let n = bytes.strip_prefix(PROC_FD)?;
     if n.is_empty() || n.len() > 9 || !n.iter().all(u8::is_ascii_digit) {
         return None;
     }
@@ -1627,8 +1685,11 @@ fn sys_execve(path: isize, argv: isize, envp: isize, extra: Option<(i64, i64)>) 
         // the new image finds the state of inherited fds in their memfds
         fdtable::share_all();
     }
-    let key = CWD_ENV.as_bytes();
-    let mut has_key = false;
+    let is = |s: &[u8], key: &str| {
+        let key = key.as_bytes();
+        s.len() > key.len() && s.starts_with(key) && s[key.len()] == b'='
+    };
+    let (mut has_cwd, mut has_fds) = (false, false);
     let mut n = 0usize;
     if envp != 0 {
         // SAFETY: envp is a NULL-terminated array of C strings.
@@ -1636,30 +1697,32 @@ fn sys_execve(path: isize, argv: isize, envp: isize, extra: Option<(i64, i64)>) 
             let mut p = envp as *const *const libc::c_char;
             while !(*p).is_null() {
                 let s = CStr::from_ptr(*p).to_bytes();
-                if s.len() > key.len() && s.starts_with(key) && s[key.len()] == b'=' {
-                    has_key = true;
-                }
+                has_cwd |= is(s, CWD_ENV);
+                has_fds |= is(s, FDS_ENV);
                 n += 1;
                 p = p.add(1);
             }
         }
     }
     let cwd_in = cwd_in();
-    if exe.is_none() && !cwd_in && !has_key {
+    // a vfork child's madfs fds are its parent's (posix_spawn's dup2s happen in the kernel
+    // only): any fd of the process may be one the new image inherits
+    let fds = !fdtable::is_empty();
+    if exe.is_none() && !cwd_in && !has_cwd && fds == has_fds {
         return None;
     }
     if !vfork {
         flush_all();
     }
     let mut owned: Vec<std::ffi::CString> = Vec::new();
-    let mut ptrs: Vec<*const libc::c_char> = Vec::with_capacity(n + 2);
+    let mut ptrs: Vec<*const libc::c_char> = Vec::with_capacity(n + 3);
     if envp != 0 {
         // SAFETY: as above.
         unsafe {
             let mut p = envp as *const *const libc::c_char;
             while !(*p).is_null() {
                 let s = CStr::from_ptr(*p).to_bytes();
-                if !(s.len() > key.len() && s.starts_with(key) && s[key.len()] == b'=') {
+                if !is(s, CWD_ENV) && !is(s, FDS_ENV) {
                     ptrs.push(*p);
                 }
                 p = p.add(1);
@@ -1671,6 +1734,11 @@ fn sys_execve(path: isize, argv: isize, envp: isize, extra: Option<(i64, i64)>) 
             if let Ok(s) = std::ffi::CString::new(format!("{CWD_ENV}={c}")) {
                 owned.push(s);
             }
+        }
+    }
+    if fds {
+        if let Ok(s) = std::ffi::CString::new(format!("{FDS_ENV}=1")) {
+            owned.push(s);
         }
     }
     ptrs.extend(owned.iter().map(|s| s.as_ptr()));
@@ -1990,14 +2058,7 @@ pub fn dispatch(nr: i64, a: [isize; 6]) -> Ret {
         libc::SYS_symlinkat => sys_symlinkat(a0, f1, a2),
         libc::SYS_linkat => sys_linkat(f0, a1, f2, a3),
         libc::SYS_mknodat => refuse_path(f0, a1, Errno::EPERM),
-        libc::SYS_getxattr
-        | libc::SYS_lgetxattr
-        | libc::SYS_setxattr
-        | libc::SYS_lsetxattr
-        | libc::SYS_listxattr
-        | libc::SYS_llistxattr
-        | libc::SYS_removexattr
-        | libc::SYS_lremovexattr => refuse_path(cwd_fd, a0, Errno::ENOTSUP),
+        n if crate::entry::xattr_path(n) => refuse_path(cwd_fd, a0, Errno::ENOTSUP),
         libc::SYS_fgetxattr
         | libc::SYS_fsetxattr
         | libc::SYS_flistxattr
@@ -2049,5 +2110,74 @@ pub fn dispatch(nr: i64, a: [isize; 6]) -> Ret {
         abi::DUP2 => sys_dup3(f0, f1, 0, true),
         abi::LEGACY_TIME => refuse_path(f0, a1, Errno::ENOSYS),
         _ => abi::legacy(nr, a).and_then(|(nr, a)| dispatch(nr, a)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CString;
+
+    fn ext(dirfd: i64, p: &str) -> (bool, bool) {
+        let c = CString::new(p).unwrap();
+        let quick = surely_external(dirfd, c.as_ptr() as isize);
+        let full = matches!(target(dirfd, c.as_ptr() as isize), Target::External);
+        (quick, full)
+    }
+
+    /// The hook's early exit never lets a madfs path through, and takes the common host paths.
+    #[test]
+    fn surely_external_agrees_with_target() {
+        let cwd = libc::AT_FDCWD as i64;
+        for p in [
+            "/etc/passwd",
+            "/",
+            "/madfs",
+            "/madfs/",
+            "/madfs/a/b",
+            "/madfsx",
+            "/madf",
+            "/m",
+            "/madfs/../etc",
+            "/tmp/../madfs/x",
+            "//madfs/a",
+            "/proc/self/fd/3",
+            "/proc/self/fd/",
+            "/proc/self/fdx",
+            "/proc/1/fd/3",
+            "rel/x",
+            "",
+            ".",
+            "..",
+        ] {
+            for dirfd in [cwd, 0, 7, 70_000, -5] {
+                let (quick, full) = ext(dirfd, p);
+                assert!(
+                    !quick || full,
+                    "{p:?} from {dirfd}: early exit for a madfs target"
+                );
+            }
+        }
+        for p in [
+            "/etc/passwd",
+            "/",
+            "/madfsx",
+            "/madf",
+            "/tmp/../madfs/x",
+            "rel",
+            "",
+        ] {
+            assert_eq!(ext(cwd, p), (true, true), "{p:?}");
+        }
+        for p in [
+            "/madfs",
+            "/madfs/",
+            "/madfs/a",
+            "/madfs/../etc",
+            "/proc/self/fd/3",
+        ] {
+            assert!(!ext(cwd, p).0, "{p:?}");
+        }
+        assert!(!surely_external(cwd, 0));
     }
 }

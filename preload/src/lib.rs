@@ -43,10 +43,15 @@ extern "C" fn init() {
     }
     // SAFETY: the library constructor, before the program's threads start; the hook is
     // re-entrant and catches panics.
-    if let Err(e) = unsafe { madfs_intercept::install(entry::hook) } {
-        let line = format!("madfs: syscall interception is off: {e}\n");
-        // SAFETY: a write to stderr.
-        unsafe { madfs_intercept::raw!(libc::SYS_write, 2, line.as_ptr(), line.len()) };
+    match unsafe { madfs_intercept::install(entry::hook) } {
+        Ok(_) => {
+            entry::install_fast_pass();
+        }
+        Err(e) => {
+            let line = format!("madfs: syscall interception is off: {e}\n");
+            // SAFETY: a write to stderr.
+            unsafe { madfs_intercept::raw!(libc::SYS_write, 2, line.as_ptr(), line.len()) };
+        }
     }
 }
 

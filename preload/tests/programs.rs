@@ -220,6 +220,69 @@ print("PY-OK")
     );
 }
 
+/// The same name in every form a syscall can carry it, on the mount and beside it on the
+/// host: relative to a directory fd, the fd itself (`AT_EMPTY_PATH`), `/proc/self/fd/N`,
+/// `mmap`'s fd in its fifth argument, relative to the working directory on either side, and
+/// after a `vfork` child chose a madfs working directory. The interception engine lets host
+/// syscalls through without calling the hook (its fast pass-through): none of the madfs
+/// forms may slip through with them, and the host forms must reach the kernel.
+#[test]
+fn host_and_madfs_names_in_every_form() {
+    let cl = cluster();
+    let script = cl.root().join("forms.py");
+    std::fs::write(
+        &script,
+        r#"
+import os, sys, mmap, errno, stat, subprocess
+host = os.environ["T"] + "/forms"
+base = "/madfs/forms"
+os.makedirs(base + "/d"); os.makedirs(host)
+with open(base + "/d/x", "w") as f: f.write("madfs x\n")
+with open(host + "/x", "w") as f: f.write("host x\n")
+md = os.open(base + "/d", os.O_RDONLY | os.O_DIRECTORY)
+hd = os.open(host, os.O_RDONLY | os.O_DIRECTORY)
+assert os.read(os.open("x", os.O_RDONLY, dir_fd=md), 100) == b"madfs x\n"
+assert os.read(os.open("x", os.O_RDONLY, dir_fd=hd), 100) == b"host x\n"
+assert os.stat("x", dir_fd=md).st_size == 8 and os.stat("x", dir_fd=hd).st_size == 7
+assert os.access("x", os.R_OK, dir_fd=md) and not os.access("y", os.R_OK, dir_fd=md)
+assert stat.S_ISDIR(os.stat(md).st_mode) and stat.S_ISDIR(os.stat(hd).st_mode)
+assert os.stat(md).st_ino != os.stat(hd).st_ino
+os.mkdir("sub", dir_fd=md); assert os.path.isdir(base + "/d/sub")
+os.rmdir("sub", dir_fd=md); assert not os.path.exists(base + "/d/sub")
+fd = os.open(base + "/d/x", os.O_RDONLY)
+os.chmod("/proc/self/fd/%d" % fd, 0o600)
+assert stat.S_IMODE(os.stat(base + "/d/x").st_mode) == 0o600
+try:
+    mmap.mmap(fd, 8, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+    raise SystemExit("a shared mapping of a madfs fd worked")
+except OSError as e:
+    assert e.errno == errno.ENODEV, e
+hf = os.open(host + "/x", os.O_RDONLY)
+assert mmap.mmap(hf, 7, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)[:] == b"host x\n"
+os.chdir(base + "/d")
+assert open("x").read() == "madfs x\n" and os.access("x", os.R_OK) and os.stat("x").st_size == 8
+os.chdir(host)
+assert open("x").read() == "host x\n" and os.stat("x").st_size == 7
+out = subprocess.run(["/bin/cat", "x"], cwd=base + "/d", capture_output=True, check=True).stdout
+assert out == b"madfs x\n", out
+assert open("x").read() == "host x\n" and os.stat("x").st_size == 7
+os.chdir(base + "/d")
+assert open("x").read() == "madfs x\n"
+os.chdir("/")
+assert open(os.path.relpath(host + "/x")).read() == "host x\n"
+print("FORMS-OK")
+"#,
+    )
+    .unwrap();
+    let out = run(&cl, &["/usr/bin/python3", script.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("FORMS-OK"),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// git reads its config, index and packs through `mmap(MAP_PRIVATE)` (it failed at `git init`
 /// with ENODEV before private mappings were served); hard links are refused (EPERM) and git
 /// falls back to renames and copies. Python's mmap: a copy-on-write mapping sees the file and
