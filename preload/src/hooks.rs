@@ -211,46 +211,23 @@ fn target(dirfd: i64, path: isize) -> Target {
     from(resolve_in(&base, bytes))
 }
 
-/// Whether `(dirfd, path)` certainly names no madfs file, told from the first bytes of the
-/// path and without allocating: an absolute path outside the mount (and not under
-/// `/proc/self/fd/`), or a relative (or empty: `AT_EMPTY_PATH`) path from a host directory
-/// or a host working directory. Where this says `true`, [`target`] says `External`: the
-/// hook's early exit ([`crate::entry::hook`]).
+/// Whether `(dirfd, path)` certainly names no madfs file, without allocating: an absolute
+/// path outside the mount (and not under `/proc/self/fd/`), or a relative (or empty:
+/// `AT_EMPTY_PATH`) path from a host directory or a host working directory. Where this says
+/// `true`, [`target`] says `External`: the hook's early exit ([`crate::entry::hook`]).
 pub fn surely_external(dirfd: i64, path: isize) -> bool {
-    if path == 0 {
+    // SAFETY: syscall path arguments are C strings (or null).
+    let Some(bytes) = (unsafe { cstr(path) }) else {
         return false;
-    }
-    let p = path as *const u8;
-    // SAFETY: a syscall path argument points to a NUL-terminated string (or is invalid,
-    // which the kernel would fault on as well); no byte past the first NUL is read.
-    let at = |i: usize| unsafe { *p.add(i) };
-    match at(0) {
-        b'/' => {
-            let m = mount();
-            for (i, &c) in m.iter().enumerate() {
-                if at(i) != c {
-                    // the NUL, or a different byte: not under the mount
-                    return !starts_with_nul_terminated(p, PROC_FD);
-                }
-            }
-            !matches!(at(m.len()), 0 | b'/')
-        }
+    };
+    match bytes.first() {
+        Some(b'/') => !is_under_mount(bytes, mount()) && !bytes.starts_with(PROC_FD),
         _ if dirfd == libc::AT_FDCWD as i64 => !cwd_in(),
         _ => !fdtable::is_ours(dirfd),
     }
 }
 
 const PROC_FD: &[u8] = b"/proc/self/fd/";
-
-/// Does the C string at `p` start with `prefix` (which has no NUL)?
-fn starts_with_nul_terminated(p: *const u8, prefix: &[u8]) -> bool {
-    // SAFETY: as in `surely_external`: reading stops at the first byte that differs, the NUL
-    // included.
-    prefix
-        .iter()
-        .enumerate()
-        .all(|(i, &c)| unsafe { *p.add(i) } == c)
-}
 
 /// `/proc/self/fd/N` where N is a madfs fd names that file (the kernel would follow the link
 /// to the placeholder behind it). glibc's `fchmodat(AT_SYMLINK_NOFOLLOW)` opens the file with

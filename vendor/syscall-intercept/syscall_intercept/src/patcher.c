@@ -531,7 +531,7 @@ bool intercept_routine_has_xinuse;
 /*
  * madfs: the CPU has ymm registers; they are saved only if a patched
  * object may keep them live across a syscall (intercept.c,
- * note_ymm_use), intercept_routine_must_save_ymm.
+ * object_may_hold_ymm): intercept_routine_must_save_ymm.
  */
 bool intercept_cpu_has_ymm;
 
