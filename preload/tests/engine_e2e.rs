@@ -292,8 +292,8 @@ fn posix_spawn_child_cannot_open_madfs_paths_and_leaves_the_parent_intact() {
 
 /// x86_64: libc sites of syscalls the preload never answers (known number, `getppid`) stay
 /// unpatched, those it may answer (`dup`) are patched, after a full scan of libc, a
-/// patch-site cache hit, with a patch plan and the patched image of libc mapped, and with a
-/// bad image (patched in place); `MADFS_INTERCEPT_ALL` patches all.
+/// patch-site cache hit, with libc's bundle (patched text and wrappers) mapped, and with a
+/// bad bundle (patched in place, the bundle replaced); `MADFS_INTERCEPT_ALL` patches all.
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn only_wanted_syscall_sites_are_patched() {
@@ -320,10 +320,10 @@ fn only_wanted_syscall_sites_are_patched() {
         );
     };
     // a fresh cache directory: the first run scans libc and stores the patch sites, the
-    // patch plan and the patched image of libc; without plan and image, the second run loads
-    // the sites and stores both again; the third maps the image (its pages are what
-    // `patched` reads); a fourth finds an image whose jumps are not there (a plain copy of
-    // libc under its name), maps libc back and patches in place
+    // patch plan and libc's bundle; without plan and bundle, the second run loads the sites
+    // and stores both again; the third maps the bundle (its pages are what `patched`
+    // reads); a fourth finds a bundle that is not one (a plain copy of libc under its
+    // name), patches in place and replaces it
     let dir = cl.root().join("intercept-cache");
     let cache = dir.to_str().unwrap();
     let files = |kind: &str| -> Vec<std::path::PathBuf> {
@@ -331,22 +331,26 @@ fn only_wanted_syscall_sites_are_patched() {
             .unwrap()
             .map(|e| e.unwrap().path())
             .collect();
-        assert_eq!(all.len(), 3, "site cache, plan and image: {all:?}");
+        assert_eq!(all.len(), 3, "site cache, plan and bundle: {all:?}");
         all.into_iter()
             .filter(|p| p.to_string_lossy().contains(kind))
             .collect()
     };
     let env = [("MADFS_INTERCEPT_CACHE", cache)];
     check(&env, "unpatched");
-    for f in files(".plan-").into_iter().chain(files(".image")) {
+    for f in files(".plan-").into_iter().chain(files(".bundle")) {
         std::fs::remove_file(f).unwrap();
     }
     for _ in 0..2 {
         check(&env, "unpatched");
-        assert_eq!((files(".plan-").len(), files(".image").len()), (1, 1));
+        assert_eq!((files(".plan-").len(), files(".bundle").len()), (1, 1));
     }
-    let image = &files(".image")[0];
-    std::fs::copy("/lib/x86_64-linux-gnu/libc.so.6", image).unwrap();
+    let bundle = &files(".bundle")[0];
+    let libc = "/lib/x86_64-linux-gnu/libc.so.6";
+    std::fs::copy(libc, bundle).unwrap();
+    check(&env, "unpatched");
+    let len = |p: &std::path::Path| std::fs::metadata(p).unwrap().len();
+    assert!(len(bundle) > len(libc.as_ref()), "bundle not replaced");
     check(&env, "unpatched");
     check(&[], "unpatched");
     check(&[("MADFS_INTERCEPT_ALL", "1")], "patched");

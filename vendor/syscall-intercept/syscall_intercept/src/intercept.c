@@ -111,7 +111,8 @@ void __attribute__((noreturn)) xlongjmp(long rip, long rsp, long rax);
  * AVX instructions.
  */
 struct context {
-	struct patch_desc *patch_desc;
+	/* madfs: the syscall instruction's address */
+	const unsigned char *site;
 	long rip;
 	long r15;
 	long r14;
@@ -170,6 +171,22 @@ allocate_next_obj_desc(void)
 
 	++objs_count;
 	return objs + objs_count - 1;
+}
+
+/*
+ * madfs: the patch of the syscall instruction at site (for the log only:
+ * a wrapper passes its site's address, not its struct patch_desc).
+ */
+static const struct patch_desc *
+find_patch(const unsigned char *site)
+{
+	for (unsigned i = 0; i < objs_count; ++i) {
+		for (unsigned j = 0; j < objs[i].count; ++j) {
+			if (objs[i].items[j].syscall_addr == site)
+				return objs[i].items + j;
+		}
+	}
+	return NULL;
 }
 
 /*
@@ -514,39 +531,30 @@ analyze_object(struct dl_phdr_info *info, size_t size, void *data)
 
 	patches->base_addr = (unsigned char *)info->dlpi_addr;
 	patches->path = path;
+	for (Elf64_Half i = 0; i < info->dlpi_phnum; ++i) {
+		const Elf64_Phdr *ph = &info->dlpi_phdr[i];
+		unsigned char *end = patches->base_addr + ph->p_vaddr +
+		    ph->p_memsz;
+		if (ph->p_type == PT_LOAD && end > patches->obj_end)
+			patches->obj_end = end;
+	}
+	find_build_id(patches, info);
+
+	/*
+	 * madfs: a process that finds the object's bundle maps it and is
+	 * done with this object; the log and the debug dumps need the
+	 * patch descriptions, so they take the long way.
+	 */
+	if (!debug_dumps_on && !intercept_log_active() &&
+	    bundle_map(patches, info) == 0)
+		return 0;
+
 	find_syscalls(patches);
 
 	return 0;
 }
 
 const char *cmdline;
-
-static unsigned char asm_wrapper_space[0x100000];
-static unsigned char *next_asm_wrapper_space = asm_wrapper_space + PAGE_SIZE;
-
-static bool
-is_asm_wrapper_space_full(void)
-{
-	return next_asm_wrapper_space + asm_wrapper_tmpl_size + 256 >
-			asm_wrapper_space + sizeof(asm_wrapper_space);
-}
-
-/*
- * mprotect_asm_wrappers
- * The code generated into the data segment at the asm_wrapper_space
- * array is not executable by default. This routine sets that memory region
- * to be executable, must called before attempting to execute any patched
- * syscall.
- */
-void
-mprotect_asm_wrappers(void)
-{
-	mprotect_no_intercept(
-	    round_down_address(asm_wrapper_space + PAGE_SIZE),
-	    sizeof(asm_wrapper_space) - PAGE_SIZE,
-	    PROT_READ | PROT_EXEC,
-	    "mprotect_asm_wrappers PROT_READ | PROT_EXEC");
-}
 
 /*
  * intercept - This is where the highest level logic of hotpatching
@@ -581,13 +589,14 @@ intercept(int argc, char **argv)
 		xabort("libc not found");
 
 	for (unsigned i = 0; i < objs_count; ++i) {
-		if (objs[i].count > 0 && is_asm_wrapper_space_full())
-			xabort("not enough space in asm_wrapper_space");
-		allocate_trampoline_table(objs + i);
-		create_patch_wrappers(objs + i, &next_asm_wrapper_space);
-		plan_store(objs + i);
+		struct intercept_desc *obj = objs + i;
+		if (obj->bundled || obj->count == 0)
+			continue;
+		allocate_wrapper_region(obj);
+		create_patch_wrappers(obj);
+		finish_wrapper_region(obj);
+		plan_store(obj);
 	}
-	mprotect_asm_wrappers();
 	for (unsigned i = 0; i < objs_count; ++i)
 		activate_patches(objs + i);
 }
@@ -852,7 +861,8 @@ intercept_routine(struct context *context)
 	long result;
 	int forward_to_kernel = true;
 	struct syscall_desc desc;
-	struct patch_desc *patch = context->patch_desc;
+	const struct patch_desc *patch =
+	    intercept_log_active() ? find_patch(context->site) : NULL;
 
 	get_syscall_in_context(context, &desc);
 

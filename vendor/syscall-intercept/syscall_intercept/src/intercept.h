@@ -129,15 +129,6 @@ struct section_list {
 };
 
 struct intercept_desc {
-
-	/*
-	 * uses_trampoline_table - For now this is decided runtime
-	 * to make it easy to compare the operation of the library
-	 * with and without it. If it is OK, we can remove this
-	 * flag, and just always use the trampoline table.
-	 */
-	bool uses_trampoline_table;
-
 	/*
 	 * delta between vmem addresses and addresses in symbol tables,
 	 * non-zero for dynamic objects
@@ -190,10 +181,29 @@ struct intercept_desc {
 	size_t max_nop_count;
 	struct range *nop_table;
 
-	unsigned char *trampoline_table;
-	size_t trampoline_table_size;
-
-	unsigned char *next_trampoline;
+	/*
+	 * madfs: the wrapper region (see allocate_wrapper_region in
+	 * intercept_desc.c): one page holding the address of
+	 * intercept_wrapper, then the per-site wrappers, all within 32-bit
+	 * reach of every byte of the object, so that its text jumps straight
+	 * to them and they reach back with relative jumps.
+	 */
+	unsigned char *region;
+	size_t region_size;
+	unsigned char *next_wrapper;
+	/* the end of the object's highest segment */
+	unsigned char *obj_end;
+	/* the region sits where every process puts it first */
+	bool region_canonical;
+	/* some wrapper holds an absolute address: not for the bundle */
+	bool position_dependent;
+	/* mapped from a bundle (bundle.c): nothing left to patch */
+	bool bundled;
+	/* the bundle found was not usable at all: to be replaced */
+	bool bundle_stale;
+	/* the object's GNU build id (in its mapped notes), or none */
+	const unsigned char *build_id;
+	size_t build_id_len;
 
 	/*
 	 * madfs: the library file's identity (fstat), and whether the
@@ -202,12 +212,6 @@ struct intercept_desc {
 	 */
 	uint64_t file_id[5];
 	bool planned;
-
-	/*
-	 * madfs: the trampoline table sits where every process puts it, at
-	 * the same distance from the text (see image_map in patcher.c).
-	 */
-	bool trampoline_canonical;
 };
 
 void plan_store(const struct intercept_desc *desc);
@@ -221,14 +225,28 @@ bool has_jump(const struct intercept_desc *desc, unsigned char *addr);
 void mark_jump(const struct intercept_desc *desc, const unsigned char *addr);
 void mark_return(struct intercept_desc *desc, const unsigned char *addr);
 
-void allocate_trampoline_table(struct intercept_desc *desc);
+void allocate_wrapper_region(struct intercept_desc *desc);
+unsigned char *wrapper_region_guess(const struct intercept_desc *desc);
+bool wrapper_region_in_reach(const struct intercept_desc *desc,
+	const unsigned char *region, size_t size);
+int cache_dir_name(char *out, size_t size);
+bool put_str(char **p, const char *end, const char *s);
+bool put_num(char **p, const char *end, uint64_t v, bool hex);
 void find_syscalls(struct intercept_desc *desc);
 
 void init_patcher(void);
 extern bool intercept_cpu_has_ymm;
 extern bool intercept_routine_must_save_ymm;
-void create_patch_wrappers(struct intercept_desc *desc, unsigned char **dst);
-void mprotect_asm_wrappers(void);
+void create_patch_wrappers(struct intercept_desc *desc);
+void finish_wrapper_region(struct intercept_desc *desc);
+uint64_t wrapper_template_hash(void);
+
+/* bundle.c */
+void find_build_id(struct intercept_desc *desc,
+	const struct dl_phdr_info *info);
+int bundle_map(struct intercept_desc *desc, const struct dl_phdr_info *info);
+void bundle_store(const struct intercept_desc *desc,
+	unsigned char *first_page, size_t len);
 
 /*
  * Actually overwrite instructions in glibc.
@@ -260,5 +278,20 @@ round_down_address(unsigned char *address)
 
 /* The size of an asm wrapper instance */
 extern size_t asm_wrapper_tmpl_size;
+
+/*
+ * madfs: the most bytes a wrapper adds to the template: up to three
+ * relocated instructions (15 bytes each at most) and the jump back
+ */
+#define WRAPPER_EXTRA_BYTES 64
+
+/* madfs: what the wrappers call, through the region's first page */
+extern unsigned char intercept_wrapper;
+
+static inline size_t
+page_up(size_t n)
+{
+	return (n + PAGE_SIZE - 1) & ~(PAGE_SIZE - 1);
+}
 
 #endif

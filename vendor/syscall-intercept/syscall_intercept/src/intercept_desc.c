@@ -616,76 +616,73 @@ get_min_address(void)
 }
 
 /*
- * allocate_trampoline_table
- * Allocates memory close to a text section (close enough
- * to be reachable with 32 bit displacements in jmp instructions).
- * Using mmap syscall with MAP_FIXED flag.
+ * madfs: the wrapper region replaces upstream's trampoline table and its
+ * 1 MiB wrapper array in the library's BSS. Upstream's patched text
+ * jumped to a trampoline near the text, which jumped (absolute) to the
+ * site's wrapper far away, which called intercept_wrapper (absolute) and
+ * jumped (absolute) back. Now the wrappers themselves sit within 32-bit
+ * reach of the whole object: the text jumps straight to them, they jump
+ * back relatively and reach intercept_wrapper through a pointer in the
+ * region's first page. A wrapper then holds no absolute address, so the
+ * wrappers of a region at the same distance from the object are the same
+ * bytes in every process, which is what lets the bundle (bundle.c) carry
+ * them.
+ *
+ * The region is placed at the lowest address from which the end of the
+ * object is within reach (free in practically every process: the kernel
+ * maps libraries near the top of the address space), as a hint; if the
+ * kernel places it elsewhere, that is used if the object is in reach, and
+ * /proc/self/maps is read to find a gap only if not.
  */
-void
-allocate_trampoline_table(struct intercept_desc *desc)
+#define REGION_REACH ((uintptr_t)INT32_MAX - 0x10000)
+
+unsigned char *
+wrapper_region_guess(const struct intercept_desc *desc)
 {
-	char *e = getenv("INTERCEPT_NO_TRAMPOLINE");
+	uintptr_t end = (uintptr_t)desc->obj_end;
+	/* well above any mmap_min_addr, no need to read it */
+	if (end < REGION_REACH + 0x100000)
+		return NULL;
+	return (unsigned char *)page_up(end - REGION_REACH);
+}
 
-	/* Use the extra trampoline table by default */
-	desc->uses_trampoline_table = (e == NULL) || (e[0] == '0');
+bool
+wrapper_region_in_reach(const struct intercept_desc *desc,
+	const unsigned char *region, size_t size)
+{
+	uintptr_t r = (uintptr_t)region;
+	uintptr_t end = (uintptr_t)desc->obj_end;
+	uintptr_t text = (uintptr_t)desc->text_start;
+	return (end < REGION_REACH || r >= end - REGION_REACH) &&
+	    r + size <= text + REGION_REACH && r + size > r;
+}
 
-	if (!desc->uses_trampoline_table) {
-		desc->trampoline_table = NULL;
-		desc->trampoline_table_size = 0;
-		desc->trampoline_table = NULL;
-		return;
-	}
+static unsigned char *
+region_try(const struct intercept_desc *desc, unsigned char *at,
+	size_t size, int flags)
+{
+	long m = syscall_no_intercept(SYS_mmap, at, size,
+	    PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | flags,
+	    -1, 0);
+	if (m < 0 && m > -4096)
+		return NULL;
+	unsigned char *t = (unsigned char *)m;
+	if (wrapper_region_in_reach(desc, t, size))
+		return t;
+	syscall_no_intercept(SYS_munmap, t, size);
+	return NULL;
+}
+
+/* a gap of size bytes in reach of the object, from /proc/self/maps */
+static unsigned char *
+region_scan(const struct intercept_desc *desc, size_t size)
+{
+	unsigned char *guess = wrapper_region_guess(desc);
+	if (guess == NULL)
+		guess = (unsigned char *)page_up(get_min_address());
 
 	FILE *maps;
 	char line[0x2000];
-	unsigned char *guess; /* Where we would like to allocate the table */
-	size_t size;
-
-	if ((uintptr_t)desc->text_end < INT32_MAX) {
-		/* start from the bottom of memory */
-		guess = (void *)0;
-	} else {
-		/*
-		 * start from the lowest possible address, that can be reached
-		 * from the text segment using a 32 bit displacement.
-		 * Round up to a memory page boundary, as this address must be
-		 * mappable.
-		 */
-		guess = desc->text_end - INT32_MAX;
-		guess = (unsigned char *)(((uintptr_t)guess)
-				& ~((uintptr_t)(0xfff))) + 0x1000;
-	}
-
-	size = 64 * 0x1000; /* XXX: don't just guess */
-
-	/*
-	 * madfs: ask the kernel first. A hint is honoured when the range at
-	 * it is free; otherwise the kernel places the table top-down from
-	 * its mmap base, next to the libraries. Either way the result is
-	 * usable if every byte of the text can reach it with a 32 bit
-	 * displacement. Only if not is /proc/self/maps scanned (reading it
-	 * makes the kernel print every mapping: tens of microseconds at
-	 * each process start).
-	 */
-	if ((uintptr_t)guess >= 0x10000) {
-		unsigned char *t = mmap(guess, size,
-					PROT_READ | PROT_WRITE | PROT_EXEC,
-					MAP_PRIVATE | MAP_ANON, -1, 0);
-		if (t != MAP_FAILED) {
-			if (t + size <= desc->text_start + INT32_MAX &&
-			    desc->text_end <= t + INT32_MAX) {
-				desc->trampoline_canonical = t == guess;
-				desc->trampoline_table = t;
-				desc->trampoline_table_size = size;
-				desc->next_trampoline = t;
-				return;
-			}
-			munmap(t, size);
-		}
-	}
-
-	if ((uintptr_t)guess < get_min_address())
-		guess = (void *)get_min_address();
 
 	if ((maps = fopen("/proc/self/maps", "r")) == NULL)
 		xabort("fopen /proc/self/maps");
@@ -697,43 +694,44 @@ allocate_trampoline_table(struct intercept_desc *desc)
 		if (sscanf(line, "%p-%p", (void **)&start, (void **)&end) != 2)
 			xabort("sscanf from /proc/self/maps");
 
-		/*
-		 * Let's see if an existing mapping overlaps
-		 * with the guess!
-		 */
 		if (end < guess)
 			continue; /* No overlap, let's see the next mapping */
 
-		if (start >= guess + size) {
-			/* The rest of the mappings can't possibly overlap */
-			break;
-		}
+		if (start >= guess + size)
+			break; /* The rest of the mappings can't overlap */
 
-		/*
-		 * The next guess is the page following the mapping seen
-		 * just now.
-		 */
+		/* The next guess is the page following this mapping */
 		guess = end;
-
-		if (guess + size >= desc->text_start + INT32_MAX) {
-			/* Too far away */
-			xabort("unable to find place for trampoline table");
-		}
 	}
 
 	fclose(maps);
 
-	desc->trampoline_table = mmap(guess, size,
-					PROT_READ | PROT_WRITE | PROT_EXEC,
-					MAP_FIXED | MAP_PRIVATE | MAP_ANON,
-					-1, 0);
+	if (!wrapper_region_in_reach(desc, guess, size))
+		xabort("unable to find place for the wrapper region");
+	return region_try(desc, guess, size, MAP_FIXED);
+}
 
-	if (desc->trampoline_table == MAP_FAILED)
-		xabort("unable to allocate space for trampoline table");
+/*
+ * allocate_wrapper_region
+ * Maps the region (read-write until finish_wrapper_region) for the
+ * wrappers of desc's patches, see above.
+ */
+void
+allocate_wrapper_region(struct intercept_desc *desc)
+{
+	size_t size = PAGE_SIZE + page_up((size_t)desc->count *
+	    (asm_wrapper_tmpl_size + WRAPPER_EXTRA_BYTES));
+	unsigned char *guess = wrapper_region_guess(desc);
+	unsigned char *t = region_try(desc, guess, size, 0);
 
-	desc->trampoline_table_size = size;
-
-	desc->next_trampoline = desc->trampoline_table;
+	desc->region_canonical = t != NULL && t == guess;
+	if (t == NULL)
+		t = region_scan(desc, size);
+	if (t == NULL)
+		xabort("unable to allocate the wrapper region");
+	desc->region = t;
+	desc->region_size = size;
+	desc->next_wrapper = t + PAGE_SIZE;
 }
 
 /*
@@ -828,17 +826,57 @@ struct cached_patch {
 	struct cached_result prev2, prev, next;
 };
 
+/*
+ * madfs: appends the C string s at *p, with room up to end; false if it
+ * does not fit (with its NUL)
+ */
+bool
+put_str(char **p, const char *end, const char *s)
+{
+	size_t n = strlen(s);
+	if ((size_t)(end - *p) <= n)
+		return false;
+	memcpy(*p, s, n + 1);
+	*p += n;
+	return true;
+}
+
+/* appends v in decimal (hex: in hexadecimal), as put_str */
+bool
+put_num(char **p, const char *end, uint64_t v, bool hex)
+{
+	char digits[24];
+	char *d = digits + sizeof(digits);
+	unsigned base = hex ? 16 : 10;
+	*--d = '\0';
+	do {
+		*--d = "0123456789abcdef"[v % base];
+		v /= base;
+	} while (v != 0);
+	return put_str(p, end, d);
+}
+
+/*
+ * madfs: the cache directory's name, not checked (bundle.c checks the file
+ * it opens there instead, see bundle_map). No snprintf: at a bundle hit
+ * nothing else in the process start needs printf's code pages.
+ */
+int
+cache_dir_name(char *out, size_t size)
+{
+	const char *env = getenv("MADFS_INTERCEPT_CACHE");
+	char *p = out;
+	const char *end = out + size;
+	if (env != NULL && env[0] != '\0')
+		return put_str(&p, end, env) ? 0 : -1;
+	return put_str(&p, end, "/tmp/.madfs-intercept-") &&
+	    put_num(&p, end, getuid(), false) ? 0 : -1;
+}
+
 static int
 cache_dir_find(char *out, size_t size)
 {
-	const char *env = getenv("MADFS_INTERCEPT_CACHE");
-	int n;
-	if (env != NULL && env[0] != '\0')
-		n = snprintf(out, size, "%s", env);
-	else
-		n = snprintf(out, size, "/tmp/.madfs-intercept-%u",
-		    (unsigned)getuid());
-	if (n <= 0 || (size_t)n >= size)
+	if (cache_dir_name(out, size) != 0)
 		return -1;
 	struct stat st;
 	if (syscall_no_intercept(SYS_stat, out, &st) != 0) {

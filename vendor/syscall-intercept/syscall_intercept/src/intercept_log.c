@@ -924,9 +924,13 @@ intercept_log_syscall(const struct patch_desc *patch,
 	char *c = buffer;
 
 	/* prefix: "/lib/libc.so 0x1234 -- " */
-	c = print_cstr(c, patch->containing_lib_path);
-	c = print_cstr(c, " ");
-	c = print_hex(c, patch->syscall_offset);
+	if (patch != NULL) {
+		c = print_cstr(c, patch->containing_lib_path);
+		c = print_cstr(c, " ");
+		c = print_hex(c, patch->syscall_offset);
+	} else {
+		c = print_cstr(c, "?"); /* madfs: not found (find_patch) */
+	}
 	c = print_cstr(c, " -- ");
 
 	c = print_syscall(c, desc, result_known, result);

@@ -36,10 +36,10 @@
 
 .global intercept_asm_wrapper_tmpl;
 .hidden intercept_asm_wrapper_tmpl;
-.global intercept_asm_wrapper_patch_desc_addr;
-.hidden intercept_asm_wrapper_patch_desc_addr;
-.global intercept_asm_wrapper_wrapper_level1_addr;
-.hidden intercept_asm_wrapper_wrapper_level1_addr;
+.global intercept_asm_wrapper_site_disp;
+.hidden intercept_asm_wrapper_site_disp;
+.global intercept_asm_wrapper_slot_disp;
+.hidden intercept_asm_wrapper_slot_disp;
 .global intercept_asm_wrapper_tmpl_end;
 .hidden intercept_asm_wrapper_tmpl_end;
 
@@ -48,7 +48,15 @@
 /*
  * Locals on the stack:
  * 0(%rsp) the original value of %rsp, in the code around the syscall
- * 8(%rsp) the pointer to the struct patch_desc instance
+ * 8(%rsp) the address of the syscall instruction this wrapper stands for
+ *
+ * madfs: a copy of this template lives in the object's wrapper region,
+ * within 32-bit reach of the object (patcher.c, create_wrapper), and holds
+ * no absolute address: the site address is a RIP-relative lea into the
+ * object's text, and intercept_wrapper is called through the pointer in
+ * the region's first page. Copies are therefore the same in every process
+ * that puts the region at the same distance from the object, and are
+ * shared through the bundle file (bundle.c).
  *
  * The %rcx register controls which C function to call in intercept.c:
  *
@@ -70,12 +78,15 @@ intercept_asm_wrapper_tmpl:
 	andq        $-16, %rsp /* align the stack */
 	subq        $0x20, %rsp /* allocate stack for some locals */
 	movq        %r11, (%rsp) /* orignal rsp on stack */
-intercept_asm_wrapper_patch_desc_addr:
-	movabsq     $0x000000000000, %r11
-	movq        %r11, 0x8 (%rsp) /* patch_desc pointer on stack */
-intercept_asm_wrapper_wrapper_level1_addr:
-	movabsq     $0x000000000000, %r11
-	callq       *%r11 /* call intercept_wrapper */
+	/* leaq site(%rip), %r11 -- the displacement is filled in */
+	.byte       0x4c, 0x8d, 0x1d
+intercept_asm_wrapper_site_disp:
+	.long       0
+	movq        %r11, 0x8 (%rsp) /* site address on stack */
+	/* callq *slot(%rip) -- call intercept_wrapper */
+	.byte       0xff, 0x15
+intercept_asm_wrapper_slot_disp:
+	.long       0
 	movq        (%rsp), %rsp /* restore original rsp */
 	/*
 	 * The intercept_wrapper function did restore all registers to their
@@ -111,6 +122,7 @@ intercept_asm_wrapper_wrapper_level1_addr:
 3:
 intercept_asm_wrapper_tmpl_end:
 	/*
-	 * This template must be appended here with a
-	 * jump back to the intercepted code.
+	 * This template must be appended here with the relocated
+	 * instruction following the syscall, if any, and a jump back to
+	 * the intercepted code.
 	 */

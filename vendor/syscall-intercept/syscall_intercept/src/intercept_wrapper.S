@@ -75,7 +75,7 @@
  * 0x448(%rsp)  -- return address, to the generated asm wrapper
  * Arguments recieved on stack:
  * 0x450(%rsp)  -- original value of rsp
- * 0x458(%rsp)  -- pointer to a struct patch_desc instance
+ * 0x458(%rsp)  -- address of the syscall instruction patched
  * Locals on stack:
  * 0xe8(%rsp) - 0x168(%rsp) -- saved GPRs
  * 0x200(%rsp) - 0x400(%rsp) -- saved SIMD registers
@@ -192,9 +192,13 @@ intercept_wrapper:
 	.cfi_offset 14, 0x100
 	movq        %r15, 0xf8 (%rsp)
 	.cfi_offset 15, 0xf8
-	movq        0x458 (%rsp), %r11 /* fetch pointer to patch_desc */
+	/*
+	 * madfs: the wrapper passes the address of the syscall instruction
+	 * it stands for (upstream: a pointer to its struct patch_desc, whose
+	 * first field is that address); it is also the saved rip.
+	 */
+	movq        0x458 (%rsp), %r11 /* fetch the syscall site address */
 	movq        %r11, 0xe8 (%rsp)
-	movq        (%r11), %r11 /* fetch original value of rip */
 	movq        %r11, 0xf0 (%rsp)
 	.cfi_offset 16, 0xf0
 

@@ -1,0 +1,386 @@
+/*
+ * Copyright 2026, the madfs authors
+ *
+ * Distributed under the same licence as the rest of syscall_intercept
+ * (see LICENSE in the directory above).
+ */
+
+/*
+ * bundle.c -- madfs: a patched library ready to map
+ *
+ * The first process that patches a library in place (with its wrapper
+ * region at the canonical distance, see allocate_wrapper_region) writes a
+ * bundle: a copy of the library file whose text pages hold the jumps, then
+ * the region's wrapper pages, then a header page. A later process with the
+ * same library (GNU build id, read from the mapped notes: no syscall), the
+ * same wanted set and the same wrapper template maps the wrapper pages at
+ * the same distance, writes the address of intercept_wrapper into the
+ * region's first page, and maps the copy's text pages over the library's
+ * own. It reads no plan or site cache, disassembles nothing and writes no
+ * code: an open, an fstat, a pread of the header, four mmaps, an mprotect
+ * and a close. The pages are shared between processes through the page
+ * cache, as the library's own are; the copy keeps the library's file
+ * offsets, so tools that read symbols from the mapped file (perf) still
+ * find them.
+ *
+ * The bundle lives in the cache directory, under a name that carries
+ * everything its bytes depend on; it is written to a temporary name and
+ * renamed, never changed in place. The file is used only if it is a
+ * regular file owned by the user, not writable by others, whose header
+ * agrees with the name, the file's size and the object's mapped segments;
+ * otherwise the process patches in place as before and replaces it.
+ */
+
+#include <elf.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <link.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <syscall.h>
+
+#include "intercept.h"
+#include "intercept_util.h"
+
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+
+#define BUNDLE_MAGIC "MADFSBN1"
+#define BUNDLE_VERSION 1
+#define BUILD_ID_MAX 64
+
+struct bundle_header {
+	char magic[8];
+	uint32_t version;
+	uint32_t build_id_len;
+	unsigned char build_id[BUILD_ID_MAX];
+	uint64_t wanted_hash;
+	uint64_t tmpl_hash;
+	/* the library copy: bytes at offset 0 */
+	uint64_t file_size;
+	/* the text section: address (from the base), file offset, size */
+	uint64_t text_addr;
+	uint64_t text_offset;
+	uint64_t text_bytes;
+	/* the region's start minus the object's base address */
+	int64_t region_delta;
+	/* the wrapper pages: file offset and length */
+	uint64_t code_offset;
+	uint64_t code_len;
+	uint64_t count;
+};
+
+enum { BUNDLE_NOT_HERE = -1, BUNDLE_BAD = -2 };
+
+#define ALIGN_UP(n, a) (((n) + (a) - 1) & ~((size_t)(a) - 1))
+
+/*
+ * find_build_id -- the object's NT_GNU_BUILD_ID note, from its mapped
+ * PT_NOTE segments
+ */
+void
+find_build_id(struct intercept_desc *desc, const struct dl_phdr_info *info)
+{
+	desc->build_id = NULL;
+	desc->build_id_len = 0;
+	for (Elf64_Half i = 0; i < info->dlpi_phnum; ++i) {
+		const Elf64_Phdr *ph = &info->dlpi_phdr[i];
+		if (ph->p_type != PT_NOTE)
+			continue;
+		size_t align = ph->p_align == 8 ? 8 : 4;
+		const unsigned char *seg =
+		    (const void *)(info->dlpi_addr + ph->p_vaddr);
+		size_t size = ph->p_memsz;
+		size_t at = 0;
+		while (size - at >= sizeof(Elf64_Nhdr)) {
+			Elf64_Nhdr n;
+			memcpy(&n, seg + at, sizeof(n));
+			size_t name = at + sizeof(n);
+			size_t d = ALIGN_UP(name + n.n_namesz, align);
+			if (n.n_namesz > size || d > size ||
+			    size - d < n.n_descsz)
+				break;
+			if (n.n_type == NT_GNU_BUILD_ID && n.n_namesz == 4 &&
+			    memcmp(seg + name, "GNU", 4) == 0 &&
+			    n.n_descsz > 0 && n.n_descsz <= BUILD_ID_MAX) {
+				desc->build_id = seg + d;
+				desc->build_id_len = n.n_descsz;
+				return;
+			}
+			at = ALIGN_UP(d + n.n_descsz, align);
+			if (at > size)
+				break;
+		}
+	}
+}
+
+/* the header a bundle of desc must carry, as far as the name tells */
+static void
+bundle_key(const struct intercept_desc *desc, struct bundle_header *h)
+{
+	memset(h, 0, sizeof(*h));
+	memcpy(h->magic, BUNDLE_MAGIC, 8);
+	h->version = BUNDLE_VERSION;
+	h->build_id_len = (uint32_t)desc->build_id_len;
+	memcpy(h->build_id, desc->build_id, desc->build_id_len);
+	h->wanted_hash = plan_hash();
+	h->tmpl_hash = wrapper_template_hash();
+}
+
+/*
+ * the bundle's path: <build id>.bundle<version>-<wanted set>-<template>;
+ * the directory checked (to write) or only named (see bundle_map_fd)
+ */
+static int
+bundle_path(const struct intercept_desc *desc, char *out, size_t size,
+	bool checked)
+{
+	char hex[2 * BUILD_ID_MAX + 1];
+	if ((checked ? cache_dir(out, size) : cache_dir_name(out, size)) != 0)
+		return -1;
+	for (size_t i = 0; i < desc->build_id_len; ++i) {
+		static const char digits[] = "0123456789abcdef";
+		hex[2 * i] = digits[desc->build_id[i] >> 4];
+		hex[2 * i + 1] = digits[desc->build_id[i] & 15];
+	}
+	hex[2 * desc->build_id_len] = '\0';
+	char *p = out + strlen(out);
+	const char *end = out + size;
+	return put_str(&p, end, "/") && put_str(&p, end, hex) &&
+	    put_str(&p, end, ".bundle") &&
+	    put_num(&p, end, BUNDLE_VERSION, false) &&
+	    put_str(&p, end, "-") && put_num(&p, end, plan_hash(), true) &&
+	    put_str(&p, end, "-") &&
+	    put_num(&p, end, wrapper_template_hash(), true) ? 0 : -1;
+}
+
+/*
+ * whether [first_page, first_page + len) lies in an executable segment of
+ * the object, mapped from file offset off
+ */
+static bool
+text_matches_segment(const struct dl_phdr_info *info,
+	const unsigned char *first_page, size_t len, uint64_t off)
+{
+	for (Elf64_Half i = 0; i < info->dlpi_phnum; ++i) {
+		const Elf64_Phdr *ph = &info->dlpi_phdr[i];
+		if (ph->p_type != PT_LOAD || (ph->p_flags & PF_X) == 0)
+			continue;
+		uintptr_t start = info->dlpi_addr + ph->p_vaddr;
+		uintptr_t seg_page = start & ~(PAGE_SIZE - 1);
+		uintptr_t seg_end = page_up(start + ph->p_memsz);
+		uint64_t seg_off = ph->p_offset & ~(uint64_t)(PAGE_SIZE - 1);
+		uintptr_t p = (uintptr_t)first_page;
+		if (p >= seg_page && p + len <= seg_end && p + len > p &&
+		    off == seg_off + (p - seg_page))
+			return true;
+	}
+	return false;
+}
+
+/* maps the library's own text pages back over a failed mapping */
+static void
+map_original(const struct intercept_desc *desc, unsigned char *first_page,
+	size_t len, uint64_t off)
+{
+	long fd = syscall_no_intercept(SYS_open, desc->path,
+	    O_RDONLY | O_CLOEXEC);
+	long m = -1;
+	if (fd >= 0) {
+		m = syscall_no_intercept(SYS_mmap, first_page, len,
+		    PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_FIXED, fd, off);
+		syscall_no_intercept(SYS_close, fd);
+	}
+	if (m != (long)first_page)
+		xabort("cannot map the library's text back");
+}
+
+static int
+bundle_map_fd(struct intercept_desc *desc, const struct dl_phdr_info *info,
+	long fd)
+{
+	struct stat st;
+	struct bundle_header h, want;
+	if (syscall_no_intercept(SYS_fstat, fd, &st) != 0 ||
+	    !S_ISREG(st.st_mode) || st.st_uid != getuid() ||
+	    (st.st_mode & 022) != 0 || st.st_size < (off_t)(2 * PAGE_SIZE))
+		return BUNDLE_BAD;
+	if (syscall_no_intercept(SYS_pread64, fd, &h, sizeof(h),
+	    st.st_size - (off_t)PAGE_SIZE) != (long)sizeof(h))
+		return BUNDLE_BAD;
+	bundle_key(desc, &want);
+	if (memcmp(h.magic, want.magic, 8) != 0 ||
+	    h.version != want.version ||
+	    h.build_id_len != want.build_id_len ||
+	    memcmp(h.build_id, want.build_id, BUILD_ID_MAX) != 0 ||
+	    h.wanted_hash != want.wanted_hash ||
+	    h.tmpl_hash != want.tmpl_hash ||
+	    h.code_offset != page_up(h.file_size) ||
+	    h.code_len == 0 || h.code_len % PAGE_SIZE != 0 ||
+	    h.code_len > (1u << 30) ||
+	    h.code_offset + h.code_len + PAGE_SIZE != (uint64_t)st.st_size ||
+	    h.text_bytes == 0 || h.text_addr > (1ull << 40) ||
+	    h.text_bytes > (1ull << 40))
+		return BUNDLE_BAD;
+
+	unsigned char *base = desc->base_addr;
+	desc->text_offset = h.text_offset;
+	desc->text_start = base + h.text_addr;
+	desc->text_end = desc->text_start + h.text_bytes - 1;
+	unsigned char *first_page = round_down_address(desc->text_start);
+	size_t len = page_up((size_t)(desc->text_end + 1 - first_page));
+	size_t lead = (size_t)(desc->text_start - first_page);
+	if (h.text_offset < lead)
+		return BUNDLE_BAD;
+	uint64_t off = h.text_offset - lead;
+	if (off % PAGE_SIZE != 0 || off + len > page_up(h.file_size) ||
+	    !text_matches_segment(info, first_page, len, off))
+		return BUNDLE_BAD;
+
+	unsigned char *region = base + h.region_delta;
+	size_t region_size = PAGE_SIZE + h.code_len;
+	if (region != wrapper_region_guess(desc) ||
+	    !wrapper_region_in_reach(desc, region, region_size))
+		return BUNDLE_NOT_HERE;
+
+	/* the wrappers, where nothing else is mapped yet */
+	unsigned char *code = region + PAGE_SIZE;
+	long m = syscall_no_intercept(SYS_mmap, code, h.code_len,
+	    PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_FIXED_NOREPLACE, fd,
+	    h.code_offset);
+	if (m != (long)code) {
+		if (m >= 0 || m < -4095) /* a kernel without NOREPLACE */
+			syscall_no_intercept(SYS_munmap, m, h.code_len);
+		return BUNDLE_NOT_HERE;
+	}
+	m = syscall_no_intercept(SYS_mmap, region, PAGE_SIZE,
+	    PROT_READ | PROT_WRITE,
+	    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	if (m != (long)region) {
+		if (m >= 0 || m < -4095)
+			syscall_no_intercept(SYS_munmap, m, PAGE_SIZE);
+		syscall_no_intercept(SYS_munmap, code, h.code_len);
+		return BUNDLE_NOT_HERE;
+	}
+	unsigned char *entry = &intercept_wrapper;
+	memcpy(region, &entry, sizeof(entry));
+	mprotect_no_intercept(region, PAGE_SIZE, PROT_READ,
+	    "mprotect wrapper region slot");
+
+	/* the patched text over the library's own */
+	m = syscall_no_intercept(SYS_mmap, first_page, len,
+	    PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_FIXED, fd, off);
+	if (m != (long)first_page) {
+		map_original(desc, first_page, len, off);
+		syscall_no_intercept(SYS_munmap, region, region_size);
+		return BUNDLE_NOT_HERE;
+	}
+
+	desc->region = region;
+	desc->region_size = region_size;
+	desc->region_canonical = true;
+	desc->bundled = true;
+	return 0;
+}
+
+/*
+ * bundle_map -- maps desc's bundle if there is a usable one: 0, and the
+ * object is patched; otherwise nothing is changed
+ */
+int
+bundle_map(struct intercept_desc *desc, const struct dl_phdr_info *info)
+{
+	char path[800];
+	if (desc->build_id == NULL ||
+	    bundle_path(desc, path, sizeof(path), false) != 0)
+		return -1;
+	long fd = syscall_no_intercept(SYS_open, path,
+	    O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return -1;
+	int r = bundle_map_fd(desc, info, fd);
+	syscall_no_intercept(SYS_close, fd);
+	desc->bundle_stale = r == BUNDLE_BAD;
+	return r == 0 ? 0 : -1;
+}
+
+static int
+write_zeros(long fd, size_t len)
+{
+	static const unsigned char zeros[PAGE_SIZE];
+	while (len > 0) {
+		size_t n = len < sizeof(zeros) ? len : sizeof(zeros);
+		if (write_all(fd, zeros, n) != 0)
+			return -1;
+		len -= n;
+	}
+	return 0;
+}
+
+/*
+ * bundle_store -- writes the bundle of desc, just patched in place: its
+ * text pages are [first_page, first_page + len)
+ */
+void
+bundle_store(const struct intercept_desc *desc, unsigned char *first_page,
+	size_t len)
+{
+	char path[800], tmp[840];
+	struct stat st;
+	if (!desc->region_canonical || desc->position_dependent ||
+	    desc->build_id == NULL ||
+	    bundle_path(desc, path, sizeof(path), true) != 0)
+		return;
+	if (!desc->bundle_stale &&
+	    syscall_no_intercept(SYS_stat, path, &st) == 0)
+		return; /* there, but not usable here: leave it */
+	long src = syscall_no_intercept(SYS_open, desc->path,
+	    O_RDONLY | O_CLOEXEC);
+	if (src < 0)
+		return;
+	long m = -1;
+	size_t size = 0;
+	if (syscall_no_intercept(SYS_fstat, src, &st) == 0 &&
+	    (uint64_t)st.st_dev == desc->file_id[0] &&
+	    (uint64_t)st.st_ino == desc->file_id[1] &&
+	    (uint64_t)st.st_size == desc->file_id[2]) {
+		size = (size_t)st.st_size;
+		m = syscall_no_intercept(SYS_mmap, NULL, size, PROT_READ,
+		    MAP_PRIVATE, src, 0);
+	}
+	syscall_no_intercept(SYS_close, src);
+	if (m < 0 && m > -4096)
+		return;
+	const unsigned char *file = (const unsigned char *)m;
+	size_t lead = (size_t)(desc->text_start - first_page);
+	const unsigned char *code = desc->region + PAGE_SIZE;
+	struct bundle_header h;
+	bundle_key(desc, &h);
+	h.file_size = size;
+	h.text_addr = (uint64_t)(desc->text_start - desc->base_addr);
+	h.text_offset = desc->text_offset;
+	h.text_bytes = (uint64_t)(desc->text_end - desc->text_start + 1);
+	h.region_delta = (int64_t)(desc->region - desc->base_addr);
+	h.code_offset = page_up(size);
+	h.code_len = page_up((size_t)(desc->next_wrapper - code));
+	h.count = desc->count;
+	long fd = -1;
+	size_t off = (size_t)desc->text_offset - lead;
+	if (desc->text_offset >= lead && off + len <= size)
+		fd = tmp_create(path, tmp, sizeof(tmp));
+	if (fd >= 0) {
+		size_t end = off + len;
+		bool ok = write_all(fd, file, off) == 0 &&
+		    write_all(fd, first_page, len) == 0 &&
+		    write_all(fd, file + end, size - end) == 0 &&
+		    write_zeros(fd, h.code_offset - size) == 0 &&
+		    write_all(fd, code, h.code_len) == 0 &&
+		    write_all(fd, &h, sizeof(h)) == 0 &&
+		    write_zeros(fd, PAGE_SIZE - sizeof(h)) == 0;
+		tmp_publish(fd, ok, tmp, path);
+	}
+	syscall_no_intercept(SYS_munmap, file, size);
+}
