@@ -8,7 +8,7 @@ use madfs_client::{Client, ClientConfig, FileSystem, OpenFlags};
 use madfs_cluster::{find_bin, LocalCluster, Options};
 use std::ffi::CString;
 use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
 pub struct PreloadArgs {
@@ -127,27 +127,47 @@ fn time_cmd_once(lib: Option<&std::path::Path>, argv: &[&str]) -> anyhow::Result
     Ok((wall, tv(ru.ru_utime) + tv(ru.ru_stime)))
 }
 
-/// `runs` runs of `argv` plain and preloaded, alternately (this VM's speed drifts; runs side
-/// by side see the same drift): `[wall, cpu]`, each (plain min, plain median, preloaded min,
-/// preloaded median) in ms.
-fn time_cmd(lib: &std::path::Path, argv: &[&str], runs: usize) -> anyhow::Result<[[f64; 4]; 2]> {
+/// What [`time_cmd`] reports for one program, in ms and %.
+struct Timing {
+    /// Medians of the wall time, plain and preloaded.
+    wall: [f64; 2],
+    /// Medians of the CPU time, plain and preloaded.
+    cpu: [f64; 2],
+    /// CPU overhead from the minima of both.
+    cpu_min_pct: f64,
+    /// CPU overhead as the median over runs of (preloaded / the plain run just before).
+    cpu_paired_pct: f64,
+    runs: usize,
+}
+
+/// Runs of `argv` plain and preloaded, alternately (this VM's speed drifts; runs side by side
+/// see the same drift), as many as fit in about `budget` of CPU per variant, at least 21 and
+/// at most 201. Besides minima and medians, the median of the per-pair ratios: a pair is two
+/// adjacent runs, so a drift between pairs cancels out, and the median ignores the pairs a
+/// neighbour's burst hit.
+fn time_cmd(lib: &std::path::Path, argv: &[&str], budget: Duration) -> anyhow::Result<Timing> {
+    let first = time_cmd_once(None, argv)?;
+    let runs = (budget.as_nanos() as u64 / first.1.max(1)).clamp(21, 201) as usize;
     let (mut plain, mut pre) = (vec![], vec![]);
     for _ in 0..runs {
         plain.push(time_cmd_once(None, argv)?);
         pre.push(time_cmd_once(Some(lib), argv)?);
     }
-    let min = |v: &[u64]| *v.iter().min().unwrap_or(&0) as f64 / 1e6;
-    let four = |p: Vec<u64>, l: Vec<u64>| [min(&p), median(p) / 1e3, min(&l), median(l) / 1e3];
-    Ok([
-        four(
-            plain.iter().map(|x| x.0).collect(),
-            pre.iter().map(|x| x.0).collect(),
-        ),
-        four(
-            plain.iter().map(|x| x.1).collect(),
-            pre.iter().map(|x| x.1).collect(),
-        ),
-    ])
+    let ratios: Vec<u64> = plain
+        .iter()
+        .zip(&pre)
+        .map(|(p, l)| l.1 * 1_000_000 / p.1.max(1))
+        .collect();
+    let min = |v: &[(u64, u64)]| v.iter().map(|x| x.1).min().unwrap_or(0) as f64;
+    let med = |v: &[(u64, u64)], f: fn(&(u64, u64)) -> u64| median(v.iter().map(f).collect());
+    Ok(Timing {
+        // median() divides by 1000: ns -> µs, and the ratios (x 1e6) -> x 1e3
+        wall: [med(&plain, |x| x.0) / 1e3, med(&pre, |x| x.0) / 1e3],
+        cpu: [med(&plain, |x| x.1) / 1e3, med(&pre, |x| x.1) / 1e3],
+        cpu_min_pct: (min(&pre) / min(&plain) - 1.0) * 100.0,
+        cpu_paired_pct: (median(ratios) / 1e3 - 1.0) * 100.0,
+        runs,
+    })
 }
 
 pub fn run(a: PreloadArgs) -> anyhow::Result<()> {
@@ -233,7 +253,10 @@ pub fn run(a: PreloadArgs) -> anyhow::Result<()> {
         local_pre[0],
         (local_pre[0] / local_plain[0] - 1.0) * 100.0
     );
-    println!("(21 runs each, plain and preloaded alternately; wall: medians; CPU: user + system of the child)");
+    println!(
+        "(21–201 runs each, plain and preloaded alternately; wall and CPU: medians; CPU = user + \
+         system of the child; paired: median over runs of preloaded / the plain run before it)"
+    );
     // programs that do work between their syscalls: a 64 MiB file to hash (in the page
     // cache), a compile, a Python loop
     let tmp = tempfile::Builder::new()
@@ -274,25 +297,26 @@ pub fn run(a: PreloadArgs) -> anyhow::Result<()> {
         programs.push(vec!["/usr/bin/cc", "-O2", "-c", &src, "-o", &obj]);
     }
     println!(
-        "{:<34} {:>22} {:>22} {:>18}",
-        "program", "wall ms plain/preload", "CPU ms plain/preload", "CPU +% min/median"
+        "{:<34} {:>22} {:>22} {:>5} {:>16}",
+        "program", "wall ms plain/preload", "CPU ms plain/preload", "runs", "CPU +% min/paired"
     );
     for argv in programs.iter().map(Vec::as_slice) {
-        let [wall, cpu] = time_cmd(&lib, argv, 21)?;
+        let t = time_cmd(&lib, argv, Duration::from_secs(2))?;
         let name: String = argv
             .iter()
             .map(|a| a.rsplit('/').next().unwrap_or(a))
             .collect::<Vec<_>>()
             .join(" ");
         println!(
-            "{:<34} {:>10.2} / {:<9.2} {:>10.2} / {:<9.2} {:>+7.1} / {:<+7.1}",
+            "{:<34} {:>10.2} / {:<9.2} {:>10.2} / {:<9.2} {:>5} {:>+7.1} / {:<+7.1}",
             name.chars().take(34).collect::<String>(),
-            wall[1],
-            wall[3],
-            cpu[1],
-            cpu[3],
-            (cpu[2] / cpu[0] - 1.0) * 100.0,
-            (cpu[3] / cpu[1] - 1.0) * 100.0
+            t.wall[0],
+            t.wall[1],
+            t.cpu[0],
+            t.cpu[1],
+            t.runs,
+            t.cpu_min_pct,
+            t.cpu_paired_pct
         );
     }
     Ok(())
