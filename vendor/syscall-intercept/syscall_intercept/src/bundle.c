@@ -49,6 +49,12 @@
 #endif
 
 #define BUNDLE_MAGIC "MADFSBN1"
+/*
+ * Besides the template's bytes (hashed into the name), a bundle's wrappers
+ * depend on create_wrapper's layout, on what intercept_wrapper expects of
+ * them (the site at 8(%rsp), the r11 codes) and on the region's placement
+ * (wrapper_region_guess): bump this with any change to those.
+ */
 #define BUNDLE_VERSION 1
 #define BUILD_ID_MAX 64
 
@@ -181,19 +187,43 @@ text_matches_segment(const struct dl_phdr_info *info,
 	return false;
 }
 
-/* maps the library's own text pages back over a failed mapping */
+/*
+ * after a failed mapping of the patched text: nothing to do if the
+ * library's own pages are still there (most failures come before the old
+ * mapping is touched); otherwise they are mapped back from the library
+ * file, if it still is the same build (its build id note, read from the
+ * file), or the process cannot go on
+ */
 static void
-map_original(const struct intercept_desc *desc, unsigned char *first_page,
+map_original(const struct intercept_desc *desc,
+	const struct dl_phdr_info *info, unsigned char *first_page,
 	size_t len, uint64_t off)
 {
+	if (syscall_no_intercept(SYS_msync, first_page, len, MS_ASYNC) == 0)
+		return; /* still mapped */
 	long fd = syscall_no_intercept(SYS_open, desc->path,
 	    O_RDONLY | O_CLOEXEC);
+	bool same = false;
+	for (Elf64_Half i = 0; fd >= 0 && i < info->dlpi_phnum; ++i) {
+		const Elf64_Phdr *ph = &info->dlpi_phdr[i];
+		const unsigned char *note =
+		    (const void *)(info->dlpi_addr + ph->p_vaddr);
+		unsigned char buf[BUILD_ID_MAX];
+		if (ph->p_type != PT_NOTE || desc->build_id < note ||
+		    desc->build_id + desc->build_id_len > note + ph->p_memsz)
+			continue;
+		uint64_t at = ph->p_offset + (uint64_t)(desc->build_id - note);
+		same = syscall_no_intercept(SYS_pread64, fd, buf,
+		    desc->build_id_len, at) == (long)desc->build_id_len &&
+		    memcmp(buf, desc->build_id, desc->build_id_len) == 0;
+		break;
+	}
 	long m = -1;
-	if (fd >= 0) {
+	if (same)
 		m = syscall_no_intercept(SYS_mmap, first_page, len,
 		    PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_FIXED, fd, off);
+	if (fd >= 0)
 		syscall_no_intercept(SYS_close, fd);
-	}
 	if (m != (long)first_page)
 		xabort("cannot map the library's text back");
 }
@@ -242,9 +272,10 @@ bundle_map_fd(struct intercept_desc *desc, const struct dl_phdr_info *info,
 
 	unsigned char *region = base + h.region_delta;
 	size_t region_size = PAGE_SIZE + h.code_len;
+	/* fixed by the object and this build: a mismatch never heals */
 	if (region != wrapper_region_guess(desc) ||
 	    !wrapper_region_in_reach(desc, region, region_size))
-		return BUNDLE_NOT_HERE;
+		return BUNDLE_BAD;
 
 	/* the wrappers, where nothing else is mapped yet */
 	unsigned char *code = region + PAGE_SIZE;
@@ -274,7 +305,7 @@ bundle_map_fd(struct intercept_desc *desc, const struct dl_phdr_info *info,
 	m = syscall_no_intercept(SYS_mmap, first_page, len,
 	    PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_FIXED, fd, off);
 	if (m != (long)first_page) {
-		map_original(desc, first_page, len, off);
+		map_original(desc, info, first_page, len, off);
 		syscall_no_intercept(SYS_munmap, region, region_size);
 		return BUNDLE_NOT_HERE;
 	}

@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/auxv.h>
 
 #include "intercept.h"
 #include "intercept_util.h"
@@ -864,6 +865,12 @@ put_num(char **p, const char *end, uint64_t v, bool hex)
 int
 cache_dir_name(char *out, size_t size)
 {
+	/*
+	 * no cache in a setuid/setgid (secure-exec) process: the files
+	 * come from the real user
+	 */
+	if (getauxval(AT_SECURE) != 0)
+		return -1;
 	const char *env = getenv("MADFS_INTERCEPT_CACHE");
 	char *p = out;
 	const char *end = out + size;

@@ -193,7 +193,9 @@ intercept_wrapper:
 	movq        %r15, 0xf8 (%rsp)
 	.cfi_offset 15, 0xf8
 	/*
-	 * madfs: the wrapper passes the address of the syscall instruction
+	 * madfs: what the wrappers pass and expect back is stored in bundles:
+	 * change it only with a new BUNDLE_VERSION (bundle.c).
+	 * The wrapper passes the address of the syscall instruction
 	 * it stands for (upstream: a pointer to its struct patch_desc, whose
 	 * first field is that address); it is also the saved rip.
 	 */

@@ -618,7 +618,8 @@ relocate_instruction(struct intercept_desc *desc, unsigned char *dst,
  * (actually only after finish_wrapper_region).
  *
  * madfs: into desc's wrapper region, with relative addresses only (see
- * intercept_template.S).
+ * intercept_template.S). Wrappers are stored in bundles: a change of this
+ * layout needs a new BUNDLE_VERSION (bundle.c).
  */
 static void
 create_wrapper(struct intercept_desc *desc, struct patch_desc *patch)
