@@ -84,17 +84,18 @@ enum { BUNDLE_NOT_HERE = -1, BUNDLE_BAD = -2 };
 #define ALIGN_UP(n, a) (((n) + (a) - 1) & ~((size_t)(a) - 1))
 
 /*
- * find_build_id -- the object's NT_GNU_BUILD_ID note, from its mapped
- * PT_NOTE segments
+ * find_gnu_note -- the descriptor of the object's first "GNU" note of
+ * type n_type in its mapped segments of type p_type (PT_NOTE, or
+ * PT_GNU_PROPERTY, which must be 8-aligned), and its size; NULL if none
  */
-void
-find_build_id(struct intercept_desc *desc, const struct dl_phdr_info *info)
+const unsigned char *
+find_gnu_note(const struct dl_phdr_info *info, Elf64_Word p_type,
+	Elf64_Word n_type, size_t *desc_size)
 {
-	desc->build_id = NULL;
-	desc->build_id_len = 0;
 	for (Elf64_Half i = 0; i < info->dlpi_phnum; ++i) {
 		const Elf64_Phdr *ph = &info->dlpi_phdr[i];
-		if (ph->p_type != PT_NOTE)
+		if (ph->p_type != p_type ||
+		    (p_type == PT_GNU_PROPERTY && ph->p_align != 8))
 			continue;
 		size_t align = ph->p_align == 8 ? 8 : 4;
 		const unsigned char *seg =
@@ -109,18 +110,29 @@ find_build_id(struct intercept_desc *desc, const struct dl_phdr_info *info)
 			if (n.n_namesz > size || d > size ||
 			    size - d < n.n_descsz)
 				break;
-			if (n.n_type == NT_GNU_BUILD_ID && n.n_namesz == 4 &&
-			    memcmp(seg + name, "GNU", 4) == 0 &&
-			    n.n_descsz > 0 && n.n_descsz <= BUILD_ID_MAX) {
-				desc->build_id = seg + d;
-				desc->build_id_len = n.n_descsz;
-				return;
+			if (n.n_type == n_type && n.n_namesz == 4 &&
+			    memcmp(seg + name, "GNU", 4) == 0) {
+				*desc_size = n.n_descsz;
+				return seg + d;
 			}
 			at = ALIGN_UP(d + n.n_descsz, align);
 			if (at > size)
 				break;
 		}
 	}
+	return NULL;
+}
+
+/* find_build_id -- the object's NT_GNU_BUILD_ID note, if usable */
+void
+find_build_id(struct intercept_desc *desc, const struct dl_phdr_info *info)
+{
+	size_t len = 0;
+	const unsigned char *id =
+	    find_gnu_note(info, PT_NOTE, NT_GNU_BUILD_ID, &len);
+	bool ok = id != NULL && len > 0 && len <= BUILD_ID_MAX;
+	desc->build_id = ok ? id : NULL;
+	desc->build_id_len = ok ? len : 0;
 }
 
 /* the header a bundle of desc must carry, as far as the name tells */
@@ -137,30 +149,31 @@ bundle_key(const struct intercept_desc *desc, struct bundle_header *h)
 }
 
 /*
- * the bundle's path: <build id>.bundle<version>-<wanted set>-<template>;
- * the directory checked (to write) or only named (see bundle_map_fd)
+ * the bundle's path for the key h: <build id>.bundle<version>-<wanted
+ * set>-<template>; the directory checked (to write) or only named (see
+ * bundle_map_fd)
  */
 static int
-bundle_path(const struct intercept_desc *desc, char *out, size_t size,
+bundle_path(const struct bundle_header *h, char *out, size_t size,
 	bool checked)
 {
 	char hex[2 * BUILD_ID_MAX + 1];
 	if ((checked ? cache_dir(out, size) : cache_dir_name(out, size)) != 0)
 		return -1;
-	for (size_t i = 0; i < desc->build_id_len; ++i) {
+	for (size_t i = 0; i < h->build_id_len; ++i) {
 		static const char digits[] = "0123456789abcdef";
-		hex[2 * i] = digits[desc->build_id[i] >> 4];
-		hex[2 * i + 1] = digits[desc->build_id[i] & 15];
+		hex[2 * i] = digits[h->build_id[i] >> 4];
+		hex[2 * i + 1] = digits[h->build_id[i] & 15];
 	}
-	hex[2 * desc->build_id_len] = '\0';
+	hex[2 * h->build_id_len] = '\0';
 	char *p = out + strlen(out);
 	const char *end = out + size;
 	return put_str(&p, end, "/") && put_str(&p, end, hex) &&
 	    put_str(&p, end, ".bundle") &&
-	    put_num(&p, end, BUNDLE_VERSION, false) &&
-	    put_str(&p, end, "-") && put_num(&p, end, plan_hash(), true) &&
+	    put_num(&p, end, h->version, false) &&
+	    put_str(&p, end, "-") && put_num(&p, end, h->wanted_hash, true) &&
 	    put_str(&p, end, "-") &&
-	    put_num(&p, end, wrapper_template_hash(), true) ? 0 : -1;
+	    put_num(&p, end, h->tmpl_hash, true) ? 0 : -1;
 }
 
 /*
@@ -230,24 +243,23 @@ map_original(const struct intercept_desc *desc,
 
 static int
 bundle_map_fd(struct intercept_desc *desc, const struct dl_phdr_info *info,
-	long fd)
+	long fd, const struct bundle_header *want)
 {
 	struct stat st;
-	struct bundle_header h, want;
+	struct bundle_header h;
 	if (syscall_no_intercept(SYS_fstat, fd, &st) != 0 ||
-	    !S_ISREG(st.st_mode) || st.st_uid != getuid() ||
+	    !S_ISREG(st.st_mode) || st.st_uid != cache_uid() ||
 	    (st.st_mode & 022) != 0 || st.st_size < (off_t)(2 * PAGE_SIZE))
 		return BUNDLE_BAD;
 	if (syscall_no_intercept(SYS_pread64, fd, &h, sizeof(h),
 	    st.st_size - (off_t)PAGE_SIZE) != (long)sizeof(h))
 		return BUNDLE_BAD;
-	bundle_key(desc, &want);
-	if (memcmp(h.magic, want.magic, 8) != 0 ||
-	    h.version != want.version ||
-	    h.build_id_len != want.build_id_len ||
-	    memcmp(h.build_id, want.build_id, BUILD_ID_MAX) != 0 ||
-	    h.wanted_hash != want.wanted_hash ||
-	    h.tmpl_hash != want.tmpl_hash ||
+	if (memcmp(h.magic, want->magic, 8) != 0 ||
+	    h.version != want->version ||
+	    h.build_id_len != want->build_id_len ||
+	    memcmp(h.build_id, want->build_id, BUILD_ID_MAX) != 0 ||
+	    h.wanted_hash != want->wanted_hash ||
+	    h.tmpl_hash != want->tmpl_hash ||
 	    h.code_offset != page_up(h.file_size) ||
 	    h.code_len == 0 || h.code_len % PAGE_SIZE != 0 ||
 	    h.code_len > (1u << 30) ||
@@ -296,10 +308,7 @@ bundle_map_fd(struct intercept_desc *desc, const struct dl_phdr_info *info,
 		syscall_no_intercept(SYS_munmap, code, h.code_len);
 		return BUNDLE_NOT_HERE;
 	}
-	unsigned char *entry = &intercept_wrapper;
-	memcpy(region, &entry, sizeof(entry));
-	mprotect_no_intercept(region, PAGE_SIZE, PROT_READ,
-	    "mprotect wrapper region slot");
+	set_wrapper_slot(region);
 
 	/* the patched text over the library's own */
 	m = syscall_no_intercept(SYS_mmap, first_page, len,
@@ -325,14 +334,17 @@ int
 bundle_map(struct intercept_desc *desc, const struct dl_phdr_info *info)
 {
 	char path[800];
-	if (desc->build_id == NULL ||
-	    bundle_path(desc, path, sizeof(path), false) != 0)
+	struct bundle_header key;
+	if (desc->build_id == NULL)
+		return -1;
+	bundle_key(desc, &key);
+	if (bundle_path(&key, path, sizeof(path), false) != 0)
 		return -1;
 	long fd = syscall_no_intercept(SYS_open, path,
 	    O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return -1;
-	int r = bundle_map_fd(desc, info, fd);
+	int r = bundle_map_fd(desc, info, fd, &key);
 	syscall_no_intercept(SYS_close, fd);
 	desc->bundle_stale = r == BUNDLE_BAD;
 	return r == 0 ? 0 : -1;
@@ -361,9 +373,12 @@ bundle_store(const struct intercept_desc *desc, unsigned char *first_page,
 {
 	char path[800], tmp[840];
 	struct stat st;
+	struct bundle_header h;
 	if (!desc->region_canonical || desc->position_dependent ||
-	    desc->build_id == NULL ||
-	    bundle_path(desc, path, sizeof(path), true) != 0)
+	    desc->build_id == NULL)
+		return;
+	bundle_key(desc, &h);
+	if (bundle_path(&h, path, sizeof(path), true) != 0)
 		return;
 	if (!desc->bundle_stale &&
 	    syscall_no_intercept(SYS_stat, path, &st) == 0)
@@ -388,8 +403,6 @@ bundle_store(const struct intercept_desc *desc, unsigned char *first_page,
 	const unsigned char *file = (const unsigned char *)m;
 	size_t lead = (size_t)(desc->text_start - first_page);
 	const unsigned char *code = desc->region + PAGE_SIZE;
-	struct bundle_header h;
-	bundle_key(desc, &h);
 	h.file_size = size;
 	h.text_addr = (uint64_t)(desc->text_start - desc->base_addr);
 	h.text_offset = desc->text_offset;

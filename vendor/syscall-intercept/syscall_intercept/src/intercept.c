@@ -408,9 +408,6 @@ should_patch_object(uintptr_t addr, const char *path)
 	return false;
 }
 
-#ifndef PT_GNU_PROPERTY
-#define PT_GNU_PROPERTY 0x6474e553
-#endif
 #ifndef NT_GNU_PROPERTY_TYPE_0
 #define NT_GNU_PROPERTY_TYPE_0 5
 #endif
@@ -426,44 +423,25 @@ should_patch_object(uintptr_t addr, const char *path)
 static uint32_t
 isa_needed(const struct dl_phdr_info *info)
 {
-	for (Elf64_Word i = 0; i < info->dlpi_phnum; ++i) {
-		const Elf64_Phdr *ph = &info->dlpi_phdr[i];
-		if (ph->p_type != PT_GNU_PROPERTY || ph->p_align != 8)
-			continue;
-		/* offsets from the segment's start, all 8-aligned */
-		const unsigned char *seg =
-		    (const void *)(info->dlpi_addr + ph->p_vaddr);
-		size_t size = ph->p_memsz;
-		size_t at = 0;
-		while (at <= size && size - at >= sizeof(Elf64_Nhdr)) {
-			Elf64_Nhdr n;
-			memcpy(&n, seg + at, sizeof(n));
-			size_t d = ALIGN8(at + sizeof(n) + n.n_namesz);
-			if (d > size || size - d < n.n_descsz)
-				break;
-			size_t dend = d + n.n_descsz;
-			if (n.n_type == NT_GNU_PROPERTY_TYPE_0 &&
-			    n.n_namesz == 4 &&
-			    memcmp(seg + at + sizeof(n), "GNU", 4) == 0) {
-				while (dend - d >= 8) {
-					uint32_t type, len;
-					memcpy(&type, seg + d, 4);
-					memcpy(&len, seg + d + 4, 4);
-					if (dend - d - 8 < len)
-						break;
-					if (type == MADFS_ISA_1_NEEDED &&
-					    len >= 4) {
-						uint32_t isa;
-						memcpy(&isa, seg + d + 8, 4);
-						return isa;
-					}
-					d += 8 + ALIGN8(len);
-					if (d > dend)
-						break;
-				}
-			}
-			at = ALIGN8(dend);
+	size_t size = 0;
+	/* offsets from the descriptor's start, all 8-aligned */
+	const unsigned char *desc = find_gnu_note(info, PT_GNU_PROPERTY,
+	    NT_GNU_PROPERTY_TYPE_0, &size);
+	size_t d = 0;
+	while (desc != NULL && size - d >= 8) {
+		uint32_t type, len;
+		memcpy(&type, desc + d, 4);
+		memcpy(&len, desc + d + 4, 4);
+		if (size - d - 8 < len)
+			break;
+		if (type == MADFS_ISA_1_NEEDED && len >= 4) {
+			uint32_t isa;
+			memcpy(&isa, desc + d + 8, 4);
+			return isa;
 		}
+		d += 8 + ALIGN8(len);
+		if (d > size)
+			break;
 	}
 	return 0;
 }

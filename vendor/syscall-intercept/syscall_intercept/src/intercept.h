@@ -230,6 +230,7 @@ unsigned char *wrapper_region_guess(const struct intercept_desc *desc);
 bool wrapper_region_in_reach(const struct intercept_desc *desc,
 	const unsigned char *region, size_t size);
 int cache_dir_name(char *out, size_t size);
+unsigned cache_uid(void);
 bool put_str(char **p, const char *end, const char *s);
 bool put_num(char **p, const char *end, uint64_t v, bool hex);
 void find_syscalls(struct intercept_desc *desc);
@@ -239,9 +240,16 @@ extern bool intercept_cpu_has_ymm;
 extern bool intercept_routine_must_save_ymm;
 void create_patch_wrappers(struct intercept_desc *desc);
 void finish_wrapper_region(struct intercept_desc *desc);
+void set_wrapper_slot(unsigned char *region);
 uint64_t wrapper_template_hash(void);
 
+#ifndef PT_GNU_PROPERTY
+#define PT_GNU_PROPERTY 0x6474e553
+#endif
+
 /* bundle.c */
+const unsigned char *find_gnu_note(const struct dl_phdr_info *info,
+	Elf64_Word p_type, Elf64_Word n_type, size_t *desc_size);
 void find_build_id(struct intercept_desc *desc,
 	const struct dl_phdr_info *info);
 int bundle_map(struct intercept_desc *desc, const struct dl_phdr_info *info);

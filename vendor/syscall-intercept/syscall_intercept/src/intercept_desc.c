@@ -858,6 +858,16 @@ put_num(char **p, const char *end, uint64_t v, bool hex)
 }
 
 /*
+ * madfs: the user whose cache is used: the real uid, from the auxiliary
+ * vector (no syscall; the same as getuid() at start)
+ */
+unsigned
+cache_uid(void)
+{
+	return (unsigned)getauxval(AT_UID);
+}
+
+/*
  * madfs: the cache directory's name, not checked (bundle.c checks the file
  * it opens there instead, see bundle_map). No snprintf: at a bundle hit
  * nothing else in the process start needs printf's code pages.
@@ -877,7 +887,7 @@ cache_dir_name(char *out, size_t size)
 	if (env != NULL && env[0] != '\0')
 		return put_str(&p, end, env) ? 0 : -1;
 	return put_str(&p, end, "/tmp/.madfs-intercept-") &&
-	    put_num(&p, end, getuid(), false) ? 0 : -1;
+	    put_num(&p, end, cache_uid(), false) ? 0 : -1;
 }
 
 static int
@@ -891,7 +901,7 @@ cache_dir_find(char *out, size_t size)
 		if (syscall_no_intercept(SYS_stat, out, &st) != 0)
 			return -1;
 	}
-	if (!S_ISDIR(st.st_mode) || st.st_uid != getuid() ||
+	if (!S_ISDIR(st.st_mode) || st.st_uid != cache_uid() ||
 	    (st.st_mode & 022) != 0)
 		return -1;
 	return 0;

@@ -657,19 +657,25 @@ create_wrapper(struct intercept_desc *desc, struct patch_desc *patch)
 }
 
 /*
- * madfs: the wrappers are written: the region's first page gets the
- * address of intercept_wrapper and becomes read only, the wrappers
- * read and execute.
+ * madfs: the region's first page (written, or mapped fresh by a bundle)
+ * gets the address of intercept_wrapper and becomes read only
  */
+void
+set_wrapper_slot(unsigned char *region)
+{
+	unsigned char *entry = &intercept_wrapper;
+
+	memcpy(region, &entry, sizeof(entry));
+	mprotect_no_intercept(region, PAGE_SIZE, PROT_READ,
+	    "mprotect wrapper region slot");
+}
+
 void
 finish_wrapper_region(struct intercept_desc *desc)
 {
 	unsigned char *code = desc->region + PAGE_SIZE;
-	unsigned char *entry = &intercept_wrapper;
 
-	memcpy(desc->region, &entry, sizeof(entry));
-	mprotect_no_intercept(desc->region, PAGE_SIZE, PROT_READ,
-	    "mprotect wrapper region slot");
+	set_wrapper_slot(desc->region);
 	mprotect_no_intercept(code, desc->region_size - PAGE_SIZE,
 	    PROT_READ | PROT_EXEC, "mprotect wrapper region");
 }
