@@ -136,57 +136,9 @@ pub const DUP2: i64 = -2;
 /// ENOSYS on madfs paths; glibc itself uses `utimensat`.
 pub const LEGACY_TIME: i64 = -3;
 
-/// Whether `nr` is a legacy path syscall of this architecture (see [`legacy`]).
-#[cfg(target_arch = "x86_64")]
-pub const fn is_legacy(nr: i64) -> bool {
-    is_legacy_path(nr)
-        || matches!(
-            nr,
-            libc::SYS_rename
-                | libc::SYS_dup2
-                | libc::SYS_symlink
-                | libc::SYS_link
-                | libc::SYS_futimesat
-                | libc::SYS_fork
-                | libc::SYS_vfork
-        )
-}
-
-/// The legacy syscalls whose only file argument is a path in their first argument, relative
-/// to the working directory (the hook passes them through when that names no madfs file).
-#[cfg(target_arch = "x86_64")]
-pub const fn is_legacy_path(nr: i64) -> bool {
-    matches!(
-        nr,
-        libc::SYS_open
-            | libc::SYS_creat
-            | libc::SYS_stat
-            | libc::SYS_lstat
-            | libc::SYS_access
-            | libc::SYS_mkdir
-            | libc::SYS_rmdir
-            | libc::SYS_unlink
-            | libc::SYS_chmod
-            | libc::SYS_chown
-            | libc::SYS_lchown
-            | libc::SYS_readlink
-            | libc::SYS_mknod
-            | libc::SYS_utime
-            | libc::SYS_utimes
-    )
-}
-
-/// aarch64 has only the `*at` forms.
-#[cfg(not(target_arch = "x86_64"))]
-pub const fn is_legacy(_nr: i64) -> bool {
-    false
-}
-
-/// aarch64 has only the `*at` forms.
-#[cfg(not(target_arch = "x86_64"))]
-pub const fn is_legacy_path(_nr: i64) -> bool {
-    false
-}
+/// Whether `nr` is a legacy path syscall of this architecture (see [`legacy`]), and whether
+/// its only file argument is a path in its first argument.
+pub use madfs_hookabi::{is_legacy, is_legacy_path};
 
 /// Rewrites a legacy path syscall into the `*at` syscall with the same meaning (or into
 /// [`DUP2`]/[`LEGACY_TIME`]); `None` for anything else.

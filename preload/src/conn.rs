@@ -87,7 +87,24 @@ fn context(gen: u64) -> FsResult<Arc<madfs_rpc::Context>> {
     Ok(c)
 }
 
-/// Called at load time and in the child after `fork`.
+/// Called when the core starts: `pid` is the process the front started in (updated in fork
+/// children); another pid now means the core is being loaded in a `vfork`/`posix_spawn`
+/// child of it, which shares its memory. `cloned_vm`: such a child was made before the core
+/// was loaded (it may still run), so every check asks the kernel from then on.
+pub fn start(pid: i32, cloned_vm: bool) {
+    set_pid();
+    // SAFETY: a raw getpid syscall.
+    let now = unsafe { madfs_hookabi::raw!(libc::SYS_getpid) } as i32;
+    if pid != 0 && pid != now {
+        MY_PID.store(pid, Release);
+        ALWAYS_CHECK.store(true, Release);
+    }
+    if cloned_vm {
+        ALWAYS_CHECK.store(true, Release);
+    }
+}
+
+/// Called when the core starts and in the child after `fork`.
 pub fn set_pid() {
     // SAFETY: getpid has no preconditions.
     MY_PID.store(unsafe { libc::getpid() }, Release);
@@ -135,7 +152,7 @@ pub fn in_vfork_child() -> bool {
     }
     // SAFETY: a raw getpid syscall (glibc caches nothing since 2.25; the raw call also skips
     // the interception trampoline).
-    let pid = unsafe { madfs_intercept::raw!(libc::SYS_getpid) };
+    let pid = unsafe { madfs_hookabi::raw!(libc::SYS_getpid) };
     if pid as i32 != MY_PID.load(Acquire) {
         return true;
     }
@@ -178,7 +195,7 @@ fn with_program_fds_held<R>(f: impl FnOnce() -> R) -> R {
     let mut held = [false; PROGRAM_FDS as usize];
     // SAFETY: raw openat of a constant path (close-on-exec), closed below.
     let null = unsafe {
-        madfs_intercept::raw!(
+        madfs_hookabi::raw!(
             libc::SYS_openat,
             libc::AT_FDCWD,
             c"/dev/null".as_ptr(),
@@ -191,12 +208,11 @@ fn with_program_fds_held<R>(f: impl FnOnce() -> R) -> R {
         }
         loop {
             // SAFETY: dup of our own fd onto the lowest free number (close-on-exec).
-            let n =
-                unsafe { madfs_intercept::raw!(libc::SYS_fcntl, null, libc::F_DUPFD_CLOEXEC, 0) };
+            let n = unsafe { madfs_hookabi::raw!(libc::SYS_fcntl, null, libc::F_DUPFD_CLOEXEC, 0) };
             if !(0..PROGRAM_FDS).contains(&n) {
                 if n >= 0 {
                     // SAFETY: the dup just made.
-                    unsafe { madfs_intercept::raw!(libc::SYS_close, n) };
+                    unsafe { madfs_hookabi::raw!(libc::SYS_close, n) };
                 }
                 break;
             }
@@ -207,12 +223,12 @@ fn with_program_fds_held<R>(f: impl FnOnce() -> R) -> R {
     for (fd, h) in held.iter().enumerate() {
         if *h {
             // SAFETY: an fd we opened or duplicated above.
-            unsafe { madfs_intercept::raw!(libc::SYS_close, fd) };
+            unsafe { madfs_hookabi::raw!(libc::SYS_close, fd) };
         }
     }
     if null >= PROGRAM_FDS {
         // SAFETY: our own fd.
-        unsafe { madfs_intercept::raw!(libc::SYS_close, null) };
+        unsafe { madfs_hookabi::raw!(libc::SYS_close, null) };
     }
     r
 }

@@ -17,7 +17,7 @@
 //! hold a shared lock for one operation ([`Desc::hdr`]); the move takes it exclusively, so no
 //! update is lost.
 
-use madfs_intercept::raw;
+use madfs_hookabi::raw;
 use madfs_proto::{Attr, Errno, FsResult};
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, 
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 /// fds at or above this are never madfs fds (we refuse to create them there).
-pub const MAX_FD: usize = 1 << 16;
+pub use madfs_hookabi::MAX_FD;
 const MAGIC: u64 = u64::from_le_bytes(*b"MADFSFD2");
 const PATH_CAP: usize = 4096;
 const MAP_BYTES: usize = 8192;
@@ -494,9 +494,6 @@ fn map(fd: i32) -> Option<NonNull<Header>> {
     NonNull::new(p as *mut Header)
 }
 
-#[allow(clippy::declare_interior_mutable_const)]
-const ZERO: AtomicU64 = AtomicU64::new(0);
-static BITS: [AtomicU64; MAX_FD / 64] = [ZERO; MAX_FD / 64];
 static TABLE: Mutex<Vec<Option<Arc<Desc>>>> = Mutex::new(Vec::new());
 /// Number of madfs fds in the table.
 static OPEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -505,16 +502,16 @@ fn table() -> MutexGuard<'static, Vec<Option<Arc<Desc>>>> {
     TABLE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The bitmap of madfs fds (bit `fd % 64` of word `fd / 64`), for the interception engine's
-/// fast pass-through ([`crate::entry::install_fast_pass`]).
+/// The bitmap of madfs fds (bit `fd % 64` of word `fd / 64`), which the front's interception
+/// engine reads for its fast pass-through ([`crate::shared`]).
 pub fn bits() -> &'static [AtomicU64] {
-    &BITS
+    &crate::shared().fds
 }
 
 /// Is `fd` a madfs fd? Lock-free; the hook's first check for fd syscalls.
 #[inline]
 pub fn is_ours(fd: i64) -> bool {
-    (0..MAX_FD as i64).contains(&fd) && BITS[fd as usize / 64].load(Acquire) & (1 << (fd % 64)) != 0
+    crate::shared().is_ours(fd)
 }
 
 /// The description of `fd`.
@@ -536,7 +533,7 @@ pub fn insert(fd: i32, d: Arc<Desc>) -> Option<Arc<Desc>> {
     if old.is_none() {
         OPEN.fetch_add(1, AcqRel);
     }
-    BITS[i / 64].fetch_or(1 << (i % 64), Release);
+    bits()[i / 64].fetch_or(1 << (i % 64), Release);
     old
 }
 
@@ -547,7 +544,7 @@ pub fn remove(fd: i64) -> Option<Arc<Desc>> {
     }
     let i = fd as usize;
     let mut t = table();
-    BITS[i / 64].fetch_and(!(1 << (i % 64)), Release);
+    bits()[i / 64].fetch_and(!(1 << (i % 64)), Release);
     let d = t.get_mut(i).and_then(Option::take);
     if d.is_some() {
         OPEN.fetch_sub(1, AcqRel);

@@ -7,38 +7,41 @@ use crate::conn;
 use crate::fdtable::{self, Desc, KIND_DIR, KIND_FILE};
 use crate::path::{external, internal, is_under_mount, resolve_in, Resolved};
 use madfs_client::{Client, FileSystem, OpenFile, OpenFlags};
-use madfs_intercept::raw;
+use madfs_hookabi::raw;
 use madfs_proto::{Attr, Errno, FsResult, TimeSpec};
 use std::cell::Cell;
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 type Ret = Option<isize>;
 
-static MOUNT: OnceLock<Vec<u8>> = OnceLock::new();
 static CWD: Mutex<Option<String>> = Mutex::new(None);
 static CWD_IN: AtomicBool = AtomicBool::new(false);
-/// True while relative paths from the working directory are surely host paths: the process
-/// is in a host directory and no `vfork` child ever chose one of its own (such a child runs
-/// on its parent's memory: from then on the hook judges relative paths, in every thread).
-/// Read by the interception engine's fast pass-through ([`crate::entry::install_fast_pass`]).
-pub static CWD_HOST: AtomicBool = AtomicBool::new(true);
-/// A `vfork` child chose its own working directory (sticky; see [`CWD_HOST`]).
+/// `cwd_host` of [`crate::shared`] is true while relative paths from the working directory
+/// are surely host paths: the process is in a host directory and no `vfork` child ever chose
+/// one of its own (such a child runs on its parent's memory: from then on the hook judges
+/// relative paths, in every thread). The front's interception engine reads it for its fast
+/// pass-through.
+fn cwd_host() -> &'static AtomicBool {
+    &crate::shared().cwd_host
+}
+/// A `vfork` child chose its own working directory (sticky; see [`cwd_host`]).
 static CHILD_CHOSE_CWD: AtomicBool = AtomicBool::new(false);
 static UMASK: AtomicU32 = AtomicU32::new(0o022);
 /// Environment variable that carries a madfs working directory across `exec`.
-pub const CWD_ENV: &str = "MADFS_CWD";
+pub use madfs_hookabi::CWD_ENV;
 /// Environment variable that tells a new image it may have inherited madfs fds (set by
-/// [`sys_execve`] whenever the process has any); without it the image does not look.
-pub const FDS_ENV: &str = "MADFS_FDS";
+/// [`sys_execve`] whenever the process has any); without it the image does not look (and
+/// the front does not load the core before the first madfs path).
+pub use madfs_hookabi::FDS_ENV;
 
-/// Load-time set-up (before the hook is installed).
+/// Set-up when the core starts (before its hook is first called).
 pub fn init() {
-    let mount = std::env::var("MADFS_MOUNT").unwrap_or_else(|_| "/madfs".into());
-    let mount = mount.trim_end_matches('/');
-    let mount = if mount.is_empty() { "/madfs" } else { mount };
-    let _ = MOUNT.set(mount.as_bytes().to_vec());
+    if std::ptr::eq(crate::shared(), &crate::LOCAL) {
+        // no front (unit tests): the mount from the environment, as the front reads it
+        crate::shared().set_mount(madfs_hookabi::mount_from_env());
+    }
     // SAFETY: umask only swaps a process attribute; restored at once.
     let old = unsafe { libc::umask(0o022) };
     unsafe { libc::umask(old) };
@@ -51,19 +54,16 @@ pub fn init() {
 }
 
 pub fn mount() -> &'static [u8] {
-    MOUNT
-        .get()
-        .map(Vec::as_slice)
-        .unwrap_or(crate::path::DEFAULT_MOUNT)
+    crate::shared().mount()
 }
 
 fn set_cwd(p: Option<String>) {
     let mut c = CWD.lock().unwrap_or_else(|e| e.into_inner());
     CWD_IN.store(p.is_some(), Release);
     // SeqCst: a vfork child's `set_child_cwd` in between leaves `false` either way
-    CWD_HOST.store(p.is_none(), SeqCst);
+    cwd_host().store(p.is_none(), SeqCst);
     if CHILD_CHOSE_CWD.load(SeqCst) {
-        CWD_HOST.store(false, SeqCst);
+        cwd_host().store(false, SeqCst);
     }
     *c = p;
 }
@@ -81,7 +81,7 @@ thread_local! {
 /// Sets the `vfork` child's own working directory.
 fn set_child_cwd(dir: Option<String>) {
     CHILD_CHOSE_CWD.store(true, SeqCst);
-    CWD_HOST.store(false, SeqCst);
+    cwd_host().store(false, SeqCst);
     let old = CHILD_CWD.with(|c| c.replace(Box::into_raw(Box::new(dir))));
     if !old.is_null() {
         // SAFETY: made by Box::into_raw above and owned by this slot.

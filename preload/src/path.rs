@@ -3,14 +3,7 @@
 
 use madfs_proto::Errno;
 
-/// Mount prefix used when `MADFS_MOUNT` is not set.
-pub const DEFAULT_MOUNT: &[u8] = b"/madfs";
-
-/// Is `path` (raw bytes, no NUL) the mount point or inside it? `mount` has no trailing `/`.
-/// No allocation, no locks: safe to call first thing in a syscall hook.
-pub fn is_under_mount(path: &[u8], mount: &[u8]) -> bool {
-    path.starts_with(mount) && (path.len() == mount.len() || path[mount.len()] == b'/')
-}
+pub use madfs_hookabi::{is_under_mount, DEFAULT_MOUNT};
 
 /// What a path argument refers to.
 #[derive(Debug, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::cluster;
+use common::{cluster, ok};
 use madfs_cluster::{find_bin, LocalCluster};
 use std::process::{Command, Output};
 
@@ -603,6 +603,60 @@ fn lazy_start_and_config_errors() {
     assert_eq!(err.matches("libmadfs:").count(), 1, "{err}");
     // and the cluster itself is fine
     assert!(bash(&cl, "ls -d /madfs").contains("/madfs"));
+}
+
+/// libmadfs.so is only the front: the core (`libmadfs_core.so`) is loaded at the first madfs
+/// path — also when that first access is a `vfork` child's (Python's `subprocess` with a
+/// `cwd=` on the mount) — and a front without its core says so once and fails madfs paths
+/// with ENOTCONN, nothing else.
+#[test]
+fn the_core_loads_at_the_first_madfs_path() {
+    let cl = cluster();
+    let maps = ok(run(&cl, &["/bin/cat", "/proc/self/maps"]), "cat maps");
+    assert!(maps.contains("libmadfs.so"), "{maps}");
+    assert!(!maps.contains("libmadfs_core.so"), "{maps}");
+    bash(&cl, "mkdir -p /madfs/lz && echo hi > /madfs/lz/f");
+    let script = r#"
+import subprocess
+def core(): return "libmadfs_core.so" in open("/proc/self/maps").read()
+print("before", core())
+print(subprocess.run(["/bin/sh", "-c", "pwd; cat f"], cwd="/madfs/lz", capture_output=True, text=True, check=True).stdout.split())
+print("after", core())
+print(open("/madfs/lz/f").read().strip())
+"#;
+    let out = ok(run(&cl, &["/usr/bin/python3", "-c", script]), "python");
+    assert_eq!(
+        out, "before False\n['/madfs/lz', 'hi']\nafter True\nhi\n",
+        "{out}"
+    );
+    // the front alone
+    let dir = cl.root().join("front-only");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(find_bin("libmadfs.so"), dir.join("libmadfs.so")).unwrap();
+    let run_alone = |args: &[&str]| {
+        Command::new(args[0])
+            .args(&args[1..])
+            .env("LD_PRELOAD", dir.join("libmadfs.so"))
+            .env("MADFS_CLUSTER", cl.cluster_file())
+            .output()
+            .unwrap()
+    };
+    let out = run_alone(&["/bin/ls", "/"]);
+    assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+    let out = run_alone(&["/bin/ls", "/madfs/lz", "/madfs"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(
+        err.matches("libmadfs: cannot load the core").count(),
+        1,
+        "{err}"
+    );
+    assert!(err.contains("libmadfs_core.so"), "{err}");
+    assert_eq!(
+        err.matches("Transport endpoint is not connected").count(),
+        2,
+        "{err}"
+    );
 }
 
 #[test]

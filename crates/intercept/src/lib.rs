@@ -198,44 +198,6 @@ fn call_hook(nr: i64, args: &[isize; 6]) -> Option<isize> {
     std::panic::catch_unwind(|| hook(nr, args)).unwrap_or(None)
 }
 
-/// Issues syscall `nr` with up to six arguments (missing ones are 0), bypassing interception.
-///
-/// # Safety
-/// A raw system call: the caller vouches for the arguments (pointers valid for what `nr`
-/// does with them).
-#[inline]
-pub unsafe fn raw(nr: i64, args: &[isize]) -> isize {
-    let mut a = [0isize; 6];
-    a[..args.len()].copy_from_slice(args);
-    // SAFETY: forwarded contract.
-    unsafe { raw6(nr, a) }
-}
-
-/// [`raw`] with all six argument registers.
-///
-/// # Safety
-/// As for [`raw`].
-#[inline]
-pub unsafe fn raw6(nr: i64, a: [isize; 6]) -> isize {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: forwarded contract; syscall_no_intercept is syscall_intercept's raw syscall.
-    return unsafe {
-        syscall_intercept::syscall_no_intercept(nr as isize, a[0], a[1], a[2], a[3], a[4], a[5])
-    };
-    #[cfg(target_arch = "aarch64")]
-    // SAFETY: forwarded contract; our own `svc` is never patched.
-    return unsafe { aarch64::svc(nr, a) };
-    #[allow(unreachable_code)]
-    {
-        // SAFETY: forwarded contract.
-        unsafe { libc::syscall(nr as libc::c_long, a[0], a[1], a[2], a[3], a[4], a[5]) as isize }
-    }
-}
-
-/// `raw!(nr, a0, a1, …)`: [`raw`] with the arguments cast to `isize`.
-#[macro_export]
-macro_rules! raw {
-    ($nr:expr $(, $a:expr)* $(,)?) => {
-        $crate::raw($nr as i64, &[$($a as isize),*])
-    };
-}
+// Raw syscalls (never intercepted): the same for the engine and for libmadfs.so's core,
+// which does not link this crate's engine.
+pub use madfs_hookabi::{raw, raw6};

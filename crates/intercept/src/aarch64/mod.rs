@@ -155,22 +155,8 @@ unsafe extern "C" fn hook_entry(frame: *mut u64) -> u64 {
 /// As for [`crate::raw`].
 #[inline]
 pub unsafe fn svc(nr: i64, a: [isize; 6]) -> isize {
-    let r: isize;
-    // SAFETY: the caller vouches for the syscall; the kernel preserves all other registers.
-    unsafe {
-        asm!(
-            "svc #0",
-            in("x8") nr,
-            inlateout("x0") a[0] => r,
-            in("x1") a[1],
-            in("x2") a[2],
-            in("x3") a[3],
-            in("x4") a[4],
-            in("x5") a[5],
-            options(nostack),
-        )
-    };
-    r
+    // SAFETY: forwarded contract.
+    unsafe { madfs_hookabi::raw6(nr, a) }
 }
 
 fn errno_of(r: isize) -> i32 {

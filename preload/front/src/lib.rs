@@ -1,0 +1,397 @@
+//! `libmadfs.so`: the library users preload. It is only the front of madfs's preload:
+//!
+//! * its constructor installs the interception engine (`madfs-intercept`) and lets the engine
+//!   pass, without any hook, every syscall whose fd or path is not madfs's
+//!   ([`madfs_intercept::fast_pass`] over the state in [`SHARED`]);
+//! * its hook ([`hook`]) loads the **core**, `libmadfs_core.so` from the same directory (the
+//!   `preload/` crate: handlers, fd table, client library), at the first syscall that names
+//!   an absolute path under the mount, and from then on hands every candidate syscall to it.
+//!
+//! A process that never touches the mount never loads the core: it pays for this small
+//! library and the engine only (docs/performance.md, "the front and the core"). A process
+//! that inherits madfs fds or a working directory inside madfs across `exec` loads the core
+//! in the constructor, before the program runs.
+
+use madfs_hookabi::{self as abi, Core, CoreStart, Shared, Start};
+use madfs_intercept::Pass;
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU8, Ordering::*};
+use std::sync::OnceLock;
+
+/// The state the engine's fast pass reads and the core keeps up to date.
+static SHARED: Shared = Shared::new();
+
+/// The core, once loaded.
+static CORE: AtomicPtr<Core> = AtomicPtr::new(std::ptr::null_mut());
+
+const UNLOADED: u8 = 0;
+const LOADING: u8 = 1;
+const LOADED: u8 = 2;
+const FAILED: u8 = 3;
+static STATE: AtomicU8 = AtomicU8::new(UNLOADED);
+/// The thread loading the core (its own syscalls meanwhile pass through).
+static LOADER: AtomicI32 = AtomicI32::new(0);
+
+/// The pid of this process as the constructor (or the `fork` child handler) saw it.
+static PID: AtomicI32 = AtomicI32::new(0);
+/// A process sharing our memory was cloned before the core was loaded.
+static CLONED_VM: AtomicBool = AtomicBool::new(false);
+
+/// Where the core is: beside this library (found by the constructor).
+static CORE_PATH: OnceLock<CString> = OnceLock::new();
+
+// libc sites of every other syscall with a known number stay unpatched (x86_64).
+madfs_intercept::syscall_set!(abi::candidate);
+
+/// Where the engine looks to run a syscall without calling [`hook`] (which would pass it
+/// through for the same reason): the fd of the `fd_only` syscalls and `mmap`, the path of the
+/// path syscalls.
+static PASS: [Pass; 512] = {
+    let mut t = [Pass::Never; 512];
+    let mut nr = 0;
+    while nr < 512 {
+        let n = nr as i64;
+        t[nr] = if abi::fd_only(n) {
+            Pass::FdFirst
+        } else if abi::dirfd_path(n) {
+            Pass::DirfdPath
+        } else if abi::cwd_path(n) {
+            Pass::CwdPath
+        } else {
+            Pass::Never
+        };
+        nr += 1;
+    }
+    t[libc::SYS_mmap as usize] = Pass::FdFifth;
+    t
+};
+
+fn write_stderr(msg: &str) {
+    // SAFETY: a raw write of our own bytes to stderr.
+    unsafe { abi::raw!(libc::SYS_write, 2, msg.as_ptr(), msg.len()) };
+}
+
+/// Library constructor: the engine, the fast pass, and the core at once when the process
+/// starts with madfs state (inherited fds, working directory) or with `MADFS_TRACE`.
+extern "C" fn init() {
+    if std::env::var_os("MADFS_PRELOAD_DISABLE").is_some() {
+        return;
+    }
+    SHARED.set_mount(abi::mount_from_env());
+    // SAFETY: getpid has no preconditions.
+    PID.store(unsafe { libc::getpid() }, Release);
+    let _ = CORE_PATH.set(core_path());
+    // SAFETY: registering a plain extern "C" function.
+    unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
+    let trace = std::env::var_os("MADFS_TRACE").is_some();
+    if trace || std::env::var_os(abi::FDS_ENV).is_some() || std::env::var_os(abi::CWD_ENV).is_some()
+    {
+        load_core();
+    }
+    // SAFETY: the library constructor, before the program's threads start; the hook is
+    // re-entrant and never unwinds (the engine catches a panic).
+    match unsafe { madfs_intercept::install(hook) } {
+        Ok(_) if !trace => {
+            madfs_intercept::fast_pass(
+                &PASS,
+                madfs_intercept::Ours {
+                    fds: &SHARED.fds,
+                    mount: SHARED.mount(),
+                    cwd_host: &SHARED.cwd_host,
+                },
+            );
+        }
+        Ok(_) => {}
+        Err(e) => write_stderr(&format!("madfs: syscall interception is off: {e}\n")),
+    }
+}
+
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init;
+
+/// `fork` child: a new pid; a load another thread had under way is not (it is not in the child).
+extern "C" fn after_fork_child() {
+    // SAFETY: getpid has no preconditions.
+    PID.store(unsafe { libc::getpid() }, Release);
+    let _ = STATE.compare_exchange(LOADING, UNLOADED, AcqRel, Acquire);
+}
+
+/// `<directory of this library>/libmadfs_core.so` (a relative name made absolute now: the
+/// working directory may change before the core is needed).
+fn core_path() -> CString {
+    // SAFETY: dladdr fills `info` for an address inside this library; its file name lives as
+    // long as the library.
+    let own = unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        if libc::dladdr(init as *const c_void, &mut info) != 0 && !info.dli_fname.is_null() {
+            std::ffi::CStr::from_ptr(info.dli_fname).to_bytes().to_vec()
+        } else {
+            Vec::new()
+        }
+    };
+    let mut dir = match own.iter().rposition(|&b| b == b'/') {
+        Some(i) => own[..i].to_vec(),
+        None => b".".to_vec(),
+    };
+    if !dir.starts_with(b"/") {
+        if let Ok(cwd) = std::env::current_dir() {
+            let mut abs = cwd.into_os_string().into_encoded_bytes();
+            abs.push(b'/');
+            abs.extend_from_slice(&dir);
+            dir = abs;
+        }
+    }
+    dir.push(b'/');
+    dir.extend_from_slice(abi::CORE_FILE.as_bytes());
+    CString::new(dir).unwrap_or_default()
+}
+
+fn gettid() -> i32 {
+    // SAFETY: gettid has no arguments.
+    unsafe { abi::raw!(libc::SYS_gettid) as i32 }
+}
+
+/// The core: loads it on first use (once per process; other threads wait for the loading
+/// one). `None` while this thread is loading it (the loader's own syscalls) or when it
+/// cannot be loaded (said once on stderr).
+fn load_core() -> Option<&'static Core> {
+    loop {
+        match STATE.compare_exchange(UNLOADED, LOADING, AcqRel, Acquire) {
+            Ok(_) => {
+                LOADER.store(gettid(), Release);
+                let core = open_core();
+                match core {
+                    Ok(c) => {
+                        CORE.store((c as *const Core).cast_mut(), Release);
+                        STATE.store(LOADED, Release);
+                        return Some(c);
+                    }
+                    Err(e) => {
+                        STATE.store(FAILED, Release);
+                        write_stderr(&format!(
+                            "libmadfs: cannot load the core: {e}; paths under the mount \
+                             fail with ENOTCONN\n"
+                        ));
+                        return None;
+                    }
+                }
+            }
+            Err(LOADING) => {
+                if LOADER.load(Acquire) == gettid() {
+                    return None;
+                }
+                // SAFETY: sched_yield has no arguments.
+                unsafe { abi::raw!(libc::SYS_sched_yield) };
+            }
+            // SAFETY (deref): CORE is set to a 'static Core before STATE becomes LOADED.
+            Err(LOADED) => return Some(unsafe { &*CORE.load(Acquire) }),
+            Err(_) => return None,
+        }
+    }
+}
+
+fn open_core() -> Result<&'static Core, String> {
+    let path = CORE_PATH.get().cloned().unwrap_or_default();
+    let dlerror = || {
+        // SAFETY: dlerror returns null or a C string valid until the next dl call.
+        let e = unsafe { libc::dlerror() };
+        if e.is_null() {
+            "unknown error".to_string()
+        } else {
+            // SAFETY: as above.
+            unsafe { std::ffi::CStr::from_ptr(e) }
+                .to_string_lossy()
+                .into_owned()
+        }
+    };
+    // SAFETY: dlopen of our own core by absolute path; never unloaded.
+    let h = unsafe {
+        libc::dlopen(
+            path.as_ptr(),
+            libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_NODELETE,
+        )
+    };
+    if h.is_null() {
+        return Err(dlerror());
+    }
+    // SAFETY: a symbol lookup in the handle just opened.
+    let sym = unsafe { libc::dlsym(h, abi::CORE_START.as_ptr()) };
+    if sym.is_null() {
+        return Err(dlerror());
+    }
+    // SAFETY: the core defines madfs_core_start with the CoreStart signature (same
+    // madfs-hookabi, same build).
+    let start: CoreStart = unsafe { std::mem::transmute::<*mut c_void, CoreStart>(sym) };
+    let s = Start {
+        shared: &SHARED,
+        pid: PID.load(Acquire),
+        cloned_vm: CLONED_VM.load(Acquire),
+    };
+    // SAFETY: `s` outlives the call; the core keeps only its 'static parts.
+    Ok(unsafe { start(&s) })
+}
+
+/// The hook the engine calls for every patched syscall of libc: `None` lets the kernel run
+/// it, `Some(v)` answers it with `v` (`-errno` on failure).
+fn hook(nr: i64, a: &[isize; 6]) -> Option<isize> {
+    if !abi::candidate(nr) {
+        return None;
+    }
+    let core = CORE.load(Acquire);
+    let core = if core.is_null() {
+        if !ours_before_core(nr, a) {
+            return None;
+        }
+        match load_core() {
+            Some(c) => c,
+            None if STATE.load(Acquire) == FAILED => {
+                return Some(-(libc::ENOTCONN as isize));
+            }
+            None => return None,
+        }
+    } else {
+        // SAFETY: set once to a 'static Core.
+        unsafe { &*core }
+    };
+    let mut ret = 0;
+    (core.hook)(nr, a, &mut ret).then_some(ret)
+}
+
+/// Before the core is loaded the process has no madfs fd and its working directory is on the
+/// host: a syscall is madfs's only if one of its path arguments is absolute and under the
+/// mount. Notes a clone of a process that shares our memory, which the core must know of.
+fn ours_before_core(nr: i64, a: &[isize; 6]) -> bool {
+    let shares_vm =
+        |flags: u64| flags & libc::CLONE_VM as u64 != 0 && flags & libc::CLONE_THREAD as u64 == 0;
+    let cloned = match nr {
+        libc::SYS_clone => shares_vm(a[0] as u64),
+        // SAFETY: clone3's first argument points to struct clone_args, flags first.
+        libc::SYS_clone3 if a[0] != 0 => shares_vm(unsafe { *(a[0] as *const u64) }),
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_vfork => true,
+        _ => false,
+    };
+    if cloned {
+        CLONED_VM.store(true, Release);
+        return false;
+    }
+    let mount = SHARED.mount();
+    abi::path_args(nr).iter().any(|&i| {
+        // SAFETY: these arguments of these syscalls are C strings (or null).
+        matches!(unsafe { abi::cstr(a[i]) }, Some(p) if abi::is_under_mount(p, mount))
+    })
+}
+
+/// Whether a madfs hook runs on the calling thread (false before the core is loaded).
+fn in_core_hook() -> bool {
+    let c = CORE.load(Acquire);
+    // SAFETY: set once to a 'static Core.
+    !c.is_null() && (unsafe { &*c }.in_hook)()
+}
+
+/// The program's `strtok` position.
+static PROGRAM: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
+/// The position of `strtok` calls made inside madfs (UCX's).
+static OURS: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
+
+/// `strtok(3)`, defined for the whole process by the preloaded library: calls made while a
+/// madfs hook runs on the calling thread use a position of their own, every other call the
+/// program's, exactly as glibc's `strtok` would.
+///
+/// UCX is loaded on first use (a `dlopen` inside the first intercepted syscall on a madfs
+/// path), and its library constructor (`ucs_init`) tokenises its configuration and the host
+/// name with `strtok`. glibc's `strtok` keeps one position for the whole process, so a
+/// program in the middle of a `strtok` loop whose first madfs access sits inside that loop
+/// lost its position: io500 builds its data directories by `strtok`-ing the path and
+/// `stat`-ing each prefix, and stopped after `/madfs/` (no `ior-easy` directory, then
+/// `ENOENT` on every rank's file).
+///
+/// # Safety
+/// As for C's `strtok`: `s` is null or a NUL-terminated string the caller may modify (null:
+/// go on in the string of the last call on the same position), `delim` a NUL-terminated
+/// string; like glibc's, not for concurrent use by several threads.
+#[no_mangle]
+pub unsafe extern "C" fn strtok(s: *mut c_char, delim: *const c_char) -> *mut c_char {
+    let slot = if in_core_hook() { &OURS } else { &PROGRAM };
+    let mut save = slot.load(Relaxed);
+    // SAFETY: forwarded contract; `save` is this position's last value (or null, which
+    // strtok_r only reads when `s` is null, as strtok would).
+    let r = unsafe { libc::strtok_r(s, delim, &mut save) };
+    slot.store(save, Relaxed);
+    r
+}
+
+/// Whether a panic inside the core unwinds to its `catch_unwind` (1): what keeps a fault in
+/// a hook from crossing into the program. Loads the core. For tests (`madfs-syscall unwind`).
+#[no_mangle]
+pub extern "C" fn madfs_unwind_selftest() -> c_int {
+    match load_core() {
+        Some(c) => (c.unwind_selftest)(),
+        None => -1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the engine may let through without the hook is something the hook would judge
+    /// (a patched candidate), and each kind of syscall is where the table says.
+    #[test]
+    fn fast_pass_table_covers_only_candidates() {
+        for (nr, p) in PASS.iter().enumerate() {
+            let nr = nr as i64;
+            if *p != Pass::Never {
+                assert!(abi::candidate(nr), "{nr}");
+            }
+            assert_eq!(*p == Pass::FdFirst, abi::fd_only(nr), "{nr}");
+            assert_eq!(*p == Pass::DirfdPath, abi::dirfd_path(nr), "{nr}");
+        }
+        assert_eq!(PASS[libc::SYS_mmap as usize], Pass::FdFifth);
+        assert_eq!(PASS[libc::SYS_getxattr as usize], Pass::CwdPath);
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(PASS[libc::SYS_stat as usize], Pass::CwdPath);
+        for nr in [
+            libc::SYS_renameat2,
+            libc::SYS_linkat,
+            libc::SYS_chdir,
+            libc::SYS_execve,
+        ] {
+            assert_eq!(PASS[nr as usize], Pass::Never, "{nr}");
+        }
+    }
+
+    #[test]
+    fn only_absolute_mount_paths_load_the_core() {
+        let p = |s: &'static std::ffi::CStr| s.as_ptr() as isize;
+        let at = libc::AT_FDCWD as isize;
+        assert!(ours_before_core(
+            libc::SYS_openat,
+            &[at, p(c"/madfs/a"), 0, 0, 0, 0]
+        ));
+        assert!(!ours_before_core(
+            libc::SYS_openat,
+            &[at, p(c"madfs/a"), 0, 0, 0, 0]
+        ));
+        assert!(!ours_before_core(
+            libc::SYS_openat,
+            &[at, p(c"/madfsx"), 0, 0, 0, 0]
+        ));
+        assert!(!ours_before_core(libc::SYS_openat, &[at, 0, 0, 0, 0, 0]));
+        let rename = [at, p(c"/tmp/x"), at, p(c"/madfs/y"), 0, 0];
+        assert!(ours_before_core(libc::SYS_renameat, &rename));
+        assert!(!ours_before_core(libc::SYS_close, &[3, 0, 0, 0, 0, 0]));
+        assert!(!ours_before_core(
+            libc::SYS_symlinkat,
+            &[p(c"/madfs/t"), at, p(c"/tmp/l"), 0, 0, 0]
+        ));
+        assert!(!CLONED_VM.load(Acquire));
+        let thread = (libc::CLONE_VM | libc::CLONE_THREAD) as isize;
+        assert!(!ours_before_core(libc::SYS_clone, &[thread, 0, 0, 0, 0, 0]));
+        assert!(!CLONED_VM.load(Acquire));
+        let spawn = (libc::CLONE_VM | libc::CLONE_VFORK) as isize;
+        assert!(!ours_before_core(libc::SYS_clone, &[spawn, 0, 0, 0, 0, 0]));
+        assert!(CLONED_VM.load(Acquire));
+    }
+}
