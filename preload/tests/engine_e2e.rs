@@ -356,6 +356,34 @@ fn only_wanted_syscall_sites_are_patched() {
     check(&[("MADFS_INTERCEPT_ALL", "1")], "patched");
 }
 
+/// syscall_intercept's log (`INTERCEPT_LOG`) still names each syscall from its format table
+/// (the names now live in the table itself: `vendor/PATCHES.md` syscall-intercept 16).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn intercept_log_names_the_syscalls() {
+    let dir = tempfile_dir("intercept-log");
+    let log = dir.join("log");
+    let out = std::process::Command::new("/bin/cat")
+        .arg("/etc/hostname")
+        .env("LD_PRELOAD", madfs_cluster::find_bin("libmadfs.so"))
+        .env("INTERCEPT_LOG", &log)
+        .output()
+        .expect("spawn");
+    assert!(out.status.success(), "{out:?}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    // exit_group ends every process (a name from the table, with its argument format)
+    assert!(text.contains(" -- exit_group(0x0)"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A fresh directory under the system's temporary directory.
+fn tempfile_dir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("madfs-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
 /// The aarch64 engine refuses to patch when trampolines cannot be within branch reach of libc
 /// (`MADFS_INTERCEPT_FAR` places them ≥ 4 GiB away, as if libc had been loaded far from any
 /// free memory): the program runs unintercepted, with one line on stderr, and does not crash.

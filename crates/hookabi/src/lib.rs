@@ -99,15 +99,24 @@ impl Default for Shared {
 }
 
 /// The mount prefix from `MADFS_MOUNT` (trailing `/` removed; unset or empty: the default).
+/// Points into the environment string itself (no allocation: the front's constructor runs
+/// this in every process); the strings of a process's initial environment are never freed.
 pub fn mount_from_env() -> &'static [u8] {
-    match std::env::var("MADFS_MOUNT") {
-        Ok(m) if !m.trim_end_matches('/').is_empty() => Box::leak(
-            m.trim_end_matches('/')
-                .as_bytes()
-                .to_vec()
-                .into_boxed_slice(),
-        ),
-        _ => DEFAULT_MOUNT,
+    // SAFETY: getenv returns null or a NUL-terminated string of the environment; read here,
+    // in a constructor, before the program can change its environment.
+    let v = unsafe { libc::getenv(c"MADFS_MOUNT".as_ptr()) };
+    if v.is_null() {
+        return DEFAULT_MOUNT;
+    }
+    // SAFETY: as above.
+    let mut m = unsafe { CStr::from_ptr(v) }.to_bytes();
+    while let Some(rest) = m.strip_suffix(b"/") {
+        m = rest;
+    }
+    if m.is_empty() {
+        DEFAULT_MOUNT
+    } else {
+        m
     }
 }
 

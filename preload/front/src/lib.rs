@@ -37,7 +37,7 @@ static PID: AtomicI32 = AtomicI32::new(0);
 /// A process sharing our memory was cloned before the core was loaded.
 static CLONED_VM: AtomicBool = AtomicBool::new(false);
 
-/// Where the core is: beside this library (found by the constructor).
+/// Where the core is, when this library's name was relative ([`find_core`]).
 static CORE_PATH: OnceLock<CString> = OnceLock::new();
 
 // libc sites of every other syscall with a known number stay unpatched (x86_64).
@@ -80,7 +80,7 @@ extern "C" fn init() {
     SHARED.set_mount(abi::mount_from_env());
     // SAFETY: getpid has no preconditions.
     PID.store(unsafe { libc::getpid() }, Release);
-    let _ = CORE_PATH.set(core_path());
+    find_core();
     // SAFETY: registering a plain extern "C" function.
     unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
     let trace = std::env::var_os("MADFS_TRACE").is_some();
@@ -117,34 +117,56 @@ extern "C" fn after_fork_child() {
     let _ = STATE.compare_exchange(LOADING, UNLOADED, AcqRel, Acquire);
 }
 
-/// `<directory of this library>/libmadfs_core.so` (a relative name made absolute now: the
-/// working directory may change before the core is needed).
-fn core_path() -> CString {
-    // SAFETY: dladdr fills `info` for an address inside this library; its file name lives as
-    // long as the library.
-    let own = unsafe {
+/// This library's file name as the loader has it (for the core beside it), if absolute.
+static OWN_NAME: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Notes where the core is. No allocation in the common case (an absolute name: the path is
+/// built when the core is loaded; a process that never touches the mount may never call
+/// `malloc` at all); a relative name is made absolute now, as the working directory may
+/// change before the core is needed.
+fn find_core() {
+    // SAFETY: dladdr fills `info` for an address inside this library; the file name it
+    // returns lives as long as the library.
+    let name = unsafe {
         let mut info: libc::Dl_info = std::mem::zeroed();
-        if libc::dladdr(init as *const c_void, &mut info) != 0 && !info.dli_fname.is_null() {
-            std::ffi::CStr::from_ptr(info.dli_fname).to_bytes().to_vec()
-        } else {
-            Vec::new()
+        if libc::dladdr(init as *const c_void, &mut info) == 0 || info.dli_fname.is_null() {
+            return;
         }
+        info.dli_fname
     };
-    let mut dir = match own.iter().rposition(|&b| b == b'/') {
-        Some(i) => own[..i].to_vec(),
-        None => b".".to_vec(),
-    };
-    if !dir.starts_with(b"/") {
-        if let Ok(cwd) = std::env::current_dir() {
-            let mut abs = cwd.into_os_string().into_encoded_bytes();
-            abs.push(b'/');
-            abs.extend_from_slice(&dir);
-            dir = abs;
-        }
+    // SAFETY: as above, a C string.
+    let own = unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes();
+    if own.starts_with(b"/") {
+        OWN_NAME.store(name.cast_mut(), Release);
+    } else if let Ok(cwd) = std::env::current_dir() {
+        let mut abs = cwd.into_os_string().into_encoded_bytes();
+        abs.push(b'/');
+        abs.extend_from_slice(own);
+        let _ = CORE_PATH.set(beside(&abs));
     }
-    dir.push(b'/');
-    dir.extend_from_slice(abi::CORE_FILE.as_bytes());
-    CString::new(dir).unwrap_or_default()
+}
+
+/// `<directory of the library file `own`>/libmadfs_core.so`.
+fn beside(own: &[u8]) -> CString {
+    let mut p = match own.iter().rposition(|&b| b == b'/') {
+        Some(i) => own[..=i].to_vec(),
+        None => b"./".to_vec(),
+    };
+    p.extend_from_slice(abi::CORE_FILE.as_bytes());
+    CString::new(p).unwrap_or_default()
+}
+
+/// Where the core is.
+fn core_path() -> CString {
+    if let Some(p) = CORE_PATH.get() {
+        return p.clone();
+    }
+    let own = OWN_NAME.load(Acquire);
+    if own.is_null() {
+        return beside(b"");
+    }
+    // SAFETY: the loader's name of this library, a C string for the life of the process.
+    beside(unsafe { std::ffi::CStr::from_ptr(own) }.to_bytes())
 }
 
 fn gettid() -> i32 {
@@ -192,7 +214,7 @@ fn load_core() -> Option<&'static Core> {
 }
 
 fn open_core() -> Result<&'static Core, String> {
-    let path = CORE_PATH.get().cloned().unwrap_or_default();
+    let path = core_path();
     let dlerror = || {
         // SAFETY: dlerror returns null or a C string valid until the next dl call.
         let e = unsafe { libc::dlerror() };

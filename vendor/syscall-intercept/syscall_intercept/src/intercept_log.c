@@ -853,7 +853,7 @@ print_syscall(char *c, const struct syscall_desc *desc,
 {
 	const struct syscall_format *format = get_syscall_format(desc);
 
-	if (format->name != NULL) {
+	if (format->name[0] != '\0') {
 		/* known syscall, e.g.: "open(" */
 		c = print_cstr(c, format->name);
 		c = print_cstr(c, "(");

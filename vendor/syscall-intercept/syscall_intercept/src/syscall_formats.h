@@ -80,8 +80,15 @@ enum return_type {
 	rnoreturn /* syscall does not return, e.g. exit */
 };
 
+/*
+ * The name is stored in the table, not pointed to: a table of pointers takes
+ * a relocation per entry, i.e. ~4 copy-on-write pages in every process that
+ * loads the library (madfs; the longest name has 22 characters).
+ */
+#define SYSCALL_NAME_MAX 24
+
 struct syscall_format {
-	const char *name;
+	char name[SYSCALL_NAME_MAX]; /* "" for an unknown syscall */
 	enum return_type return_type;
 	const enum arg_format args[7];
 };
