@@ -338,14 +338,24 @@ fn only_wanted_syscall_sites_are_patched() {
     };
     let env = [("MADFS_INTERCEPT_CACHE", cache)];
     check(&env, "unpatched");
-    for f in files(".plan-").into_iter().chain(files(".bundle")) {
+    for f in files(".plan").into_iter().chain(files(".bundle")) {
         std::fs::remove_file(f).unwrap();
     }
     for _ in 0..2 {
         check(&env, "unpatched");
-        assert_eq!((files(".plan-").len(), files(".bundle").len()), (1, 1));
+        assert_eq!((files(".plan").len(), files(".bundle").len()), (1, 1));
     }
     let bundle = &files(".bundle")[0];
+    // the wrappers of fd syscalls with a known number (close, read, fcntl, …) start with
+    // the fd prefix (`vendor/PATCHES.md` syscall-intercept 17): its bytes from the fd's
+    // `movl %edi, %r11d` to the `syscall` and the jump over the template
+    let prefix: &[u8] = &[
+        0x41, 0x89, 0xfb, 0x4c, 0x3b, 0x19, 0x73, 0x11, 0x48, 0x8b, 0x49, 0x08, 0x4c, 0x0f, 0xa3,
+        0x19, 0x72, 0x07, 0x0f, 0x05, 0xe9,
+    ];
+    let bytes = std::fs::read(bundle).unwrap();
+    let prefixed = bytes.windows(prefix.len()).filter(|w| *w == prefix).count();
+    assert!(prefixed >= 10, "{prefixed} fd prefixes in the bundle");
     let libc = "/lib/x86_64-linux-gnu/libc.so.6";
     std::fs::copy(libc, bundle).unwrap();
     check(&env, "unpatched");

@@ -80,6 +80,24 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// The 512-bit set of syscall numbers `nr` (0 ≤ nr < 512) for which the `const fn`
+/// `$pred(nr)` holds, as eight words (bit `nr % 64` of word `nr / 64`).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! syscall_bits {
+    ($pred:path) => {{
+        let mut set = [0u64; 8];
+        let mut nr = 0i64;
+        while nr < 512 {
+            if $pred(nr) {
+                set[(nr / 64) as usize] |= 1u64 << (nr % 64);
+            }
+            nr += 1;
+        }
+        set
+    }};
+}
+
 /// Declares which syscall numbers the program's hook may answer (`wanted(nr)` for
 /// 0 ≤ nr < 512, evaluated at compile time), as the 512-bit set `madfs_intercept_syscalls`
 /// that the x86_64 engine reads while it patches libc, before any Rust code runs.
@@ -97,17 +115,26 @@ macro_rules! syscall_set {
         #[allow(non_upper_case_globals)]
         #[no_mangle]
         #[used]
-        pub static madfs_intercept_syscalls: [u64; 8] = {
-            let mut set = [0u64; 8];
-            let mut nr = 0i64;
-            while nr < 512 {
-                if $wanted(nr) {
-                    set[(nr / 64) as usize] |= 1u64 << (nr % 64);
-                }
-                nr += 1;
-            }
-            set
-        };
+        pub static madfs_intercept_syscalls: [u64; 8] = $crate::syscall_bits!($wanted);
+    };
+}
+
+/// Declares the syscalls whose first argument is a file descriptor the hook lets through
+/// when it is not the program's (`fd_first(nr)` for 0 ≤ nr < 512, evaluated at compile
+/// time), as the 512-bit set `madfs_intercept_fd_first` that the x86_64 engine reads while
+/// it patches libc. Each such site with a known number (see [`syscall_set!`]) gets a few
+/// instructions in its own wrapper that issue the syscall at once when the fd is below the
+/// limit and not the program's, instead of going through the shared wrapper. They stay
+/// closed until [`fast_pass`] is called with a table whose entry is [`Pass::FdFirst`] for
+/// every syscall in this set (otherwise such sites take the shared path, which decides the
+/// same way).
+#[macro_export]
+macro_rules! fd_first_set {
+    ($fd_first:path) => {
+        #[allow(non_upper_case_globals)]
+        #[no_mangle]
+        #[used]
+        pub static madfs_intercept_fd_first: [u64; 8] = $crate::syscall_bits!($fd_first);
     };
 }
 

@@ -42,6 +42,7 @@ static CORE_PATH: OnceLock<CString> = OnceLock::new();
 
 // libc sites of every other syscall with a known number stay unpatched (x86_64).
 madfs_intercept::syscall_set!(abi::candidate);
+madfs_intercept::fd_first_set!(abi::fd_only);
 
 /// Where the engine looks to run a syscall without calling [`hook`] (which would pass it
 /// through for the same reason): the fd of the `fd_only` syscalls and `mmap`, the path of the
@@ -368,6 +369,9 @@ mod tests {
                 assert!(abi::candidate(nr), "{nr}");
             }
             assert_eq!(*p == Pass::FdFirst, abi::fd_only(nr), "{nr}");
+            // the engine opens the fd prefixes only if the two agree
+            let prefixed = madfs_intercept_fd_first[nr as usize / 64] >> (nr % 64) & 1 == 1;
+            assert_eq!(prefixed, *p == Pass::FdFirst, "{nr}");
             assert_eq!(*p == Pass::DirfdPath, abi::dirfd_path(nr), "{nr}");
         }
         assert_eq!(PASS[libc::SYS_mmap as usize], Pass::FdFifth);

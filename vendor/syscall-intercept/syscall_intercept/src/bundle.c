@@ -55,7 +55,7 @@
  * them (the site at 8(%rsp), the r11 codes) and on the region's placement
  * (wrapper_region_guess): bump this with any change to those.
  */
-#define BUNDLE_VERSION 1
+#define BUNDLE_VERSION 2
 #define BUILD_ID_MAX 64
 
 struct bundle_header {

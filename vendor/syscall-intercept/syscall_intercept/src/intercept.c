@@ -694,6 +694,7 @@ get_syscall_in_context(struct context *context, struct syscall_desc *sys)
 unsigned char intercept_fast_arg[512];
 const uint64_t *intercept_fast_fd_bits;
 uint64_t intercept_fast_fd_limit;
+struct intercept_fast_prefix intercept_fast_prefix;
 static const char *fast_mount;
 static size_t fast_mount_len;
 static const volatile unsigned char *fast_cwd_host;
@@ -798,6 +799,22 @@ madfs_intercept_fast_pass(const unsigned char *arg, const uint64_t *bits,
 	for (int nr = 0; nr < 512; nr++) {
 		unsigned char a = arg[nr];
 		intercept_fast_arg[nr] = a <= 3 || a == 5 ? a : 0;
+	}
+	/*
+	 * the fd prefixes (patcher.c), only if every syscall that has one
+	 * is one whose fd the program declared here: bits first, the
+	 * limit (which opens them) last
+	 */
+	bool prefix_ok = madfs_intercept_fd_first != NULL;
+	for (int nr = 0; prefix_ok && nr < 512; nr++) {
+		if ((madfs_intercept_fd_first[nr / 64] >> (nr % 64) & 1) &&
+		    arg[nr] != 1)
+			prefix_ok = false;
+	}
+	if (prefix_ok) {
+		intercept_fast_prefix.bits = bits;
+		__atomic_store_n(&intercept_fast_prefix.limit, nfds,
+		    __ATOMIC_RELEASE);
 	}
 	return 0;
 }

@@ -112,6 +112,13 @@ struct patch_desc {
 	bool uses_nop_trampoline;
 
 	struct range nop_trampoline;
+
+	/*
+	 * madfs: the syscall number every path to the site sets (the
+	 * instruction before it is `mov $nr, %eax` and no jump lands on the
+	 * syscall), or -1 (see site_known_nr)
+	 */
+	int32_t known_nr;
 };
 
 /*
@@ -222,6 +229,8 @@ long tmp_create(const char *path, char *tmp, size_t size);
 void tmp_publish(long fd, bool ok, const char *tmp, const char *path);
 
 bool has_jump(const struct intercept_desc *desc, unsigned char *addr);
+int32_t site_known_nr(const struct intercept_desc *desc,
+	const unsigned char *addr, const struct intercept_disasm_result *prev);
 void mark_jump(const struct intercept_desc *desc, const unsigned char *addr);
 void mark_return(struct intercept_desc *desc, const unsigned char *addr);
 
@@ -289,12 +298,33 @@ extern size_t asm_wrapper_tmpl_size;
 
 /*
  * madfs: the most bytes a wrapper adds to the template: up to three
- * relocated instructions (15 bytes each at most) and the jump back
+ * relocated instructions (15 bytes each at most), the jump back and
+ * the fd prefix (intercept_template.S, 32 bytes)
  */
-#define WRAPPER_EXTRA_BYTES 64
+#define WRAPPER_EXTRA_BYTES 96
 
 /* madfs: what the wrappers call, through the region's first page */
 extern unsigned char intercept_wrapper;
+
+/*
+ * madfs: the syscalls whose first argument is a file descriptor the
+ * program lets through when it is not one of its own, 512 bits, defined by
+ * the program (madfs_intercept::fd_first_set!). Their sites with a known
+ * number get the fd prefix (intercept_template.S). Absent: none do.
+ */
+extern const uint64_t madfs_intercept_fd_first[8] __attribute__((weak));
+
+/*
+ * madfs: what the fd prefixes read, through the region's first page: an
+ * fd below limit whose bit in bits is clear is not the program's. limit
+ * stays 0 (every fd goes on to the template) until
+ * madfs_intercept_fast_pass enables it.
+ */
+struct intercept_fast_prefix {
+	uint64_t limit;
+	const uint64_t *bits;
+};
+extern struct intercept_fast_prefix intercept_fast_prefix;
 
 static inline size_t
 page_up(size_t n)

@@ -757,10 +757,29 @@ extern const uint64_t madfs_intercept_syscalls[8] __attribute__((weak));
 static int filtering_on(void);
 
 /*
- * unwanted_site - whether the syscall at addr, preceded by prev, has a known
- * number that the program does not want: the instruction before it is
+ * site_known_nr - the number of the syscall at addr, preceded by prev, when
+ * every path to it sets the same one: the instruction before it is
  * `mov $imm32, %eax` (b8 imm32) and no jump lands on the syscall
- * instruction, so nothing else can reach it with another number. Such
+ * instruction, so nothing else can reach it with another number; -1 if
+ * not known. Needs the jump bitmap (not for a planned patch: the plan
+ * stores the answer).
+ */
+int32_t
+site_known_nr(const struct intercept_desc *desc, const unsigned char *addr,
+		const struct intercept_disasm_result *prev)
+{
+	if (prev->length != 5 || prev->address == NULL ||
+	    prev->address + 5 != addr || prev->address[0] != 0xb8 ||
+	    has_jump(desc, (unsigned char *)addr))
+		return -1;
+	uint32_t nr;
+	memcpy(&nr, prev->address + 1, sizeof(nr));
+	return nr < 512 ? (int32_t)nr : -1;
+}
+
+/*
+ * unwanted_site - whether the syscall at addr, preceded by prev, has a known
+ * number (site_known_nr) that the program does not want. Such
  * sites are left unpatched: those syscalls cost nothing extra and their
  * pages of libc stay shared. clone3 is always wanted (the hook turns it into
  * ENOSYS, see crates/intercept). MADFS_INTERCEPT_ALL set to anything, or no
@@ -773,13 +792,10 @@ unwanted_site(const struct intercept_desc *desc, const unsigned char *addr,
 	static int filtering = -1;
 	if (filtering < 0)
 		filtering = filtering_on();
-	if (!filtering || prev->length != 5 || prev->address == NULL ||
-	    prev->address + 5 != addr || prev->address[0] != 0xb8 ||
-	    has_jump(desc, (unsigned char *)addr))
+	if (!filtering)
 		return false;
-	uint32_t nr;
-	memcpy(&nr, prev->address + 1, sizeof(nr));
-	return nr < 512 && nr != SYS_clone3 &&
+	int32_t nr = site_known_nr(desc, addr, prev);
+	return nr >= 0 && nr != SYS_clone3 &&
 	    (madfs_intercept_syscalls[nr / 64] &
 	    ((uint64_t)1 << (nr % 64))) == 0;
 }
@@ -1183,7 +1199,7 @@ cache_store(const struct intercept_desc *desc, struct cache_header *key)
  * jumps. Stored next to the patch-site cache after the first process that
  * patched without one; any mismatch or short file is ignored.
  */
-#define PLAN_MAGIC "MADFSPL1"
+#define PLAN_MAGIC "MADFSPL2"
 
 struct plan_header {
 	char magic[8];
@@ -1199,7 +1215,7 @@ struct planned_patch {
 	uint64_t syscall_off, syscall_offset;
 	uint64_t dst_jmp_off, return_off, nop_off, nop_size;
 	uint8_t uses_prev_ins_2, uses_prev_ins, uses_next_ins, uses_nop;
-	uint8_t pad[4];
+	int32_t known_nr;
 	struct cached_result prev2, prev, next;
 };
 
@@ -1262,7 +1278,7 @@ plan_path(const struct plan_header *h, char *out, size_t size)
 		return -1;
 	uint64_t hash = wanted_hash(h);
 	int n = snprintf(out, size, "%s/%" PRIx64 "-%" PRIx64 "-%" PRIx64
-	    "-%" PRIx64 ".%" PRIx64 ".plan-%" PRIx64, dir, h->file_id[0],
+	    "-%" PRIx64 ".%" PRIx64 ".plan2-%" PRIx64, dir, h->file_id[0],
 	    h->file_id[1], h->file_id[2], h->file_id[3], h->file_id[4], hash);
 	return (n <= 0 || (size_t)n >= size) ? -1 : 0;
 }
@@ -1341,6 +1357,8 @@ plan_load(struct intercept_desc *desc, int fd)
 		patch->uses_prev_ins = pp.uses_prev_ins;
 		patch->uses_next_ins = pp.uses_next_ins;
 		patch->uses_nop_trampoline = pp.uses_nop;
+		patch->known_nr = pp.known_nr >= 0 && pp.known_nr < 512 ?
+		    pp.known_nr : -1;
 		patch->nop_trampoline.address =
 		    desc->text_start + pp.nop_off;
 		patch->nop_trampoline.size = pp.nop_size;
@@ -1389,6 +1407,7 @@ plan_store(const struct intercept_desc *desc)
 		pp.uses_prev_ins = p->uses_prev_ins;
 		pp.uses_next_ins = p->uses_next_ins;
 		pp.uses_nop = p->uses_nop_trampoline;
+		pp.known_nr = p->known_nr;
 		if (p->uses_nop_trampoline) {
 			pp.nop_off = (uint64_t)(p->nop_trampoline.address - t);
 			pp.nop_size = p->nop_trampoline.size;

@@ -126,3 +126,46 @@ intercept_asm_wrapper_tmpl_end:
 	 * instruction following the syscall, if any, and a jump back to
 	 * the intercepted code.
 	 */
+
+/*
+ * madfs: the fd prefix. For a site whose syscall number is known at patch
+ * time (`mov $nr, %eax` right before it, no jump onto the syscall) and
+ * whose first argument is a file descriptor the program declared it lets
+ * through (madfs_intercept_fd_first), create_wrapper puts this before the
+ * template: it issues the syscall itself when the fd is below the limit
+ * and its bit in the program's bitmap is clear, and jumps over the
+ * template to the code after it (the relocated following instruction and
+ * the jump back). Everything else -- a negative fd, one at or above the
+ * limit (0 while the fast pass is off), one of the program's -- goes on
+ * into the template, which decides as before. Only rcx and r11 change,
+ * both clobbered by the syscall anyway. The region's first page holds,
+ * after intercept_wrapper's address, the address of
+ * intercept_fast_prefix: { limit, bits } (intercept.c).
+ */
+.global intercept_asm_fd_prefix;
+.hidden intercept_asm_fd_prefix;
+.global intercept_asm_fd_prefix_slot_disp;
+.hidden intercept_asm_fd_prefix_slot_disp;
+.global intercept_asm_fd_prefix_post_disp;
+.hidden intercept_asm_fd_prefix_post_disp;
+.global intercept_asm_fd_prefix_end;
+.hidden intercept_asm_fd_prefix_end;
+
+intercept_asm_fd_prefix:
+	/* movq slot+8(%rip), %rcx -- the displacement is filled in */
+	.byte       0x48, 0x8b, 0x0d
+intercept_asm_fd_prefix_slot_disp:
+	.long       0
+	movl        %edi, %r11d /* the fd, as an unsigned int */
+	cmpq        (%rcx), %r11
+	jae         1f
+	movq        8(%rcx), %rcx
+	btq         %r11, (%rcx)
+	jc          1f
+	syscall
+	/* jmp post -- over the template; the displacement is filled in */
+	.byte       0xe9
+intercept_asm_fd_prefix_post_disp:
+	.long       0
+1:
+intercept_asm_fd_prefix_end:

@@ -305,6 +305,8 @@ create_patch_wrappers(struct intercept_desc *desc)
 			continue;
 		}
 
+		patch->known_nr = site_known_nr(desc, patch->syscall_addr,
+		    &patch->preceding_ins);
 		assign_nop_trampoline(desc, patch, &next_nop_i);
 
 		if (patch->uses_nop_trampoline) {
@@ -449,10 +451,26 @@ extern unsigned char intercept_asm_wrapper_tmpl[];
 extern unsigned char intercept_asm_wrapper_tmpl_end;
 extern unsigned char intercept_asm_wrapper_site_disp;
 extern unsigned char intercept_asm_wrapper_slot_disp;
+extern unsigned char intercept_asm_fd_prefix[];
+extern unsigned char intercept_asm_fd_prefix_end;
+extern unsigned char intercept_asm_fd_prefix_slot_disp;
+extern unsigned char intercept_asm_fd_prefix_post_disp;
 
 size_t asm_wrapper_tmpl_size;
 static ptrdiff_t o_site_disp;
 static ptrdiff_t o_slot_disp;
+static size_t fd_prefix_size;
+static ptrdiff_t o_prefix_slot_disp;
+static ptrdiff_t o_prefix_post_disp;
+
+/* madfs: sites with a known number in madfs_intercept_fd_first */
+static bool
+fd_prefixed(const struct patch_desc *patch)
+{
+	int32_t nr = patch->known_nr;
+	return madfs_intercept_fd_first != NULL && nr >= 0 && nr < 512 &&
+	    (madfs_intercept_fd_first[nr / 64] >> (nr % 64) & 1) != 0;
+}
 
 bool intercept_routine_must_save_ymm;
 /* madfs: xgetbv with ecx = 1 (XINUSE) is available, see intercept_wrapper.S */
@@ -486,6 +504,14 @@ init_patcher(void)
 		(size_t)(&intercept_asm_wrapper_tmpl_end - begin);
 	o_site_disp = &intercept_asm_wrapper_site_disp - begin;
 	o_slot_disp = &intercept_asm_wrapper_slot_disp - begin;
+
+	unsigned char *prefix = &intercept_asm_fd_prefix[0];
+	fd_prefix_size = (size_t)(&intercept_asm_fd_prefix_end - prefix);
+	o_prefix_slot_disp = &intercept_asm_fd_prefix_slot_disp - prefix;
+	o_prefix_post_disp = &intercept_asm_fd_prefix_post_disp - prefix;
+	assert(o_prefix_slot_disp > 0 && o_prefix_post_disp > 0 &&
+	    (size_t)o_prefix_post_disp + 4 == fd_prefix_size &&
+	    fd_prefix_size <= 32);
 
 	/*
 	 * has_ymm_registers -- checks if AVX instructions are supported,
@@ -640,6 +666,17 @@ create_wrapper(struct intercept_desc *desc, struct patch_desc *patch)
 		dst = relocate_instruction(desc, dst, &patch->preceding_ins);
 	}
 
+	/* madfs: the fd prefix, which jumps past the template to post */
+	unsigned char *prefix = NULL;
+	if (fd_prefixed(patch)) {
+		prefix = dst;
+		memcpy(prefix, intercept_asm_fd_prefix, fd_prefix_size);
+		if (!put_rel32(prefix + o_prefix_slot_disp,
+		    prefix + o_prefix_slot_disp + 4, desc->region + 8))
+			xabort("wrapper region out of reach");
+		dst += fd_prefix_size;
+	}
+
 	unsigned char *t = dst;
 	memcpy(t, intercept_asm_wrapper_tmpl, asm_wrapper_tmpl_size);
 	if (!put_rel32(t + o_site_disp, t + o_site_disp + 4,
@@ -647,6 +684,9 @@ create_wrapper(struct intercept_desc *desc, struct patch_desc *patch)
 	    !put_rel32(t + o_slot_disp, t + o_slot_disp + 4, desc->region))
 		xabort("wrapper region out of reach");
 	dst += asm_wrapper_tmpl_size;
+	if (prefix != NULL && !put_rel32(prefix + o_prefix_post_disp,
+	    prefix + o_prefix_post_disp + 4, dst))
+		xabort("wrapper region out of reach");
 
 	/* Copy the following instruction */
 	if (patch->uses_next_ins)
@@ -658,14 +698,17 @@ create_wrapper(struct intercept_desc *desc, struct patch_desc *patch)
 
 /*
  * madfs: the region's first page (written, or mapped fresh by a bundle)
- * gets the address of intercept_wrapper and becomes read only
+ * gets the address of intercept_wrapper, then that of
+ * intercept_fast_prefix (read by the fd prefixes), and becomes read only
  */
 void
 set_wrapper_slot(unsigned char *region)
 {
 	unsigned char *entry = &intercept_wrapper;
+	const struct intercept_fast_prefix *fast = &intercept_fast_prefix;
 
 	memcpy(region, &entry, sizeof(entry));
+	memcpy(region + 8, &fast, sizeof(fast));
 	mprotect_no_intercept(region, PAGE_SIZE, PROT_READ,
 	    "mprotect wrapper region slot");
 }
@@ -680,17 +723,28 @@ finish_wrapper_region(struct intercept_desc *desc)
 	    PROT_READ | PROT_EXEC, "mprotect wrapper region");
 }
 
+static uint64_t
+fnv1a(uint64_t hash, const unsigned char *bytes, size_t len)
+{
+	for (size_t i = 0; i < len; ++i)
+		hash = (hash ^ bytes[i]) * 1099511628211ULL;
+	return hash;
+}
+
 /*
  * madfs: what a wrapper's bytes depend on besides the patch decisions
- * and the region's distance: the template (FNV-1a of its bytes).
+ * and the region's distance: the template, the fd prefix and which
+ * syscalls get it (FNV-1a of their bytes).
  */
 uint64_t
 wrapper_template_hash(void)
 {
-	uint64_t hash = 1469598103934665603ULL;
-	for (size_t i = 0; i < asm_wrapper_tmpl_size; ++i)
-		hash = (hash ^ intercept_asm_wrapper_tmpl[i]) *
-		    1099511628211ULL;
+	uint64_t hash = fnv1a(1469598103934665603ULL,
+	    intercept_asm_wrapper_tmpl, asm_wrapper_tmpl_size);
+	hash = fnv1a(hash, intercept_asm_fd_prefix, fd_prefix_size);
+	if (madfs_intercept_fd_first != NULL)
+		hash = fnv1a(hash, (const unsigned char *)
+		    madfs_intercept_fd_first, 8 * sizeof(uint64_t));
 	return hash;
 }
 
