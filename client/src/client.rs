@@ -9,7 +9,7 @@ use madfs_proto::frame::{self, PREFIX};
 use madfs_proto::{
     tag, Attr, Errno, FindFilter, FsResult, Reply, Request, SizeMode, StatFs, TimeSpec,
 };
-use madfs_rpc::Transport;
+use madfs_rpc::{RawReply, Transport};
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -271,30 +271,28 @@ impl Client {
 
     fn call(&self, server: u32, req: &Request<'_>) -> FsResult<Reply<'static>> {
         mutating(req);
-        let raw = self.t.call_sync(server, req, &[], SMALL_REPLY)?;
-        let (r, _) = raw.decode()?;
-        // the small replies used here own no borrowed data
-        Ok(match r {
-            Reply::Unit => Reply::Unit,
-            Reply::Attr(a) => Reply::Attr(a),
-            Reply::Created {
-                attr,
-                existed,
-                old_size,
-            } => Reply::Created {
-                attr,
-                existed,
-                old_size,
-            },
-            Reply::Bool(b) => Reply::Bool(b),
-            Reply::Written(n) => Reply::Written(n),
-            Reply::Offset(o) => Reply::Offset(o),
-            Reply::StatFs(s) => Reply::StatFs(s),
-            Reply::Replaced(a) => Reply::Replaced(a),
-            Reply::Dirents { .. } | Reply::Found { .. } | Reply::Located { .. } => {
-                return Err(Errno::EPROTO)
-            }
-        })
+        small_reply(self.t.call_sync(server, req, &[], SMALL_REPLY)?)
+    }
+
+    /// [`Client::stat_normalized`] that runs `meanwhile` while the request is on its way
+    /// (`Transport::call_sync_overlapped`): the preload's `open` makes its kernel fd there.
+    pub fn stat_normalized_overlapped<R>(
+        &self,
+        path: &str,
+        meanwhile: impl FnOnce() -> R,
+    ) -> (FsResult<Attr>, R) {
+        let (raw, r) = self.t.call_sync_overlapped(
+            self.meta_of(path),
+            &Request::Stat(path),
+            &[],
+            SMALL_REPLY,
+            meanwhile,
+        );
+        let res = match raw.and_then(small_reply) {
+            Err(Errno::ENOENT) => Err(self.refine_enoent(path)),
+            r => r,
+        };
+        (res.and_then(attr_of), r)
     }
 
     /// A handle for a file whose path (normalised) and attributes are already known, e.g. an
@@ -1187,6 +1185,33 @@ impl FileSystem for Client {
         }
         Ok(total)
     }
+}
+
+/// The decoded reply of a call whose answers own no borrowed data.
+fn small_reply(raw: RawReply) -> FsResult<Reply<'static>> {
+    let (r, _) = raw.decode()?;
+    // the small replies used here own no borrowed data
+    Ok(match r {
+        Reply::Unit => Reply::Unit,
+        Reply::Attr(a) => Reply::Attr(a),
+        Reply::Created {
+            attr,
+            existed,
+            old_size,
+        } => Reply::Created {
+            attr,
+            existed,
+            old_size,
+        },
+        Reply::Bool(b) => Reply::Bool(b),
+        Reply::Written(n) => Reply::Written(n),
+        Reply::Offset(o) => Reply::Offset(o),
+        Reply::StatFs(s) => Reply::StatFs(s),
+        Reply::Replaced(a) => Reply::Replaced(a),
+        Reply::Dirents { .. } | Reply::Found { .. } | Reply::Located { .. } => {
+            return Err(Errno::EPROTO)
+        }
+    })
 }
 
 #[cfg(test)]

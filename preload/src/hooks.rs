@@ -534,7 +534,10 @@ fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
     let status = flags & keep;
     // changes made by this process from here on make the open's attributes stale for fstat
     let gen = madfs_client::mutations();
-    let (kind, attr) = conn::with(|c| {
+    let cloexec = flags & libc::O_CLOEXEC != 0;
+    // the kernel fd of a plain open is made while its lookup is on the wire
+    let mut early: Option<FsResult<fdtable::KernelFd>> = None;
+    let looked_up = conn::with(|c| {
         if create {
             if flags & libc::O_DIRECTORY != 0 {
                 return Err(Errno::EINVAL);
@@ -553,7 +556,9 @@ fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
             }
             return Ok((KIND_FILE, f.attr));
         }
-        let a = c.stat_normalized(p)?;
+        let (a, k) = c.stat_normalized_overlapped(p, || fdtable::new_kernel_fd(cloexec));
+        early = Some(k);
+        let a = a?;
         if a.is_link() {
             if flags & libc::O_PATH != 0 && flags & libc::O_NOFOLLOW != 0 {
                 // the link itself, for fstat and *at(fd, "", AT_EMPTY_PATH) (glibc's
@@ -576,7 +581,16 @@ fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
             return Ok((KIND_FILE, Attr { size: 0, ..a }));
         }
         Ok((KIND_FILE, a))
-    })?;
+    });
+    let (kind, attr) = match looked_up {
+        Ok(v) => v,
+        Err(e) => {
+            if let Some(Ok(k)) = early {
+                k.close();
+            }
+            return Err(e);
+        }
+    };
     // fstat may use the answer of a lookup, or of a create whose request was the one change
     // any client of the process made meanwhile (a truncate makes several: no)
     let now = madfs_client::mutations();
@@ -590,7 +604,12 @@ fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
         gen,
         until: std::time::Instant::now() + fdtable::FRESH_FOR,
     });
-    let (fd, d) = Desc::create(kind, status, p, &attr, flags & libc::O_CLOEXEC != 0, fresh)?;
+    let k = match early {
+        Some(k) => k?,
+        None => fdtable::new_kernel_fd(cloexec)?,
+    };
+    let fd = k.fd;
+    let d = Desc::create_on(k, kind, status, p, &attr, fresh)?;
     fdtable::insert(fd, d);
     Ok(fd)
 }

@@ -34,13 +34,14 @@ fn syscalls_expect(
     steps: &[&str],
     env: &[(&str, &str)],
     want: &[&str],
-) {
+) -> String {
     let o = syscalls_env(cl, steps, 20_000, env);
     let (out, err) = (
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr),
     );
     expect(&out, &err, want);
+    out.into_owned()
 }
 
 #[test]
@@ -183,6 +184,47 @@ fn placeholder_fds_numbers_closefrom_and_inheritance() {
             "close OK 0",
         ],
     );
+}
+
+/// An `open` makes its kernel fd while its lookup is on the wire (`call_sync_overlapped`):
+/// one that fails gives the fd back, so the next open still gets the lowest free number.
+#[test]
+fn failed_opens_give_their_kernel_fd_back() {
+    let cl = cluster();
+    let steps = [
+        "open,/madfs/nope/x,r", // connections to the servers involved
+        "open,/madfs/q,creat+rw",
+        "close,#0",
+        "open,/madfs/nope,r",
+        "open,/madfs/nope/x,r",
+        "open,/madfs/q/x,r",
+        "mkdir,/madfs/qd",
+        "open,/madfs/qd,w",
+        "open,/madfs/q,dir",
+        "open,/madfs/q,rw", // #1: the number #0 had
+    ];
+    let out = syscalls_expect(
+        &cl,
+        &steps,
+        &[],
+        &[
+            "open ERR ENOENT",
+            "open OK *",
+            "close OK 0",
+            "open ERR ENOENT",
+            "open ERR ENOENT",
+            "open ERR ENOTDIR",
+            "mkdir OK 0",
+            "open ERR EISDIR",
+            "open ERR ENOTDIR",
+            "open OK *",
+        ],
+    );
+    let fds: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("open OK "))
+        .collect();
+    assert!(fds.len() == 2 && fds[0] == fds[1], "{out}");
 }
 
 /// The first madfs access of a process loads UCX, whose constructor tokenises with

@@ -14,7 +14,7 @@ mod transport;
 pub use async_ucx::ucp::{Context, Endpoint, ErrorMode, Listener, Worker};
 pub use async_ucx::Error as UcxError;
 pub use settings::UcxSettings;
-pub use transport::{Transport, DEFAULT_TIMEOUT};
+pub use transport::{RawReply, Transport, DEFAULT_TIMEOUT};
 
 use std::sync::Arc;
 

@@ -420,6 +420,35 @@ impl Transport {
         )
     }
 
+    /// [`Self::call_sync`] that runs `meanwhile` while the request is on its way: the first
+    /// poll posts the receive and sends the request, then `meanwhile` runs, then the reply
+    /// is waited for. Local work the caller needs anyway (the preload's kernel fd for an
+    /// `open`) so costs no time of its own. `meanwhile` runs whatever happens to the call
+    /// (first, if the server cannot be reached); it must not use this transport.
+    pub fn call_sync_overlapped<R>(
+        &self,
+        server: u32,
+        req: &Request<'_>,
+        bulk: &[u8],
+        reply_cap: usize,
+        meanwhile: impl FnOnce() -> R,
+    ) -> (Result<RawReply, Errno>, R) {
+        if let Err(e) = self.ensure(server) {
+            return (Err(e), meanwhile());
+        }
+        let mut fut = pin!(self.call(server, tag::REQUEST, req, bulk, reply_cap));
+        let waker = futures::task::noop_waker();
+        let first = fut
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(&waker));
+        let r = meanwhile();
+        let res = match first {
+            Poll::Ready(done) => self.wait(&[server], std::future::ready(done)),
+            Poll::Pending => self.wait(&[server], fut),
+        };
+        (res, r)
+    }
+
     fn encode(&self, req: &Request<'_>) -> ([u8; PREFIX], Vec<u8>) {
         let mut enc = self.enc.borrow_mut();
         let (p, h) = enc.request(req);
