@@ -289,7 +289,7 @@ impl Desc {
             return Err(Errno::ENAMETOOLONG);
         }
         let k = new_kernel_fd(cloexec)?;
-        Ok((k.fd, Desc::create_on(k, kind, flags, path, attr, fresh)?))
+        Ok((k.fd(), Desc::create_on(k, kind, flags, path, attr, fresh)?))
     }
 
     /// [`Desc::create`] on a kernel fd made beforehand ([`new_kernel_fd`]); closes it if
@@ -303,10 +303,9 @@ impl Desc {
         fresh: Option<Fresh>,
     ) -> FsResult<Arc<Desc>> {
         if path.len() > PATH_CAP {
-            k.close();
-            return Err(Errno::ENAMETOOLONG);
+            return Err(Errno::ENAMETOOLONG); // drops k: closed
         }
-        let KernelFd { fd: _, placeholder } = k;
+        let (_, placeholder) = k.into_raw();
         let spare = SPARE.swap(std::ptr::null_mut(), AcqRel);
         let mut h: Box<MaybeUninit<Header>> = if spare.is_null() {
             Box::new_uninit()
@@ -658,20 +657,33 @@ fn inode(fd: i32) -> Option<u64> {
     fstat(fd).map(|st| st.st_ino)
 }
 
-/// A kernel fd made for a new description ([`new_kernel_fd`]).
+/// A kernel fd made for a new description ([`new_kernel_fd`]). Dropped, it is closed (no
+/// description was made on it); [`KernelFd::into_raw`] hands it to a description.
 #[derive(Debug)]
-#[must_use = "close it if no description is made on it"]
+#[must_use = "dropped, the fd is closed at once"]
 pub struct KernelFd {
-    /// Its number.
-    pub fd: i32,
-    /// A dup of the placeholder template (not a memfd of its own).
-    pub placeholder: bool,
+    fd: i32,
+    placeholder: bool,
 }
 
 impl KernelFd {
-    /// Gives the fd back (no description was made on it).
-    pub fn close(self) {
-        // SAFETY: our own fd, never handed to the program.
+    /// Its number.
+    pub fn fd(&self) -> i32 {
+        self.fd
+    }
+
+    /// Its number and whether it is a dup of the placeholder template (not a memfd of its
+    /// own); the caller now owns the fd.
+    fn into_raw(self) -> (i32, bool) {
+        let v = (self.fd, self.placeholder);
+        std::mem::forget(self);
+        v
+    }
+}
+
+impl Drop for KernelFd {
+    fn drop(&mut self) {
+        // SAFETY: our own fd, never handed to the program (into_raw forgets self).
         unsafe { raw!(libc::SYS_close as isize, self.fd as isize) };
     }
 }
@@ -705,12 +717,15 @@ fn new_kernel_fd_pair(cloexec: bool) -> FsResult<(i32, bool)> {
             TEMPLATE.store(-1, Relaxed); // closed behind our back: make a new one
             continue;
         }
-        // The template sits at a high number and every libc close/dup2/dup3/close_range
-        // of it is seen (`fd_gone`), so its number changes hands only through raw
-        // syscalls outside libc; a dup of someone else's file would only reserve the
-        // number anyway (placeholders are never read or written). Checking its inode
-        // (an `fstat`, ≈ 0.33 µs) on every open was a tenth of a round trip: it is
-        // checked on the first dup and then on every 64th.
+        // The template sits at a high number, which programs rarely close or reuse. Its
+        // close/dup2/dup3/close_range reach `fd_gone` only where the fast pass lets the
+        // syscall through to the hook (a `close` of a host fd, the template among them,
+        // never does), so it may go behind our back: closed, the dup above fails and a
+        // new template is made; its number taken
+        // by another file, a dup only reserves a number (placeholders are never read or
+        // written) and the inode check catches it. Checking the inode (an `fstat`,
+        // ≈ 0.33 µs) on every open was a tenth of a round trip: it is checked on the
+        // first dup and then on every 64th.
         if DUPS.fetch_add(1, Relaxed).is_multiple_of(64)
             && inode(fd as i32) != Some(TEMPLATE_INO.load(Relaxed))
         {

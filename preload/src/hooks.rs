@@ -535,8 +535,9 @@ fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
     // changes made by this process from here on make the open's attributes stale for fstat
     let gen = madfs_client::mutations();
     let cloexec = flags & libc::O_CLOEXEC != 0;
-    // the kernel fd of a plain open is made while its lookup is on the wire
-    let mut early: Option<FsResult<fdtable::KernelFd>> = None;
+    // the kernel fd of a plain open is made while its lookup is on the wire (dropped, as
+    // on every error below, it is closed)
+    let mut early: Option<fdtable::KernelFd> = None;
     let looked_up = conn::with(|c| {
         if create {
             if flags & libc::O_DIRECTORY != 0 {
@@ -557,7 +558,9 @@ fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
             return Ok((KIND_FILE, f.attr));
         }
         let (a, k) = c.stat_normalized_overlapped(p, || fdtable::new_kernel_fd(cloexec));
-        early = Some(k);
+        // no fd (EMFILE) fails the open before anything else, as in the kernel, and so
+        // before O_TRUNC changes the file
+        early = Some(k?);
         let a = a?;
         if a.is_link() {
             if flags & libc::O_PATH != 0 && flags & libc::O_NOFOLLOW != 0 {
@@ -582,15 +585,7 @@ fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
         }
         Ok((KIND_FILE, a))
     });
-    let (kind, attr) = match looked_up {
-        Ok(v) => v,
-        Err(e) => {
-            if let Some(Ok(k)) = early {
-                k.close();
-            }
-            return Err(e);
-        }
-    };
+    let (kind, attr) = looked_up?;
     // fstat may use the answer of a lookup, or of a create whose request was the one change
     // any client of the process made meanwhile (a truncate makes several: no)
     let now = madfs_client::mutations();
@@ -605,10 +600,10 @@ fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
         until: std::time::Instant::now() + fdtable::FRESH_FOR,
     });
     let k = match early {
-        Some(k) => k?,
+        Some(k) => k,
         None => fdtable::new_kernel_fd(cloexec)?,
     };
-    let fd = k.fd;
+    let fd = k.fd();
     let d = Desc::create_on(k, kind, status, p, &attr, fresh)?;
     fdtable::insert(fd, d);
     Ok(fd)

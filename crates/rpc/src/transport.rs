@@ -424,7 +424,8 @@ impl Transport {
     /// poll posts the receive and sends the request, then `meanwhile` runs, then the reply
     /// is waited for. Local work the caller needs anyway (the preload's kernel fd for an
     /// `open`) so costs no time of its own. `meanwhile` runs whatever happens to the call
-    /// (first, if the server cannot be reached); it must not use this transport.
+    /// (first, if the server cannot be reached); it must not use this transport, and must
+    /// not panic: unwinding would drop the call while its receive is still posted.
     pub fn call_sync_overlapped<R>(
         &self,
         server: u32,

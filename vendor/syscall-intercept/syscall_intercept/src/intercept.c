@@ -802,9 +802,10 @@ madfs_intercept_fast_pass(const unsigned char *arg, const uint64_t *bits,
 	}
 	/*
 	 * the fd prefixes (patcher.c), only if every syscall that has one
-	 * is one whose fd the program declared here: bits first, the
-	 * limit (which opens them) last
+	 * is one whose fd the program declared here: closed first (a
+	 * second call), then bits, the limit (which opens them) last
 	 */
+	__atomic_store_n(&intercept_fast_prefix.limit, 0, __ATOMIC_RELEASE);
 	bool prefix_ok = madfs_intercept_fd_first != NULL;
 	for (int nr = 0; prefix_ok && nr < 512; nr++) {
 		if ((madfs_intercept_fd_first[nr / 64] >> (nr % 64) & 1) &&

@@ -229,6 +229,7 @@ long tmp_create(const char *path, char *tmp, size_t size);
 void tmp_publish(long fd, bool ok, const char *tmp, const char *path);
 
 bool has_jump(const struct intercept_desc *desc, unsigned char *addr);
+bool intercept_filtering(void);
 int32_t site_known_nr(const struct intercept_desc *desc,
 	const unsigned char *addr, const struct intercept_disasm_result *prev);
 void mark_jump(const struct intercept_desc *desc, const unsigned char *addr);

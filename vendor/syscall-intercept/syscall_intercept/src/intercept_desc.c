@@ -757,6 +757,21 @@ extern const uint64_t madfs_intercept_syscalls[8] __attribute__((weak));
 static int filtering_on(void);
 
 /*
+ * intercept_filtering - whether the program's wanted set is in force
+ * (filtering_on, read once). Without it (MADFS_INTERCEPT_ALL, a diagnostic
+ * mode) no site is trusted to have a known number: neither dropped nor
+ * given the fd prefix (patcher.c).
+ */
+bool
+intercept_filtering(void)
+{
+	static int filtering = -1;
+	if (filtering < 0)
+		filtering = filtering_on();
+	return filtering != 0;
+}
+
+/*
  * site_known_nr - the number of the syscall at addr, preceded by prev, when
  * every path to it sets the same one: the instruction before it is
  * `mov $imm32, %eax` (b8 imm32) and no jump lands on the syscall
@@ -789,10 +804,7 @@ static bool
 unwanted_site(const struct intercept_desc *desc, const unsigned char *addr,
 		const struct intercept_disasm_result *prev)
 {
-	static int filtering = -1;
-	if (filtering < 0)
-		filtering = filtering_on();
-	if (!filtering)
+	if (!intercept_filtering())
 		return false;
 	int32_t nr = site_known_nr(desc, addr, prev);
 	return nr >= 0 && nr != SYS_clone3 &&

@@ -305,8 +305,9 @@ create_patch_wrappers(struct intercept_desc *desc)
 			continue;
 		}
 
-		patch->known_nr = site_known_nr(desc, patch->syscall_addr,
-		    &patch->preceding_ins);
+		patch->known_nr = intercept_filtering() ?
+		    site_known_nr(desc, patch->syscall_addr,
+		    &patch->preceding_ins) : -1;
 		assign_nop_trampoline(desc, patch, &next_nop_i);
 
 		if (patch->uses_nop_trampoline) {
