@@ -340,14 +340,29 @@ fn posix_spawn_child_cannot_open_madfs_paths_and_leaves_the_parent_intact() {
 #[test]
 fn only_wanted_syscall_sites_are_patched() {
     let cl = cluster();
-    // runs the steps with `env`; `getppid`: how its libc site should look
-    let check = |env: &[(&str, &str)], getppid: &str| {
-        let steps = ["patched,getppid", "patched,dup", "statfs,/madfs"];
+    // runs the steps with `env`; `getppid`: how its libc site should look; `fstatfs`: how
+    // that one should look before the first madfs path (None: either way). An fd syscall
+    // with a known number stays unpatched while libc is mapped from its bundle, until the
+    // process touches the mount (`vendor/PATCHES.md` syscall-intercept 18); after that, or
+    // when libc was patched in place, it is patched.
+    let check = |env: &[(&str, &str)], getppid: &str, fstatfs: Option<&str>| {
+        let steps = [
+            "patched,getppid",
+            "patched,dup",
+            "patched,fstatfs",
+            "statfs,/madfs",
+            "patched,fstatfs",
+        ];
         let o = syscalls_env(&cl, &steps, 20_000, env);
         let (out, err) = (
             String::from_utf8_lossy(&o.stdout),
             String::from_utf8_lossy(&o.stderr),
         );
+        let before = match fstatfs {
+            Some(f) => format!("site fstatfs {f}"),
+            None if out.contains("site fstatfs unpatched") => "site fstatfs unpatched".into(),
+            None => "site fstatfs patched".into(),
+        };
         expect(
             &out,
             &err,
@@ -356,8 +371,12 @@ fn only_wanted_syscall_sites_are_patched() {
                 "patched OK 0",
                 "site dup patched",
                 "patched OK 0",
+                &before,
+                "patched OK 0",
                 "fstype 6d616466",
                 "statfs OK 0",
+                "site fstatfs patched",
+                "patched OK 0",
             ],
         );
     };
@@ -379,14 +398,19 @@ fn only_wanted_syscall_sites_are_patched() {
             .collect()
     };
     let env = [("MADFS_INTERCEPT_CACHE", cache)];
-    check(&env, "unpatched");
+    check(&env, "unpatched", Some("patched"));
     for f in files(".plan").into_iter().chain(files(".bundle")) {
         std::fs::remove_file(f).unwrap();
     }
-    for _ in 0..2 {
-        check(&env, "unpatched");
+    for fstatfs in ["patched", "unpatched"] {
+        check(&env, "unpatched", Some(fstatfs));
         assert_eq!((files(".plan").len(), files(".bundle").len()), (1, 1));
     }
+    let eager = [
+        ("MADFS_INTERCEPT_CACHE", cache),
+        ("MADFS_INTERCEPT_EAGER", "1"),
+    ];
+    check(&eager, "unpatched", Some("patched"));
     let bundle = &files(".bundle")[0];
     // the wrappers of fd syscalls with a known number (close, read, fcntl, …) start with
     // the fd prefix (`vendor/PATCHES.md` syscall-intercept 17): its bytes from the fd's
@@ -400,12 +424,12 @@ fn only_wanted_syscall_sites_are_patched() {
     assert!(prefixed >= 10, "{prefixed} fd prefixes in the bundle");
     let libc = "/lib/x86_64-linux-gnu/libc.so.6";
     std::fs::copy(libc, bundle).unwrap();
-    check(&env, "unpatched");
+    check(&env, "unpatched", Some("patched"));
     let len = |p: &std::path::Path| std::fs::metadata(p).unwrap().len();
     assert!(len(bundle) > len(libc.as_ref()), "bundle not replaced");
-    check(&env, "unpatched");
-    check(&[], "unpatched");
-    check(&[("MADFS_INTERCEPT_ALL", "1")], "patched");
+    check(&env, "unpatched", Some("unpatched"));
+    check(&[], "unpatched", None);
+    check(&[("MADFS_INTERCEPT_ALL", "1")], "patched", Some("patched"));
 }
 
 /// syscall_intercept's log (`INTERCEPT_LOG`) still names each syscall from its format table

@@ -19,6 +19,19 @@ fn run(cl: &LocalCluster, argv: &[&str]) -> Output {
     common::run(cl, argv, TIMEOUT_MS)
 }
 
+/// Runs a python3 script with the preload library and checks it printed `done`.
+fn python_prints(cl: &LocalCluster, script: &str, done: &str) {
+    let path = cl.root().join("script.py");
+    std::fs::write(&path, script).unwrap();
+    let out = run(cl, &["/usr/bin/python3", path.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(done),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn coreutils() {
     let cl = cluster();
@@ -147,9 +160,8 @@ fn tar_tree_in_and_out() {
 #[test]
 fn python_walk_replace_threads_subprocess_fork() {
     let cl = cluster();
-    let script = cl.root().join("t.py");
-    std::fs::write(
-        &script,
+    python_prints(
+        &cl,
         r#"
 import os, threading, subprocess
 base = "/madfs/py"
@@ -209,14 +221,62 @@ st = os.statvfs(base)
 assert st.f_blocks > 0 and st.f_namemax == 255, st
 print("PY-OK")
 "#,
-    )
-    .unwrap();
-    let out = run(&cl, &["/usr/bin/python3", script.to_str().unwrap()]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains("PY-OK"),
-        "{text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        "PY-OK",
+    );
+}
+
+/// A process maps libc with its fd syscalls of known number unpatched (they go straight to
+/// the kernel while it has no madfs fd) and patches them at its first madfs path
+/// (`vendor/PATCHES.md` syscall-intercept 18): here while other threads keep making those
+/// syscalls on a host fd. None of them may fail or crash, and the madfs fds made after the
+/// switch (in four threads at once) must be served by madfs.
+#[test]
+fn fd_syscalls_are_patched_while_threads_run() {
+    let cl = cluster();
+    python_prints(
+        &cl,
+        r#"
+import os, threading, time
+host = os.open("/etc/services", os.O_RDONLY)
+head = os.pread(host, 64, 0)
+stop, errors, counts = False, [], []
+def hammer():
+    n = 0
+    try:
+        while not stop:
+            assert os.fstat(host).st_size > 0
+            assert os.pread(host, 64, 0) == head
+            os.close(os.dup(host))
+            os.lseek(host, 0, os.SEEK_SET)
+            n += 1
+    except Exception as e:
+        errors.append(repr(e))
+    counts.append(n)
+ts = [threading.Thread(target=hammer) for _ in range(4)]
+[t.start() for t in ts]
+time.sleep(0.2)
+fd = os.open("/madfs/deferred", os.O_RDWR | os.O_CREAT, 0o644)
+os.pwrite(fd, b"x" * 4096, 0)
+def writer(i):
+    f = os.open(f"/madfs/deferred{i}", os.O_RDWR | os.O_CREAT, 0o644)
+    for k in range(100):
+        os.pwrite(f, bytes([i]) * 100, k * 100)
+    assert os.fstat(f).st_size == 10000
+    os.close(f)
+ws = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+[w.start() for w in ws]; [w.join() for w in ws]
+time.sleep(0.1)
+stop = True
+[t.join() for t in ts]
+assert not errors, errors
+assert min(counts) > 0, counts
+assert os.pread(fd, 4096, 0) == b"x" * 4096
+os.close(fd)
+for i in range(4):
+    assert open(f"/madfs/deferred{i}", "rb").read() == bytes([i]) * 10000, i
+print("DEFERRED-OK")
+"#,
+        "DEFERRED-OK",
     );
 }
 

@@ -124,7 +124,8 @@ macro_rules! syscall_set {
 /// time), as the 512-bit set `madfs_intercept_fd_first` that the x86_64 engine reads while
 /// it patches libc. Each such site with a known number (see [`syscall_set!`]) gets a few
 /// instructions in its own wrapper that issue the syscall at once when the fd is below the
-/// limit and not the program's, instead of going through the shared wrapper. They stay
+/// limit and not the program's, instead of going through the shared wrapper; where libc is
+/// mapped from its bundle, such sites stay unpatched until [`patch_deferred`]. They stay
 /// closed until [`fast_pass`] is called with a table whose entry is [`Pass::FdFirst`] for
 /// every syscall in this set (otherwise such sites take the shared path, which decides the
 /// same way).
@@ -198,6 +199,25 @@ pub fn fast_pass(table: &'static [Pass; 512], ours: Ours) -> bool {
         let _ = (table, ours);
         false
     }
+}
+
+/// Patches the libc sites the engine left unpatched at start (x86_64, libc mapped from its
+/// bundle: the syscalls of [`fd_first_set!`] with a known number, which then go straight to
+/// the kernel, as they may while the program has none of its own fds). Call it before the
+/// program's first fd exists; from then on those sites take their fd prefix. Safe from any
+/// thread, any number of times (a no-op once done, on aarch64, or when nothing was left).
+/// `Err(errno)` if the patched text could not be put in place.
+pub fn patch_deferred() -> Result<(), i32> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: swaps libc's text for the same text with more sites patched (see
+        // syscall_intercept's `bundle.c` for why running threads are unaffected).
+        let r = unsafe { syscall_intercept::madfs_intercept_patch_deferred() };
+        if r != 0 {
+            return Err(-r);
+        }
+    }
+    Ok(())
 }
 
 /// Installs `hook` for every syscall libc makes from now on, in every thread.

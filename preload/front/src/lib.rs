@@ -215,6 +215,10 @@ fn load_core() -> Option<&'static Core> {
 }
 
 fn open_core() -> Result<&'static Core, String> {
+    // libc's fd syscalls that its bundle left unpatched reach the hook from now on, before
+    // the process has any fd of ours
+    madfs_intercept::patch_deferred()
+        .map_err(|e| format!("cannot patch libc's fd syscalls (errno {e})"))?;
     let path = core_path();
     let dlerror = || {
         // SAFETY: dlerror returns null or a C string valid until the next dl call.

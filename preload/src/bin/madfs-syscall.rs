@@ -203,10 +203,15 @@ fn main() {
                 "closefrom" => libc::syscall(libc::SYS_close_range, num(1) as u32, u32::MAX, 0),
                 "patched" => {
                     // x86_64: is the first `syscall` instruction of a libc function still
-                    // there (site left alone) or rewritten into a jump?
+                    // reached (site left alone), or gone (rewritten into a jump), or kept
+                    // behind a jump that replaced the `mov $nr, %eax` before it (a deferred
+                    // site once patched)?
                     let f = libc::dlsym(libc::RTLD_DEFAULT, cs(a[1]).as_ptr()) as *const u8;
-                    let code = std::slice::from_raw_parts(f, 16);
-                    let kept = code.windows(2).any(|w| w == [0x0f, 0x05]);
+                    let code = std::slice::from_raw_parts(f, 32);
+                    let kept = match code.windows(2).position(|w| w == [0x0f, 0x05]) {
+                        Some(i) => i < 5 || code[i - 5] != 0xe9,
+                        None => false,
+                    };
                     println!(
                         "site {} {}",
                         a[1],

@@ -18,6 +18,11 @@ extern "C" {
         mount_len: usize,
         cwd_host: *const u8,
     ) -> i32;
+
+    /// madfs: patches the sites libc's bundle left unpatched until now (the fd syscalls
+    /// with a known number, see `bundle.c`); call it before the program's first fd exists.
+    /// Returns 0, or -errno (those sites then stay unpatched).
+    pub fn madfs_intercept_patch_deferred() -> i32;
 }
 
 /// Set syscall intercept hook function.

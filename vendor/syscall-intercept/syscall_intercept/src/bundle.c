@@ -17,11 +17,19 @@
  * the same distance, writes the address of intercept_wrapper into the
  * region's first page, and maps the copy's text pages over the library's
  * own. It reads no plan or site cache, disassembles nothing and writes no
- * code: an open, an fstat, a pread of the header, four mmaps, an mprotect
+ * code: an open, an fstat, a pread of the header, five mmaps, an mprotect
  * and a close. The pages are shared between processes through the page
  * cache, as the library's own are; the copy keeps the library's file
  * offsets, so tools that read symbols from the mapped file (perf) still
  * find them.
+ *
+ * The copy's text leaves the deferred sites (patch_deferrable: the fd
+ * syscalls with a known number) unpatched, so a program that never has
+ * one of its own fds runs them at full speed; the full text, stored after
+ * the wrapper pages, is mapped aside (never touched) and moved over the
+ * lean one by madfs_intercept_patch_deferred, which the program calls
+ * before it makes its first fd. MADFS_INTERCEPT_EAGER set to anything maps
+ * the full text at once.
  *
  * The bundle lives in the cache directory, under a name that carries
  * everything its bytes depend on; it is written to a temporary name and
@@ -32,9 +40,11 @@
  */
 
 #include <elf.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <link.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -55,7 +65,7 @@
  * them (the site at 8(%rsp), the r11 codes) and on the region's placement
  * (wrapper_region_guess): bump this with any change to those.
  */
-#define BUNDLE_VERSION 2
+#define BUNDLE_VERSION 3
 #define BUILD_ID_MAX 64
 
 struct bundle_header {
@@ -77,6 +87,13 @@ struct bundle_header {
 	uint64_t code_offset;
 	uint64_t code_len;
 	uint64_t count;
+	/*
+	 * lean: nonzero if the text pages in the library copy leave the
+	 * deferred sites (patch_deferrable) unpatched; the full text's
+	 * pages then follow the wrapper pages, at full_offset
+	 */
+	uint64_t lean;
+	uint64_t full_offset;
 };
 
 enum { BUNDLE_NOT_HERE = -1, BUNDLE_BAD = -2 };
@@ -241,6 +258,14 @@ map_original(const struct intercept_desc *desc,
 		xabort("cannot map the library's text back");
 }
 
+/* MADFS_INTERCEPT_EAGER: no site is deferred */
+static bool
+eager(void)
+{
+	const char *e = getenv("MADFS_INTERCEPT_EAGER");
+	return e != NULL && e[0] != '\0';
+}
+
 static int
 bundle_map_fd(struct intercept_desc *desc, const struct dl_phdr_info *info,
 	long fd, const struct bundle_header *want)
@@ -254,6 +279,7 @@ bundle_map_fd(struct intercept_desc *desc, const struct dl_phdr_info *info,
 	if (syscall_no_intercept(SYS_pread64, fd, &h, sizeof(h),
 	    st.st_size - (off_t)PAGE_SIZE) != (long)sizeof(h))
 		return BUNDLE_BAD;
+	uint64_t tail = h.code_offset + h.code_len; /* full text, or header */
 	if (memcmp(h.magic, want->magic, 8) != 0 ||
 	    h.version != want->version ||
 	    h.build_id_len != want->build_id_len ||
@@ -263,7 +289,7 @@ bundle_map_fd(struct intercept_desc *desc, const struct dl_phdr_info *info,
 	    h.code_offset != page_up(h.file_size) ||
 	    h.code_len == 0 || h.code_len % PAGE_SIZE != 0 ||
 	    h.code_len > (1u << 30) ||
-	    h.code_offset + h.code_len + PAGE_SIZE != (uint64_t)st.st_size ||
+	    (h.lean != 0 && h.full_offset != tail) ||
 	    h.text_bytes == 0 || h.text_addr > (1ull << 40) ||
 	    h.text_bytes > (1ull << 40))
 		return BUNDLE_BAD;
@@ -279,7 +305,9 @@ bundle_map_fd(struct intercept_desc *desc, const struct dl_phdr_info *info,
 		return BUNDLE_BAD;
 	uint64_t off = h.text_offset - lead;
 	if (off % PAGE_SIZE != 0 || off + len > page_up(h.file_size) ||
-	    !text_matches_segment(info, first_page, len, off))
+	    !text_matches_segment(info, first_page, len, off) ||
+	    tail + (h.lean != 0 ? len : 0) + PAGE_SIZE !=
+	    (uint64_t)st.st_size)
 		return BUNDLE_BAD;
 
 	unsigned char *region = base + h.region_delta;
@@ -310,14 +338,30 @@ bundle_map_fd(struct intercept_desc *desc, const struct dl_phdr_info *info,
 	}
 	set_wrapper_slot(region);
 
+	/* the full text aside, if the lean one goes first */
+	unsigned char *full = NULL;
+	if (h.lean != 0 && !eager() &&
+	    !__atomic_load_n(&intercept_no_deferral, __ATOMIC_ACQUIRE)) {
+		m = syscall_no_intercept(SYS_mmap, NULL, len,
+		    PROT_READ | PROT_EXEC, MAP_PRIVATE, fd, h.full_offset);
+		if (m >= 0 || m < -4095)
+			full = (unsigned char *)m;
+	}
+
 	/* the patched text over the library's own */
+	uint64_t text = full != NULL || h.lean == 0 ? off : h.full_offset;
 	m = syscall_no_intercept(SYS_mmap, first_page, len,
-	    PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_FIXED, fd, off);
+	    PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_FIXED, fd, text);
 	if (m != (long)first_page) {
 		map_original(desc, info, first_page, len, off);
 		syscall_no_intercept(SYS_munmap, region, region_size);
+		if (full != NULL)
+			syscall_no_intercept(SYS_munmap, full, len);
 		return BUNDLE_NOT_HERE;
 	}
+	desc->deferred = full;
+	desc->deferred_at = first_page;
+	desc->deferred_len = len;
 
 	desc->region = region;
 	desc->region_size = region_size;
@@ -350,6 +394,27 @@ bundle_map(struct intercept_desc *desc, const struct dl_phdr_info *info)
 	return r == 0 ? 0 : -1;
 }
 
+/*
+ * bundle_patch_deferred -- moves desc's full text over its lean one
+ * (bundle_map_fd): every deferred site is patched from then on. 0, or
+ * -errno with the lean text left in place.
+ */
+int
+bundle_patch_deferred(struct intercept_desc *desc)
+{
+	unsigned char *full = __atomic_exchange_n(&desc->deferred, NULL,
+	    __ATOMIC_ACQ_REL);
+	if (full == NULL)
+		return 0;
+	long r = syscall_no_intercept(SYS_mremap, full, desc->deferred_len,
+	    desc->deferred_len, MREMAP_MAYMOVE | MREMAP_FIXED,
+	    desc->deferred_at);
+	if (r == (long)desc->deferred_at)
+		return 0;
+	__atomic_store_n(&desc->deferred, full, __ATOMIC_RELEASE);
+	return r < 0 && r > -4096 ? (int)r : -EIO;
+}
+
 static int
 write_zeros(long fd, size_t len)
 {
@@ -361,6 +426,43 @@ write_zeros(long fd, size_t len)
 		len -= n;
 	}
 	return 0;
+}
+
+/*
+ * lean_text -- a copy of desc's patched text pages [first_page, +len) with
+ * the deferred sites as they are in the library file (orig: the same pages
+ * there), in a fresh mapping; NULL if no site is deferred (or no memory)
+ */
+static unsigned char *
+lean_text(const struct intercept_desc *desc, const unsigned char *first_page,
+	size_t len, const unsigned char *orig)
+{
+	unsigned char *lean = NULL;
+	for (unsigned i = 0; i < desc->count; ++i) {
+		const struct patch_desc *p = desc->items + i;
+		if (!patch_deferrable(p))
+			continue;
+		if (lean == NULL) {
+			long m = syscall_no_intercept(SYS_mmap, NULL, len,
+			    PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			if (m < 0 && m > -4096)
+				return NULL;
+			lean = (unsigned char *)m;
+			memcpy(lean, first_page, len);
+		}
+		size_t at;
+		if (p->uses_nop_trampoline) {
+			at = (size_t)(p->syscall_addr - first_page);
+			memcpy(lean + at, orig + at, SYSCALL_INS_SIZE);
+			at = (size_t)(p->nop_trampoline.address - first_page);
+			memcpy(lean + at, orig + at, p->nop_trampoline.size);
+		} else {
+			at = (size_t)(p->dst_jmp_patch - first_page);
+			memcpy(lean + at, orig + at, JUMP_INS_SIZE);
+		}
+	}
+	return lean;
 }
 
 /*
@@ -413,18 +515,28 @@ bundle_store(const struct intercept_desc *desc, unsigned char *first_page,
 	h.count = desc->count;
 	long fd = -1;
 	size_t off = (size_t)desc->text_offset - lead;
-	if (desc->text_offset >= lead && off + len <= size)
+	unsigned char *lean = NULL;
+	if (desc->text_offset >= lead && off + len <= size) {
+		lean = lean_text(desc, first_page, len, file + off);
 		fd = tmp_create(path, tmp, sizeof(tmp));
+	}
+	if (lean != NULL) {
+		h.lean = 1;
+		h.full_offset = h.code_offset + h.code_len;
+	}
 	if (fd >= 0) {
 		size_t end = off + len;
 		bool ok = write_all(fd, file, off) == 0 &&
-		    write_all(fd, first_page, len) == 0 &&
+		    write_all(fd, lean != NULL ? lean : first_page, len) == 0 &&
 		    write_all(fd, file + end, size - end) == 0 &&
 		    write_zeros(fd, h.code_offset - size) == 0 &&
 		    write_all(fd, code, h.code_len) == 0 &&
+		    (lean == NULL || write_all(fd, first_page, len) == 0) &&
 		    write_all(fd, &h, sizeof(h)) == 0 &&
 		    write_zeros(fd, PAGE_SIZE - sizeof(h)) == 0;
 		tmp_publish(fd, ok, tmp, path);
 	}
+	if (lean != NULL)
+		syscall_no_intercept(SYS_munmap, lean, len);
 	syscall_no_intercept(SYS_munmap, file, size);
 }

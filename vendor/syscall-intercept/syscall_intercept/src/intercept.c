@@ -820,6 +820,29 @@ madfs_intercept_fast_pass(const unsigned char *arg, const uint64_t *bits,
 	return 0;
 }
 
+bool intercept_no_deferral;
+
+/*
+ * madfs_intercept_patch_deferred -- patches the sites a bundle left
+ * unpatched (bundle.c, patch_deferrable) in every object: call it before
+ * the program's first fd exists; any thread may call it, any number of
+ * times. Returns 0, or -errno if an object's full text could not be put
+ * in place (its deferred sites then stay unpatched).
+ */
+__attribute__((visibility("default"))) int
+madfs_intercept_patch_deferred(void)
+{
+	/* an object not mapped yet is mapped with every site patched */
+	__atomic_store_n(&intercept_no_deferral, true, __ATOMIC_RELEASE);
+	int ret = 0;
+	for (unsigned i = 0; i < objs_count; ++i) {
+		int r = bundle_patch_deferred(objs + i);
+		if (r != 0)
+			ret = r;
+	}
+	return ret;
+}
+
 /*
  * intercept_routine(...)
  * This is the function called from the asm wrappers,

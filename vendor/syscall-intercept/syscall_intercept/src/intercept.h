@@ -208,6 +208,14 @@ struct intercept_desc {
 	bool bundled;
 	/* the bundle found was not usable at all: to be replaced */
 	bool bundle_stale;
+	/*
+	 * mapped from a bundle with its deferred sites unpatched (lean):
+	 * the full text, mapped aside until madfs_intercept_patch_deferred
+	 * moves it over [deferred_at, deferred_at + deferred_len); else NULL
+	 */
+	unsigned char *deferred;
+	unsigned char *deferred_at;
+	size_t deferred_len;
 	/* the object's GNU build id (in its mapped notes), or none */
 	const unsigned char *build_id;
 	size_t build_id_len;
@@ -265,6 +273,10 @@ void find_build_id(struct intercept_desc *desc,
 int bundle_map(struct intercept_desc *desc, const struct dl_phdr_info *info);
 void bundle_store(const struct intercept_desc *desc,
 	unsigned char *first_page, size_t len);
+int bundle_patch_deferred(struct intercept_desc *desc);
+/* madfs_intercept_patch_deferred was called: no site is deferred any more */
+extern bool intercept_no_deferral;
+bool patch_deferrable(const struct patch_desc *patch);
 
 /*
  * Actually overwrite instructions in glibc.

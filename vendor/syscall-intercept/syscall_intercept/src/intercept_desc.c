@@ -1211,7 +1211,7 @@ cache_store(const struct intercept_desc *desc, struct cache_header *key)
  * jumps. Stored next to the patch-site cache after the first process that
  * patched without one; any mismatch or short file is ignored.
  */
-#define PLAN_MAGIC "MADFSPL2"
+#define PLAN_MAGIC "MADFSPL3"
 
 struct plan_header {
 	char magic[8];
@@ -1290,7 +1290,7 @@ plan_path(const struct plan_header *h, char *out, size_t size)
 		return -1;
 	uint64_t hash = wanted_hash(h);
 	int n = snprintf(out, size, "%s/%" PRIx64 "-%" PRIx64 "-%" PRIx64
-	    "-%" PRIx64 ".%" PRIx64 ".plan2-%" PRIx64, dir, h->file_id[0],
+	    "-%" PRIx64 ".%" PRIx64 ".plan3-%" PRIx64, dir, h->file_id[0],
 	    h->file_id[1], h->file_id[2], h->file_id[3], h->file_id[4], hash);
 	return (n <= 0 || (size_t)n >= size) ? -1 : 0;
 }

@@ -289,6 +289,8 @@ check_surrounding_instructions(struct intercept_desc *desc,
  * find_syscalls, which does the disassembling, finding jump destinations,
  * finding padding bytes, etc..
  */
+static bool fd_prefixed(const struct patch_desc *patch);
+
 void
 create_patch_wrappers(struct intercept_desc *desc)
 {
@@ -349,6 +351,18 @@ create_patch_wrappers(struct intercept_desc *desc)
 			 */
 
 			check_surrounding_instructions(desc, patch);
+
+			/*
+			 * madfs: a site with the fd prefix whose known
+			 * number is set right before it is patched over
+			 * exactly that `mov` and the `syscall` (7 bytes),
+			 * so that a bundle may defer it (patch_deferrable)
+			 */
+			if (fd_prefixed(patch) && patch->uses_prev_ins &&
+			    patch->preceding_ins.length == JUMP_INS_SIZE) {
+				patch->uses_prev_ins_2 = false;
+				patch->uses_next_ins = false;
+			}
 
 			/*
 			 * Count the number of overwritable bytes
@@ -471,6 +485,33 @@ fd_prefixed(const struct patch_desc *patch)
 	int32_t nr = patch->known_nr;
 	return madfs_intercept_fd_first != NULL && nr >= 0 && nr < 512 &&
 	    (madfs_intercept_fd_first[nr / 64] >> (nr % 64) & 1) != 0;
+}
+
+/*
+ * madfs: a site a bundle may leave unpatched until the program asks
+ * (bundle.c, madfs_intercept_patch_deferred): one with the fd prefix whose
+ * patch either is exactly `mov $nr, %eax` turned into the jump, with the
+ * `syscall` right after it kept as it was (activate_patches), or is the
+ * `syscall` turned into a short jump to a trampoline in a nop of its own.
+ * Patching it while other threads run is safe: every instruction start a
+ * thread may be stopped at (in a signal handler, or in the syscall) still
+ * does what it did, or now jumps to the wrapper: the mov becomes the jump,
+ * the `syscall` is kept or becomes the jump, the nop becomes a jump over
+ * itself, and nothing after the `syscall` changes. Until then the syscall
+ * goes straight to the kernel: right for a program that has none of its
+ * fds yet.
+ */
+bool
+patch_deferrable(const struct patch_desc *patch)
+{
+	if (!fd_prefixed(patch))
+		return false;
+	if (patch->uses_nop_trampoline)
+		return true;
+	return patch->uses_prev_ins && !patch->uses_prev_ins_2 &&
+	    !patch->uses_next_ins &&
+	    patch->dst_jmp_patch + JUMP_INS_SIZE == patch->syscall_addr &&
+	    patch->return_address == patch->syscall_addr + SYSCALL_INS_SIZE;
 }
 
 bool intercept_routine_must_save_ymm;
@@ -843,7 +884,7 @@ activate_patches(struct intercept_desc *desc)
 			 */
 			create_short_jump(patch->nop_trampoline.address,
 			    after_nop(&patch->nop_trampoline));
-		} else {
+		} else if (!patch_deferrable(patch)) {
 			unsigned char *byte;
 
 			for (byte = patch->dst_jmp_patch + JUMP_INS_SIZE;
