@@ -4,7 +4,7 @@
 // times, and each `cpuid` traps to the hypervisor in a virtual machine
 // (docs/performance.md). Panics inside the hooks still unwind to their `catch_unwind` (test
 // `panics_unwind_inside_the_library`). `preload/front/build.rs` includes this file.
-fn main() {
+pub fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     for arg in [
         "-Wl,--whole-archive",
