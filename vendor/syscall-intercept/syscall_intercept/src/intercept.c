@@ -222,22 +222,36 @@ str_match(const char *name, size_t name_len,
  * Tries to find the path of an object file loaded at a specific
  * address.
  *
- * The paths found are stored in BSS, in the paths variable. The
- * returned pointer points into this variable. The next_path
+ * The paths found are stored in the paths buffer. The
+ * returned pointer points into this buffer. The next_path
  * pointer keeps track of the already "allocated" space inside
- * the paths array.
+ * the paths buffer.
+ *
+ * madfs: the buffer is mapped at the first call (rare: an object the
+ * loader gave no name) instead of sitting in BSS, which then fits in the
+ * library's last data page: one mapping fewer in every process.
  */
 static const char *
 get_name_from_proc_maps(uintptr_t addr)
 {
-	static char paths[0x10000];
-	static char *next_path = paths;
+	enum { PATHS_SIZE = 0x10000 };
+	static char *paths;
+	static char *next_path;
 	const char *path = NULL;
 
 	char line[0x2000];
 	FILE *maps;
 
-	if ((next_path >= paths + sizeof(paths) - sizeof(line)))
+	if (paths == NULL) {
+		long m = syscall_no_intercept(SYS_mmap, NULL, PATHS_SIZE,
+		    PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		    -1, 0);
+		if (m < 0 && m > -4096)
+			return NULL;
+		paths = next_path = (char *)m;
+	}
+
+	if ((next_path >= paths + PATHS_SIZE - sizeof(line)))
 		return NULL; /* No more space left */
 
 	if ((maps = fopen("/proc/self/maps", "r")) == NULL)
