@@ -204,8 +204,8 @@ pub fn fast_pass(table: &'static [Pass; 512], ours: Ours) -> bool {
 /// Patches the libc sites the engine left unpatched at start (x86_64, libc mapped from its
 /// bundle: the syscalls of [`fd_first_set!`] with a known number, which then go straight to
 /// the kernel, as they may while the program has none of its own fds). Call it before the
-/// program's first fd exists; from then on those sites take their fd prefix. Safe from any
-/// thread, any number of times (a no-op once done, on aarch64, or when nothing was left).
+/// program's first fd exists; from then on those sites take their fd prefix. From one
+/// thread at a time (the caller serializes), any number of times (a no-op once done, on aarch64, or when nothing was left).
 /// `Err(errno)` if the patched text could not be put in place.
 pub fn patch_deferred() -> Result<(), i32> {
     #[cfg(target_arch = "x86_64")]

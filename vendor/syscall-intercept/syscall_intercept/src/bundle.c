@@ -359,9 +359,9 @@ bundle_map_fd(struct intercept_desc *desc, const struct dl_phdr_info *info,
 			syscall_no_intercept(SYS_munmap, full, len);
 		return BUNDLE_NOT_HERE;
 	}
-	desc->deferred = full;
 	desc->deferred_at = first_page;
 	desc->deferred_len = len;
+	__atomic_store_n(&desc->deferred, full, __ATOMIC_RELEASE);
 
 	desc->region = region;
 	desc->region_size = region_size;
@@ -397,22 +397,35 @@ bundle_map(struct intercept_desc *desc, const struct dl_phdr_info *info)
 /*
  * bundle_patch_deferred -- moves desc's full text over its lean one
  * (bundle_map_fd): every deferred site is patched from then on. 0, or
- * -errno with the lean text left in place.
+ * -errno with the lean text left in place. The front calls it from one
+ * thread at a time. desc->deferred is cleared only after the move, so a
+ * fork child made meanwhile either still has the full text aside (and
+ * moves it when it calls this) or already has it in place, and then its
+ * source is no longer mapped: checked first, since a failing mremap may
+ * already have unmapped its destination, libc's text.
  */
 int
 bundle_patch_deferred(struct intercept_desc *desc)
 {
-	unsigned char *full = __atomic_exchange_n(&desc->deferred, NULL,
-	    __ATOMIC_ACQ_REL);
+	unsigned char *full = __atomic_load_n(&desc->deferred,
+	    __ATOMIC_ACQUIRE);
 	if (full == NULL)
 		return 0;
-	long r = syscall_no_intercept(SYS_mremap, full, desc->deferred_len,
-	    desc->deferred_len, MREMAP_MAYMOVE | MREMAP_FIXED,
-	    desc->deferred_at);
-	if (r == (long)desc->deferred_at)
-		return 0;
-	__atomic_store_n(&desc->deferred, full, __ATOMIC_RELEASE);
-	return r < 0 && r > -4096 ? (int)r : -EIO;
+	size_t len = desc->deferred_len;
+	long r = 0;
+	if (syscall_no_intercept(SYS_msync, full, len, MS_ASYNC) == 0)
+		r = syscall_no_intercept(SYS_mremap, full, len, len,
+		    MREMAP_MAYMOVE | MREMAP_FIXED, desc->deferred_at);
+	else
+		r = (long)desc->deferred_at; /* moved before a fork */
+	if (r != (long)desc->deferred_at) {
+		if (syscall_no_intercept(SYS_msync, desc->deferred_at, len,
+		    MS_ASYNC) != 0)
+			xabort("libc's text is gone after a failed mremap");
+		return r < 0 && r > -4096 ? (int)r : -EIO;
+	}
+	__atomic_store_n(&desc->deferred, NULL, __ATOMIC_RELEASE);
+	return 0;
 }
 
 static int

@@ -839,7 +839,7 @@ bool intercept_no_deferral;
 /*
  * madfs_intercept_patch_deferred -- patches the sites a bundle left
  * unpatched (bundle.c, patch_deferrable) in every object: call it before
- * the program's first fd exists; any thread may call it, any number of
+ * the program's first fd exists, from one thread at a time, any number of
  * times. Returns 0, or -errno if an object's full text could not be put
  * in place (its deferred sites then stay unpatched).
  */
