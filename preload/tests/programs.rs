@@ -21,9 +21,15 @@ fn run(cl: &LocalCluster, argv: &[&str]) -> Output {
 
 /// Runs a python3 script with the preload library and checks it printed `done`.
 fn python_prints(cl: &LocalCluster, script: &str, done: &str) {
+    python_prints_env(cl, script, done, &[])
+}
+
+/// [`python_prints`] with extra environment variables.
+fn python_prints_env(cl: &LocalCluster, script: &str, done: &str, env: &[(&str, &str)]) {
     let path = cl.root().join("script.py");
     std::fs::write(&path, script).unwrap();
-    let out = run(cl, &["/usr/bin/python3", path.to_str().unwrap()]);
+    let python = ["/usr/bin/python3", path.to_str().unwrap()];
+    let out = common::run_env(cl, &python, TIMEOUT_MS, env);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains(done),
@@ -229,14 +235,33 @@ print("PY-OK")
 /// the kernel while it has no madfs fd) and patches them at its first madfs path
 /// (`vendor/PATCHES.md` syscall-intercept 18): here while other threads keep making those
 /// syscalls on a host fd. None of them may fail or crash, and the madfs fds made after the
-/// switch (in four threads at once) must be served by madfs.
+/// switch (in four threads at once) must be served by madfs. The run has an interception
+/// cache of its own, warmed first, so that libc comes from the bundle and the switch
+/// happens (a process that patches in place patches everything at once): `fstatfs`'s site
+/// is seen unpatched before and patched after.
 #[test]
 fn fd_syscalls_are_patched_while_threads_run() {
     let cl = cluster();
-    python_prints(
+    let cache = cl.root().join("threads-cache");
+    let env = [("MADFS_INTERCEPT_CACHE", cache.to_str().unwrap())];
+    ok(
+        common::run_env(&cl, &["/usr/bin/python3", "-c", "pass"], TIMEOUT_MS, &env),
+        "warming the interception cache",
+    );
+    python_prints_env(
         &cl,
         r#"
-import os, threading, time
+import os, threading, time, ctypes, platform
+def site(name):
+    # as madfs-syscall's `patched`: is the function's first `syscall` still reached?
+    # (x86_64: aarch64 defers no site)
+    if platform.machine() != "x86_64":
+        return "unpatched" if want_unpatched else "patched"
+    code = ctypes.string_at(ctypes.cast(getattr(ctypes.CDLL(None), name), ctypes.c_void_p).value, 32)
+    i = code.find(b"\x0f\x05")
+    return "unpatched" if i >= 0 and (i < 5 or code[i - 5] != 0xe9) else "patched"
+want_unpatched = True
+assert site("fstatfs") == "unpatched", "fd sites patched before the first madfs path"
 host = os.open("/etc/services", os.O_RDONLY)
 head = os.pread(host, 64, 0)
 stop, errors, counts = False, [], []
@@ -256,6 +281,8 @@ ts = [threading.Thread(target=hammer) for _ in range(4)]
 [t.start() for t in ts]
 time.sleep(0.2)
 fd = os.open("/madfs/deferred", os.O_RDWR | os.O_CREAT, 0o644)
+want_unpatched = False
+assert site("fstatfs") == "patched", "fd sites not patched at the first madfs path"
 os.pwrite(fd, b"x" * 4096, 0)
 def writer(i):
     f = os.open(f"/madfs/deferred{i}", os.O_RDWR | os.O_CREAT, 0o644)
@@ -277,6 +304,7 @@ for i in range(4):
 print("DEFERRED-OK")
 "#,
         "DEFERRED-OK",
+        &env,
     );
 }
 

@@ -1211,13 +1211,14 @@ cache_store(const struct intercept_desc *desc, struct cache_header *key)
  * jumps. Stored next to the patch-site cache after the first process that
  * patched without one; any mismatch or short file is ignored.
  */
-#define PLAN_MAGIC "MADFSPL3"
+#define PLAN_MAGIC "MADFSPL4"
 
 struct plan_header {
 	char magic[8];
 	uint64_t file_id[5];
 	uint64_t wanted[8];
 	uint64_t filtering;
+	uint64_t fd_first[8];
 	uint32_t sizeof_result, sizeof_patch;
 	uint64_t text_addr, text_offset, text_bytes;
 	uint64_t count;
@@ -1239,7 +1240,11 @@ filtering_on(void)
 	    (all == NULL || all[0] == '\0');
 }
 
-/* a zeroed header with the wanted set and whether it filters */
+/*
+ * a zeroed header with the wanted set, whether it filters, and the
+ * syscalls that get the fd prefix (patcher.c): the patch decisions
+ * depend on all three
+ */
 static void
 wanted_key(struct plan_header *h)
 {
@@ -1247,6 +1252,9 @@ wanted_key(struct plan_header *h)
 	h->filtering = (uint64_t)filtering_on();
 	if (h->filtering)
 		memcpy(h->wanted, madfs_intercept_syscalls, sizeof(h->wanted));
+	if (madfs_intercept_fd_first != NULL)
+		memcpy(h->fd_first, madfs_intercept_fd_first,
+		    sizeof(h->fd_first));
 }
 
 /* the header every plan of this library and wanted set must carry */
@@ -1263,13 +1271,15 @@ plan_key(const struct intercept_desc *desc, struct plan_header *h)
 	return 0;
 }
 
-/* FNV-1a of the wanted set and whether it filters */
+/* FNV-1a of the wanted set, whether it filters and the fd-first set */
 static uint64_t
 wanted_hash(const struct plan_header *h)
 {
 	uint64_t hash = 1469598103934665603ULL;
 	const unsigned char *b = (const unsigned char *)h->wanted;
-	for (size_t i = 0; i < sizeof(h->wanted) + sizeof(h->filtering); ++i)
+	size_t n = sizeof(h->wanted) + sizeof(h->filtering) +
+	    sizeof(h->fd_first);
+	for (size_t i = 0; i < n; ++i)
 		hash = (hash ^ b[i]) * 1099511628211ULL;
 	return hash;
 }
@@ -1290,7 +1300,7 @@ plan_path(const struct plan_header *h, char *out, size_t size)
 		return -1;
 	uint64_t hash = wanted_hash(h);
 	int n = snprintf(out, size, "%s/%" PRIx64 "-%" PRIx64 "-%" PRIx64
-	    "-%" PRIx64 ".%" PRIx64 ".plan3-%" PRIx64, dir, h->file_id[0],
+	    "-%" PRIx64 ".%" PRIx64 ".plan4-%" PRIx64, dir, h->file_id[0],
 	    h->file_id[1], h->file_id[2], h->file_id[3], h->file_id[4], hash);
 	return (n <= 0 || (size_t)n >= size) ? -1 : 0;
 }
@@ -1330,6 +1340,7 @@ plan_load(struct intercept_desc *desc, int fd)
 	    memcmp(h->file_id, key.file_id, sizeof(key.file_id)) == 0 &&
 	    memcmp(h->wanted, key.wanted, sizeof(key.wanted)) == 0 &&
 	    h->filtering == key.filtering &&
+	    memcmp(h->fd_first, key.fd_first, sizeof(key.fd_first)) == 0 &&
 	    h->sizeof_result == key.sizeof_result &&
 	    h->sizeof_patch == key.sizeof_patch &&
 	    h->count > 0 && h->count < (1u << 20) &&
@@ -1355,10 +1366,11 @@ plan_load(struct intercept_desc *desc, int fd)
 		struct planned_patch pp; /* memcpy: p is not aligned */
 		memcpy(&pp, p, sizeof(pp));
 		p += sizeof(pp);
-		ok = pp.syscall_off < h->text_bytes &&
-		    pp.dst_jmp_off < h->text_bytes &&
+		ok = pp.syscall_off + 2 <= h->text_bytes &&
+		    pp.dst_jmp_off + 2 <= h->text_bytes &&
 		    pp.return_off <= h->text_bytes &&
-		    pp.nop_off < h->text_bytes;
+		    pp.nop_size <= 15 &&
+		    pp.nop_off + pp.nop_size <= h->text_bytes;
 		struct patch_desc *patch = desc->items + i;
 		patch->containing_lib_path = desc->path;
 		patch->syscall_addr = desc->text_start + pp.syscall_off;
