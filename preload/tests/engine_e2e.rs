@@ -453,6 +453,7 @@ fn intercept_log_names_the_syscalls() {
 }
 
 /// A fresh directory under the system's temporary directory.
+#[cfg(target_arch = "x86_64")]
 fn tempfile_dir(name: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("madfs-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -478,6 +479,53 @@ fn libc_out_of_reach_runs_unintercepted() {
     assert!(!stdout.contains("fstype 6d616466"), "{stdout}");
     assert!(stdout.contains("stat ERR ENOENT"), "{stdout}");
     assert!(stdout.contains("getcwd OK"), "{stdout}");
+}
+
+/// A process that must scan libc (nothing in its interception cache) and cannot load
+/// capstone runs unintercepted, with one line on stderr, and does not crash; it used to
+/// exit at once, and with it every program started under the preload on a node without
+/// libcapstone. `MADFS_INTERCEPT_CAPSTONE` names the library to load instead.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn libc_without_capstone_runs_unintercepted() {
+    let cl = cluster();
+    let dir = cl.root().join("cache-without-capstone");
+    let cache = dir.to_str().unwrap();
+    let steps = ["statfs,/madfs", "stat,/madfs/a", "getcwd"];
+    let missing = "/nonexistent/libcapstone.so.4";
+    let env = [
+        ("MADFS_INTERCEPT_CACHE", cache),
+        ("MADFS_INTERCEPT_CAPSTONE", missing),
+    ];
+    let out = syscalls_env(&cl, &steps, 20_000, &env);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let off: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("syscall interception is off"))
+        .collect();
+    assert_eq!(off.len(), 1, "{stderr}");
+    assert!(off[0].contains("libc"), "{stderr}");
+    assert!(off[0].contains("MADFS_INTERCEPT_CAPSTONE"), "{stderr}");
+    // the kernel answers: the mount point is a plain directory of the host
+    assert!(stdout.contains("statfs OK 0"), "{stdout}");
+    assert!(!stdout.contains("fstype 6d616466"), "{stdout}");
+    assert!(stdout.contains("stat ERR ENOENT"), "{stdout}");
+    assert!(stdout.contains("getcwd OK"), "{stdout}");
+    // nothing was stored for later processes
+    let stored = std::fs::read_dir(&dir).map_or(0, |d| d.count());
+    assert_eq!(stored, 0, "{dir:?}");
+    // capstone named by file name: the scan runs and madfs answers
+    let env = [
+        ("MADFS_INTERCEPT_CACHE", cache),
+        ("MADFS_INTERCEPT_CAPSTONE", "libcapstone.so.4"),
+    ];
+    syscalls_expect(
+        &cl,
+        &["statfs,/madfs"],
+        &env,
+        &["fstype 6d616466", "statfs OK 0"],
+    );
 }
 
 #[cfg(not(target_arch = "aarch64"))]

@@ -43,6 +43,7 @@
 #include "disasm_wrapper.h"
 
 #include <assert.h>
+#include <stdlib.h>
 #include <string.h>
 #include <syscall.h>
 #include "capstone_wrapper.h"
@@ -63,31 +64,71 @@ static cs_err (*p_cs_close)(csh *);
 static bool (*p_cs_disasm_iter)(csh, const uint8_t **, size_t *, uint64_t *,
 		cs_insn *);
 
-static void *
-capstone_sym(void *lib, const char *name)
-{
-	void *f = dlsym(lib, name);
-	if (f == NULL)
-		xabort("libcapstone: missing symbol");
-	return f;
-}
+/*
+ * madfs: why capstone cannot be used, or NULL. A process that must
+ * disassemble a library (a miss in the patch-site cache) and cannot load
+ * capstone leaves that library unpatched and says so once; upstream, and
+ * this copy before, killed the process, i.e. every program started under
+ * LD_PRELOAD on a node without libcapstone.
+ */
+static const char *capstone_missing;
 
-static void
+/*
+ * load_capstone -- true once capstone's functions are known. The library is
+ * MADFS_INTERCEPT_CAPSTONE (a file name or path) if set, else
+ * libcapstone.so.4 or libcapstone.so from the library path.
+ */
+static bool
 load_capstone(void)
 {
 	if (p_cs_open != NULL)
-		return;
-	void *lib = dlopen("libcapstone.so.4", RTLD_NOW | RTLD_LOCAL);
-	if (lib == NULL)
-		lib = dlopen("libcapstone.so", RTLD_NOW | RTLD_LOCAL);
-	if (lib == NULL)
-		xabort("libcapstone.so.4 not found");
-	p_cs_option = capstone_sym(lib, "cs_option");
-	p_cs_malloc = capstone_sym(lib, "cs_malloc");
-	p_cs_free = capstone_sym(lib, "cs_free");
-	p_cs_close = capstone_sym(lib, "cs_close");
-	p_cs_disasm_iter = capstone_sym(lib, "cs_disasm_iter");
-	p_cs_open = capstone_sym(lib, "cs_open");
+		return true;
+	if (capstone_missing != NULL)
+		return false;
+	/* never from the environment of a setuid/setgid program */
+	const char *path = secure_getenv("MADFS_INTERCEPT_CAPSTONE");
+	void *lib;
+	if (path != NULL && path[0] != '\0') {
+		lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	} else {
+		lib = dlopen("libcapstone.so.4", RTLD_NOW | RTLD_LOCAL);
+		if (lib == NULL)
+			lib = dlopen("libcapstone.so", RTLD_NOW | RTLD_LOCAL);
+	}
+	if (lib == NULL) {
+		capstone_missing = path != NULL && path[0] != '\0' ?
+		    "MADFS_INTERCEPT_CAPSTONE cannot be loaded" :
+		    "libcapstone.so.4 not found (install libcapstone4, or "
+		    "name it in MADFS_INTERCEPT_CAPSTONE)";
+		return false;
+	}
+	void *f[6] = {dlsym(lib, "cs_option"), dlsym(lib, "cs_malloc"),
+	    dlsym(lib, "cs_free"), dlsym(lib, "cs_close"),
+	    dlsym(lib, "cs_disasm_iter"), dlsym(lib, "cs_open")};
+	for (unsigned i = 0; i < 6; ++i) {
+		if (f[i] == NULL) {
+			dlclose(lib);
+			capstone_missing = "libcapstone lacks a function of "
+			    "capstone 4";
+			return false;
+		}
+	}
+	p_cs_option = f[0];
+	p_cs_malloc = f[1];
+	p_cs_free = f[2];
+	p_cs_close = f[3];
+	p_cs_disasm_iter = f[4];
+	p_cs_open = f[5];
+	return true;
+}
+
+/*
+ * intercept_disasm_unavailable -- why intercept_disasm_init returned NULL
+ */
+const char *
+intercept_disasm_unavailable(void)
+{
+	return capstone_missing;
 }
 
 #define cs_open p_cs_open
@@ -126,13 +167,17 @@ nop_vsnprintf()
  *
  * One must pass this context pointer to intercept_disasm_destroy following
  * a disassembling loop.
+ *
+ * madfs: NULL if capstone cannot be loaded (intercept_disasm_unavailable
+ * says why).
  */
 struct intercept_disasm_context *
 intercept_disasm_init(const unsigned char *begin, const unsigned char *end)
 {
 	struct intercept_disasm_context *context;
 
-	load_capstone();
+	if (!load_capstone())
+		return NULL;
 	context = xmmap_anon(sizeof(*context));
 	context->begin = begin;
 	context->end = end;
@@ -141,8 +186,11 @@ intercept_disasm_init(const unsigned char *begin, const unsigned char *end)
 	 * Initialize the disassembler.
 	 * The handle here must be passed to capstone each time it is used.
 	 */
-	if (cs_open(CS_ARCH_X86, CS_MODE_64, &context->handle) != CS_ERR_OK)
-		xabort("cs_open");
+	if (cs_open(CS_ARCH_X86, CS_MODE_64, &context->handle) != CS_ERR_OK) {
+		xmunmap(context, sizeof(*context));
+		capstone_missing = "capstone cannot disassemble x86-64";
+		return NULL;
+	}
 
 	/*
 	 * Kindly ask capstone to return some details about the instruction.

@@ -118,6 +118,8 @@ struct intercept_disasm_context;
 struct intercept_disasm_context *
 intercept_disasm_init(const unsigned char *begin, const unsigned char *end);
 
+const char *intercept_disasm_unavailable(void);
+
 void intercept_disasm_destroy(struct intercept_disasm_context *context);
 
 struct intercept_disasm_result

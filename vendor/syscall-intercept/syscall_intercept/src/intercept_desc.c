@@ -487,8 +487,11 @@ is_overwritable_nop(const struct intercept_disasm_result *ins)
  *
  * Note: The actual patching can not yet be done in this disassembling phase,
  * as it is not known in advance, which addresses are jump destinations.
+ *
+ * madfs: false, with nothing found, if there is no disassembler
+ * (intercept_disasm_unavailable).
  */
-static void
+static bool
 crawl_text(struct intercept_desc *desc)
 {
 	unsigned char *code = desc->text_start;
@@ -509,6 +512,8 @@ crawl_text(struct intercept_desc *desc)
 	unsigned has_prevs = 0;
 	struct intercept_disasm_context *context =
 	    intercept_disasm_init(desc->text_start, desc->text_end);
+	if (context == NULL)
+		return false;
 
 	while (code <= desc->text_end) {
 		struct intercept_disasm_result result;
@@ -580,6 +585,7 @@ crawl_text(struct intercept_desc *desc)
 	}
 
 	intercept_disasm_destroy(context);
+	return true;
 }
 
 /*
@@ -1445,6 +1451,24 @@ plan_store(const struct intercept_desc *desc)
 }
 
 /*
+ * report_unpatched -- says once on stderr that desc's library is left as it
+ * is (madfs: the program runs on, without interception of that library)
+ */
+static void
+report_unpatched(const struct intercept_desc *desc, const char *why)
+{
+	char msg[600];
+	char *p = msg;
+	const char *end = msg + sizeof(msg) - 1;
+	put_str(&p, end, "madfs: syscall interception is off for ");
+	put_str(&p, end, desc->path);
+	put_str(&p, end, ": ");
+	put_str(&p, end, why);
+	*p++ = '\n';
+	syscall_no_intercept(SYS_write, 2, msg, (size_t)(p - msg));
+}
+
+/*
  * find_syscalls
  * The routine that disassembles a text section. Here is some higher level
  * logic for finding syscalls, finding overwritable NOP instructions, and
@@ -1496,7 +1520,10 @@ find_syscalls(struct intercept_desc *desc)
 
 	syscall_no_intercept(SYS_close, fd);
 
-	crawl_text(desc);
+	if (!crawl_text(desc)) {
+		report_unpatched(desc, intercept_disasm_unavailable());
+		return;
+	}
 	cache_store(desc, &key);
 	filter_patches(desc);
 }
