@@ -1306,14 +1306,36 @@ fn sys_utimensat(dirfd: i64, path: isize, ts: isize, flags: i64) -> Ret {
     ))
 }
 
-fn sys_chmod(dirfd: i64, path: isize, mode: i64) -> Ret {
-    let p = ours!(fd_or_path(dirfd, path, 0));
+/// `fchmodat2` (and `fchmodat`, `fchmod` with no flags): with `AT_SYMLINK_NOFOLLOW`, a
+/// symbolic link itself cannot change its mode (EOPNOTSUPP, as Linux answers).
+fn sys_chmod(dirfd: i64, path: isize, mode: i64, flags: i64) -> Ret {
+    let p = ours!(fd_or_path(dirfd, path, flags));
+    let nofollow = libc::AT_SYMLINK_NOFOLLOW as i64;
+    if flags & !(nofollow | libc::AT_EMPTY_PATH as i64) != 0 {
+        return Some(neg(Errno::EINVAL));
+    }
+    let follow = flags & nofollow == 0;
     zero(with_links(
         &p,
-        true,
-        |p| conn::with(|c| c.chmod(p, mode as u32)),
-        // SAFETY: fchmodat of a host path.
-        |h| raw_unit(unsafe { raw_at(libc::SYS_fchmodat, h, [mode as isize, 0, 0]) }),
+        follow,
+        |p| match conn::with(|c| c.chmod(p, mode as u32)) {
+            Err(Errno::ELOOP) if !follow => Err(Errno::ENOTSUP),
+            r => r,
+        },
+        // SAFETY: fchmodat(2) of a host path (the link itself not followed, if so asked).
+        |h| {
+            raw_unit(unsafe {
+                if follow {
+                    raw_at(libc::SYS_fchmodat, h, [mode as isize, 0, 0])
+                } else {
+                    raw_at(
+                        madfs_hookabi::SYS_FCHMODAT2,
+                        h,
+                        [mode as isize, nofollow as isize, 0],
+                    )
+                }
+            })
+        },
     ))
 }
 
@@ -2030,8 +2052,11 @@ pub fn dispatch(nr: i64, a: [isize; 6]) -> Ret {
         }),
         libc::SYS_getcwd => sys_getcwd(a0, i1),
         libc::SYS_utimensat => sys_utimensat(f0, a1, a2, f3),
-        libc::SYS_fchmodat => sys_chmod(f0, a1, f2),
-        libc::SYS_fchmod => fdtable::is_ours(f0).then(|| sys_chmod(f0, 0, f1)).flatten(),
+        libc::SYS_fchmodat => sys_chmod(f0, a1, f2, 0),
+        madfs_hookabi::SYS_FCHMODAT2 => sys_chmod(f0, a1, f2, f3),
+        libc::SYS_fchmod => fdtable::is_ours(f0)
+            .then(|| sys_chmod(f0, 0, f1, 0))
+            .flatten(),
         libc::SYS_fchownat => sys_chown(f0, a1, f2, f3, f4),
         libc::SYS_fchown => fdtable::is_ours(f0)
             .then(|| sys_chown(f0, 0, f1, f2, 0))

@@ -187,12 +187,18 @@ pub const fn fd_only(nr: i64) -> bool {
     )
 }
 
+/// `fchmodat2(dirfd, path, mode, flags)` (Linux 6.6; the same number on every architecture,
+/// not yet in the libc crate for all of them). glibc ≥ 2.39 issues it for `fchmodat` with
+/// flags (`lchmod`, GNU tar's directory modes), before any fallback.
+pub const SYS_FCHMODAT2: i64 = 452;
+
 /// Syscalls with a `(dirfd, path)` pair in their first two arguments, not ours whenever that
 /// pair names no madfs file.
 pub const fn dirfd_path(nr: i64) -> bool {
     matches!(
         nr,
-        libc::SYS_openat
+        SYS_FCHMODAT2
+            | libc::SYS_openat
             | libc::SYS_newfstatat
             | libc::SYS_statx
             | libc::SYS_faccessat

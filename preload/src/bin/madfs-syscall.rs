@@ -198,6 +198,19 @@ fn main() {
                 }
                 "fsync" => libc::fsync(fd(a[1])) as i64,
                 "access" => libc::access(cs(a[1]).as_ptr(), libc::F_OK) as i64,
+                // fchmodat2,PATH,MODE (octal),FLAGS: 0, nofollow, empty (PATH an fd: `#n`) or
+                // bad; the syscall itself (glibc ≥ 2.39 issues it for fchmodat with flags)
+                "fchmodat2" => {
+                    let (dirfd, path, flags) = match a[3] {
+                        "0" => (libc::AT_FDCWD, cs(a[1]), 0),
+                        "nofollow" => (libc::AT_FDCWD, cs(a[1]), libc::AT_SYMLINK_NOFOLLOW),
+                        "empty" => (fd(a[1]), cs(""), libc::AT_EMPTY_PATH),
+                        "bad" => (libc::AT_FDCWD, cs(a[1]), 0x10000),
+                        f => panic!("fchmodat2 flags {f}"),
+                    };
+                    let mode = u32::from_str_radix(a[2], 8).expect("octal mode");
+                    libc::syscall(452, dirfd, path.as_ptr(), mode, flags)
+                }
                 "chdir" => libc::chdir(cs(a[1]).as_ptr()) as i64,
                 // closes every fd from N up (as daemons and subprocess children do)
                 "closefrom" => libc::syscall(libc::SYS_close_range, num(1) as u32, u32::MAX, 0),
