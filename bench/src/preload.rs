@@ -137,35 +137,53 @@ struct Timing {
     cpu_min_pct: f64,
     /// CPU overhead as the median over runs of (preloaded / the plain run just before).
     cpu_paired_pct: f64,
+    /// The same two figures for a second plain run in each round against the first: what
+    /// this machine's noise alone makes of "no overhead" (an A/A comparison).
+    noise_min_pct: f64,
+    noise_paired_pct: f64,
     runs: usize,
 }
 
-/// Runs of `argv` plain and preloaded, alternately (this VM's speed drifts; runs side by side
-/// see the same drift), as many as fit in about `budget` of CPU per variant, at least 21 and
-/// at most 201. Besides minima and medians, the median of the per-pair ratios: a pair is two
-/// adjacent runs, so a drift between pairs cancels out, and the median ignores the pairs a
-/// neighbour's burst hit.
+/// CPU of `b` over `a` in %: from the minima, and as the median of the per-round ratios.
+fn overhead(a: &[(u64, u64)], b: &[(u64, u64)]) -> (f64, f64) {
+    let min = |v: &[(u64, u64)]| v.iter().map(|x| x.1).min().unwrap_or(0) as f64;
+    let ratios: Vec<u64> = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| y.1 * 1_000_000 / x.1.max(1))
+        .collect();
+    // median() divides by 1000: the ratios (x 1e6) -> x 1e3
+    (
+        (min(b) / min(a).max(1.0) - 1.0) * 100.0,
+        (median(ratios) / 1e3 - 1.0) * 100.0,
+    )
+}
+
+/// Rounds of `argv` plain, preloaded and plain again (this VM's speed drifts; runs side by
+/// side see the same drift), as many as fit in about `budget` of CPU per variant, at least
+/// 21 and at most 201. Besides minima and medians, the median of the per-round ratios: a
+/// drift between rounds cancels out, and the median ignores the rounds a neighbour's burst
+/// hit. The second plain run gives the noise floor the overhead must be read against.
 fn time_cmd(lib: &std::path::Path, argv: &[&str], budget: Duration) -> anyhow::Result<Timing> {
     let first = time_cmd_once(None, argv)?;
     let runs = (budget.as_nanos() as u64 / first.1.max(1)).clamp(21, 201) as usize;
-    let (mut plain, mut pre) = (vec![], vec![]);
+    let (mut plain, mut pre, mut plain2) = (vec![], vec![], vec![]);
     for _ in 0..runs {
         plain.push(time_cmd_once(None, argv)?);
         pre.push(time_cmd_once(Some(lib), argv)?);
+        plain2.push(time_cmd_once(None, argv)?);
     }
-    let ratios: Vec<u64> = plain
-        .iter()
-        .zip(&pre)
-        .map(|(p, l)| l.1 * 1_000_000 / p.1.max(1))
-        .collect();
-    let min = |v: &[(u64, u64)]| v.iter().map(|x| x.1).min().unwrap_or(0) as f64;
     let med = |v: &[(u64, u64)], f: fn(&(u64, u64)) -> u64| median(v.iter().map(f).collect());
+    let (cpu_min_pct, cpu_paired_pct) = overhead(&plain, &pre);
+    let (noise_min_pct, noise_paired_pct) = overhead(&plain, &plain2);
     Ok(Timing {
-        // median() divides by 1000: ns -> µs, and the ratios (x 1e6) -> x 1e3
+        // median() divides by 1000: ns -> µs
         wall: [med(&plain, |x| x.0) / 1e3, med(&pre, |x| x.0) / 1e3],
         cpu: [med(&plain, |x| x.1) / 1e3, med(&pre, |x| x.1) / 1e3],
-        cpu_min_pct: (min(&pre) / min(&plain) - 1.0) * 100.0,
-        cpu_paired_pct: (median(ratios) / 1e3 - 1.0) * 100.0,
+        cpu_min_pct,
+        cpu_paired_pct,
+        noise_min_pct,
+        noise_paired_pct,
         runs,
     })
 }
@@ -254,8 +272,9 @@ pub fn run(a: PreloadArgs) -> anyhow::Result<()> {
         (local_pre[0] / local_plain[0] - 1.0) * 100.0
     );
     println!(
-        "(21–201 runs each, plain and preloaded alternately; wall and CPU: medians; CPU = user + \
-         system of the child; paired: median over runs of preloaded / the plain run before it)"
+        "(21–201 rounds of plain, preloaded, plain; wall and CPU: medians; CPU = user + system \
+         of the child; paired: median over rounds of preloaded / the plain run before it; \
+         A/A: the second plain run against the first, this machine's noise)"
     );
     // programs that do work between their syscalls: a 64 MiB file to hash (in the page
     // cache), a compile, a Python loop
@@ -297,8 +316,13 @@ pub fn run(a: PreloadArgs) -> anyhow::Result<()> {
         programs.push(vec!["/usr/bin/cc", "-O2", "-c", &src, "-o", &obj]);
     }
     println!(
-        "{:<34} {:>22} {:>22} {:>5} {:>16}",
-        "program", "wall ms plain/preload", "CPU ms plain/preload", "runs", "CPU +% min/paired"
+        "{:<34} {:>22} {:>22} {:>5} {:>16} {:>16}",
+        "program",
+        "wall ms plain/preload",
+        "CPU ms plain/preload",
+        "runs",
+        "CPU +% min/paired",
+        "A/A % min/paired"
     );
     for argv in programs.iter().map(Vec::as_slice) {
         let t = time_cmd(&lib, argv, Duration::from_secs(2))?;
@@ -308,7 +332,7 @@ pub fn run(a: PreloadArgs) -> anyhow::Result<()> {
             .collect::<Vec<_>>()
             .join(" ");
         println!(
-            "{:<34} {:>10.2} / {:<9.2} {:>10.2} / {:<9.2} {:>5} {:>+7.1} / {:<+7.1}",
+            "{:<34} {:>10.2} / {:<9.2} {:>10.2} / {:<9.2} {:>5} {:>+7.1} / {:<+7.1} {:>+7.1} / {:<+7.1}",
             name.chars().take(34).collect::<String>(),
             t.wall[0],
             t.wall[1],
@@ -316,7 +340,9 @@ pub fn run(a: PreloadArgs) -> anyhow::Result<()> {
             t.cpu[1],
             t.runs,
             t.cpu_min_pct,
-            t.cpu_paired_pct
+            t.cpu_paired_pct,
+            t.noise_min_pct,
+            t.noise_paired_pct
         );
     }
     Ok(())
