@@ -209,7 +209,13 @@ fn main() {
                         f => panic!("fchmodat2 flags {f}"),
                     };
                     let mode = u32::from_str_radix(a[2], 8).expect("octal mode");
-                    libc::syscall(452, dirfd, path.as_ptr(), mode, flags)
+                    libc::syscall(
+                        madfs_hookabi::SYS_FCHMODAT2,
+                        dirfd,
+                        path.as_ptr(),
+                        mode,
+                        flags,
+                    )
                 }
                 "chdir" => libc::chdir(cs(a[1]).as_ptr()) as i64,
                 // closes every fd from N up (as daemons and subprocess children do)

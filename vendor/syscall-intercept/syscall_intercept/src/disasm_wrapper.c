@@ -87,8 +87,9 @@ load_capstone(void)
 		return false;
 	/* never from the environment of a setuid/setgid program */
 	const char *path = secure_getenv("MADFS_INTERCEPT_CAPSTONE");
+	bool named = path != NULL && path[0] != '\0';
 	void *lib;
-	if (path != NULL && path[0] != '\0') {
+	if (named) {
 		lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	} else {
 		lib = dlopen("libcapstone.so.4", RTLD_NOW | RTLD_LOCAL);
@@ -96,7 +97,7 @@ load_capstone(void)
 			lib = dlopen("libcapstone.so", RTLD_NOW | RTLD_LOCAL);
 	}
 	if (lib == NULL) {
-		capstone_missing = path != NULL && path[0] != '\0' ?
+		capstone_missing = named ?
 		    "MADFS_INTERCEPT_CAPSTONE cannot be loaded" :
 		    "libcapstone.so.4 not found (install libcapstone4, or "
 		    "name it in MADFS_INTERCEPT_CAPSTONE)";
