@@ -19,6 +19,11 @@ pub struct PreloadArgs {
     /// mean of the pings around it (this VM's speed drifts from second to second).
     #[arg(long, default_value_t = 5)]
     rounds: usize,
+    /// CPU seconds per variant for each program that never touches the mount (rounds of
+    /// plain, preloaded, plain: at least 21, at most 2,001); more rounds narrow the
+    /// confidence intervals.
+    #[arg(long, default_value_t = 2.0)]
+    program_seconds: f64,
 }
 
 #[derive(clap::Args, Debug)]
@@ -135,38 +140,65 @@ struct Timing {
     cpu: [f64; 2],
     /// CPU overhead from the minima of both.
     cpu_min_pct: f64,
-    /// CPU overhead as the median over runs of (preloaded / the plain run just before).
-    cpu_paired_pct: f64,
-    /// The same two figures for a second plain run in each round against the first: what
-    /// this machine's noise alone makes of "no overhead" (an A/A comparison).
+    /// CPU overhead as the median over rounds of preloaded / the mean of the plain runs
+    /// just before and just after it, with its 95 % confidence interval.
+    cpu_paired: Paired,
+    /// The second plain run of each round against the first: what this machine's noise
+    /// alone makes of "no overhead" (an A/A comparison), min and paired.
     noise_min_pct: f64,
-    noise_paired_pct: f64,
+    noise_paired: Paired,
     runs: usize,
 }
 
-/// CPU of `b` over `a` in %: from the minima, and as the median of the per-round ratios.
-fn overhead(a: &[(u64, u64)], b: &[(u64, u64)]) -> (f64, f64) {
+/// A median of per-round ratios, in % over 1, with a distribution-free 95 % confidence
+/// interval for it (order statistics of the sorted ratios, binomial normal approximation:
+/// the true median lies between the ratios ranked n/2 ∓ 0.98·√n).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Paired {
+    median: f64,
+    lo: f64,
+    hi: f64,
+}
+
+impl Paired {
+    fn of(mut ratios: Vec<f64>) -> Paired {
+        ratios.sort_by(f64::total_cmp);
+        let n = ratios.len();
+        if n == 0 {
+            return Paired {
+                median: f64::NAN,
+                lo: f64::NAN,
+                hi: f64::NAN,
+            };
+        }
+        let half = 0.98 * (n as f64).sqrt();
+        let lo = ((n as f64 / 2.0 - half).floor().max(0.0)) as usize;
+        let hi = ((n as f64 / 2.0 + half).ceil() as usize).min(n - 1);
+        let pct = |r: f64| (r - 1.0) * 100.0;
+        Paired {
+            median: pct(ratios[n / 2]),
+            lo: pct(ratios[lo]),
+            hi: pct(ratios[hi]),
+        }
+    }
+}
+
+/// CPU of `b` over `a` in % from the minima of both.
+fn min_overhead(a: &[(u64, u64)], b: &[(u64, u64)]) -> f64 {
     let min = |v: &[(u64, u64)]| v.iter().map(|x| x.1).min().unwrap_or(0) as f64;
-    let ratios: Vec<u64> = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| y.1 * 1_000_000 / x.1.max(1))
-        .collect();
-    // median() divides by 1000: the ratios (x 1e6) -> x 1e3
-    (
-        (min(b) / min(a).max(1.0) - 1.0) * 100.0,
-        (median(ratios) / 1e3 - 1.0) * 100.0,
-    )
+    (min(b) / min(a).max(1.0) - 1.0) * 100.0
 }
 
 /// Rounds of `argv` plain, preloaded and plain again (this VM's speed drifts; runs side by
 /// side see the same drift), as many as fit in about `budget` of CPU per variant, at least
-/// 21 and at most 201. Besides minima and medians, the median of the per-round ratios: a
-/// drift between rounds cancels out, and the median ignores the rounds a neighbour's burst
-/// hit. The second plain run gives the noise floor the overhead must be read against.
+/// 21 and at most 2,001. Besides minima and medians, the median over rounds of the
+/// preloaded run over the mean of the two plain runs around it: a drift, even one within
+/// the round, cancels out, and the median ignores the rounds a neighbour's burst hit. The
+/// second plain run against the first gives the noise floor the overhead must be read
+/// against.
 fn time_cmd(lib: &std::path::Path, argv: &[&str], budget: Duration) -> anyhow::Result<Timing> {
     let first = time_cmd_once(None, argv)?;
-    let runs = (budget.as_nanos() as u64 / first.1.max(1)).clamp(21, 201) as usize;
+    let runs = (budget.as_nanos() as u64 / first.1.max(1)).clamp(21, 2001) as usize;
     let (mut plain, mut pre, mut plain2) = (vec![], vec![], vec![]);
     for _ in 0..runs {
         plain.push(time_cmd_once(None, argv)?);
@@ -174,16 +206,37 @@ fn time_cmd(lib: &std::path::Path, argv: &[&str], budget: Duration) -> anyhow::R
         plain2.push(time_cmd_once(None, argv)?);
     }
     let med = |v: &[(u64, u64)], f: fn(&(u64, u64)) -> u64| median(v.iter().map(f).collect());
-    let (cpu_min_pct, cpu_paired_pct) = overhead(&plain, &pre);
-    let (noise_min_pct, noise_paired_pct) = overhead(&plain, &plain2);
+    let round = |i: usize| {
+        (
+            plain[i].1.max(1) as f64,
+            pre[i].1 as f64,
+            plain2[i].1 as f64,
+        )
+    };
+    let cpu_paired = Paired::of(
+        (0..runs)
+            .map(|i| {
+                let (a, p, b) = round(i);
+                p / ((a + b.max(1.0)) / 2.0)
+            })
+            .collect(),
+    );
+    let noise_paired = Paired::of(
+        (0..runs)
+            .map(|i| {
+                let (a, _, b) = round(i);
+                b / a
+            })
+            .collect(),
+    );
     Ok(Timing {
         // median() divides by 1000: ns -> µs
         wall: [med(&plain, |x| x.0) / 1e3, med(&pre, |x| x.0) / 1e3],
         cpu: [med(&plain, |x| x.1) / 1e3, med(&pre, |x| x.1) / 1e3],
-        cpu_min_pct,
-        cpu_paired_pct,
-        noise_min_pct,
-        noise_paired_pct,
+        cpu_min_pct: min_overhead(&plain, &pre),
+        cpu_paired,
+        noise_min_pct: min_overhead(&plain, &plain2),
+        noise_paired,
         runs,
     })
 }
@@ -272,9 +325,10 @@ pub fn run(a: PreloadArgs) -> anyhow::Result<()> {
         (local_pre[0] / local_plain[0] - 1.0) * 100.0
     );
     println!(
-        "(21–201 rounds of plain, preloaded, plain; wall and CPU: medians; CPU = user + system \
-         of the child; paired: median over rounds of preloaded / the plain run before it; \
-         A/A: the second plain run against the first, this machine's noise)"
+        "(21–2,001 rounds of plain, preloaded, plain; wall and CPU: medians; CPU = user + \
+         system of the child; paired: median over rounds of preloaded / the mean of the plain \
+         runs around it, [its 95 % confidence interval]; A/A: the second plain run against \
+         the first, this machine's noise)"
     );
     // programs that do work between their syscalls: a 64 MiB file to hash (in the page
     // cache), a compile, a Python loop
@@ -316,34 +370,60 @@ pub fn run(a: PreloadArgs) -> anyhow::Result<()> {
         programs.push(vec!["/usr/bin/cc", "-O2", "-c", &src, "-o", &obj]);
     }
     println!(
-        "{:<34} {:>22} {:>22} {:>5} {:>16} {:>16}",
+        "{:<30} {:>19} {:>19} {:>5} {:>7} {:>21} {:>7} {:>21}",
         "program",
-        "wall ms plain/preload",
-        "CPU ms plain/preload",
+        "wall ms plain/pre",
+        "CPU ms plain/pre",
         "runs",
-        "CPU +% min/paired",
-        "A/A % min/paired"
+        "CPU +%",
+        "paired [95 % CI]",
+        "A/A min",
+        "A/A paired [95 % CI]"
     );
+    let budget = Duration::from_secs_f64(a.program_seconds.max(0.0));
     for argv in programs.iter().map(Vec::as_slice) {
-        let t = time_cmd(&lib, argv, Duration::from_secs(2))?;
+        let t = time_cmd(&lib, argv, budget)?;
         let name: String = argv
             .iter()
             .map(|a| a.rsplit('/').next().unwrap_or(a))
             .collect::<Vec<_>>()
             .join(" ");
+        let paired = |p: Paired| format!("{:+.1} [{:+.1}, {:+.1}]", p.median, p.lo, p.hi);
         println!(
-            "{:<34} {:>10.2} / {:<9.2} {:>10.2} / {:<9.2} {:>5} {:>+7.1} / {:<+7.1} {:>+7.1} / {:<+7.1}",
-            name.chars().take(34).collect::<String>(),
+            "{:<30} {:>8.2} / {:<8.2} {:>8.2} / {:<8.2} {:>5} {:>+7.1} {:>21} {:>+7.1} {:>21}",
+            name.chars().take(30).collect::<String>(),
             t.wall[0],
             t.wall[1],
             t.cpu[0],
             t.cpu[1],
             t.runs,
             t.cpu_min_pct,
-            t.cpu_paired_pct,
+            paired(t.cpu_paired),
             t.noise_min_pct,
-            t.noise_paired_pct
+            paired(t.noise_paired)
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paired_median_and_its_interval_come_from_order_statistics() {
+        // ratios 1.00, 1.01, …, 1.99 in reverse order: the median is the 51st (1.50); the
+        // interval runs from rank 50 - 9.8 (rounded out: 40) to 50 + 9.8 (60)
+        let p = Paired::of((0..100).rev().map(|i| 1.0 + i as f64 / 100.0).collect());
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        assert!(close(p.median, 50.0), "{p:?}");
+        assert!(close(p.lo, 40.0) && close(p.hi, 60.0), "{p:?}");
+        // few rounds: the interval is clamped to the extremes
+        let p = Paired::of(vec![1.02, 0.98, 1.0]);
+        assert!(
+            close(p.median, 0.0) && close(p.lo, -2.0) && close(p.hi, 2.0),
+            "{p:?}"
+        );
+        assert!(Paired::of(vec![]).median.is_nan());
+    }
 }
