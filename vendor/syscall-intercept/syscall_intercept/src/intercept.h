@@ -209,6 +209,12 @@ struct intercept_desc {
 	/* the bundle found was not usable at all: to be replaced */
 	bool bundle_stale;
 	/*
+	 * madfs: the object as dl_iterate_phdr described it, kept for
+	 * mapping its bundle once the iteration is over (intercept.c)
+	 */
+	struct dl_phdr_info info;
+	bool bundle_wanted;
+	/*
 	 * mapped from a bundle with its deferred sites unpatched (lean):
 	 * the full text, mapped aside until madfs_intercept_patch_deferred
 	 * moves it over [deferred_at, deferred_at + deferred_len); else NULL
