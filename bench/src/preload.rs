@@ -206,29 +206,15 @@ fn time_cmd(lib: &std::path::Path, argv: &[&str], budget: Duration) -> anyhow::R
         plain2.push(time_cmd_once(None, argv)?);
     }
     let med = |v: &[(u64, u64)], f: fn(&(u64, u64)) -> u64| median(v.iter().map(f).collect());
-    let round = |i: usize| {
-        (
-            plain[i].1.max(1) as f64,
-            pre[i].1 as f64,
-            plain2[i].1 as f64,
-        )
-    };
+    // CPU of each round's plain, preloaded and second plain run (≥ 1 ns: no division by 0)
+    let cpu = |i: usize| [plain[i], pre[i], plain2[i]].map(|r| r.1.max(1) as f64);
     let cpu_paired = Paired::of(
         (0..runs)
-            .map(|i| {
-                let (a, p, b) = round(i);
-                p / ((a + b.max(1.0)) / 2.0)
-            })
+            .map(cpu)
+            .map(|[a, p, b]| p / ((a + b) / 2.0))
             .collect(),
     );
-    let noise_paired = Paired::of(
-        (0..runs)
-            .map(|i| {
-                let (a, _, b) = round(i);
-                b / a
-            })
-            .collect(),
-    );
+    let noise_paired = Paired::of((0..runs).map(cpu).map(|[a, _, b]| b / a).collect());
     Ok(Timing {
         // median() divides by 1000: ns -> µs
         wall: [med(&plain, |x| x.0) / 1e3, med(&pre, |x| x.0) / 1e3],

@@ -501,7 +501,6 @@ static int
 analyze_object(struct dl_phdr_info *info, size_t size, void *data)
 {
 	(void) data;
-	(void) size;
 	const char *path;
 
 	debug_dump("analyze_object called on \"%s\" at 0x%016" PRIxPTR "\n",
@@ -533,24 +532,15 @@ analyze_object(struct dl_phdr_info *info, size_t size, void *data)
 	find_build_id(patches, info);
 
 	/*
-	 * madfs: a process that finds the object's bundle maps it and is
-	 * done with this object; the log and the debug dumps need the
-	 * patch descriptions, so they take the long way. The bundle is
-	 * mapped after the iteration (intercept): mapping it replaces the
-	 * object's text, so every page of it already mapped is mapped again
-	 * at its next use, and the rest of the iteration runs libc code
-	 * (dl_iterate_phdr itself, strstr, strcspn for the objects after
-	 * libc): 5-6 of the 77 page faults of a preloaded /bin/true.
+	 * madfs: the object is patched once the walk is over (intercept):
+	 * mapping its bundle replaces its text, so every page of it already
+	 * mapped is mapped again at its next use, and the rest of the walk
+	 * runs libc code (dl_iterate_phdr itself, strstr, strcspn for the
+	 * objects after libc): 5-6 of the 77 page faults of a preloaded
+	 * /bin/true.
 	 */
-	if (!debug_dumps_on && !intercept_log_active()) {
-		size_t n = size < sizeof(patches->info) ?
-		    size : sizeof(patches->info);
-		memcpy(&patches->info, info, n);
-		patches->bundle_wanted = true;
-		return 0;
-	}
-
-	find_syscalls(patches);
+	memcpy(&patches->info, info,
+	    size < sizeof(patches->info) ? size : sizeof(patches->info));
 
 	return 0;
 }
@@ -589,13 +579,18 @@ intercept(int argc, char **argv)
 	if (!libc_found)
 		xabort("libc not found");
 
-	/* madfs: the bundles, and the long way where there is none */
+	/*
+	 * madfs: a process that finds an object's bundle maps it and is done
+	 * with that object; the log and the debug dumps need the patch
+	 * descriptions, so they take the long way, as does an object without
+	 * a usable bundle.
+	 */
 	for (unsigned i = 0; i < objs_count; ++i) {
 		struct intercept_desc *obj = objs + i;
-		if (!obj->bundle_wanted)
+		if (!debug_dumps_on && !intercept_log_active() &&
+		    bundle_map(obj, &obj->info) == 0)
 			continue;
-		if (bundle_map(obj, &obj->info) != 0)
-			find_syscalls(obj);
+		find_syscalls(obj);
 	}
 
 	for (unsigned i = 0; i < objs_count; ++i) {

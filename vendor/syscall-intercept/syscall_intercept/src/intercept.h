@@ -213,7 +213,6 @@ struct intercept_desc {
 	 * mapping its bundle once the iteration is over (intercept.c)
 	 */
 	struct dl_phdr_info info;
-	bool bundle_wanted;
 	/*
 	 * mapped from a bundle with its deferred sites unpatched (lean):
 	 * the full text, mapped aside until madfs_intercept_patch_deferred
