@@ -420,8 +420,22 @@ fn only_wanted_syscall_sites_are_patched() {
         0x19, 0x72, 0x07, 0x0f, 0x05, 0xe9,
     ];
     let bytes = std::fs::read(bundle).unwrap();
-    let prefixed = bytes.windows(prefix.len()).filter(|w| *w == prefix).count();
+    let count = |prefix: &[u8]| bytes.windows(prefix.len()).filter(|w| *w == prefix).count();
+    let prefixed = count(prefix);
     assert!(prefixed >= 10, "{prefixed} fd prefixes in the bundle");
+    // those of (dirfd, path) syscalls with a known number (openat, newfstatat, …) start with
+    // the path prefix (syscall-intercept 24), from its null test of the path to the test for
+    // AT_FDCWD; those of path syscalls relative to the working directory (readlink, access,
+    // mkdir, …) with the cwd prefix, from the null test to the test of the path's first byte
+    let dirfd_path: &[u8] = &[
+        0x48, 0x85, 0xf6, 0x74, 0x40, 0x80, 0x3e, 0x2f, 0x74, 0x2a, 0x83, 0xff, 0x9c, 0x74, 0x19,
+    ];
+    let cwd_path: &[u8] = &[0x48, 0x85, 0xff, 0x74, 0x27, 0x80, 0x3f, 0x2f, 0x74, 0x11];
+    let (at, cwd) = (count(dirfd_path), count(cwd_path));
+    assert!(
+        at >= 5 && cwd >= 5,
+        "{at} path and {cwd} cwd prefixes in the bundle"
+    );
     let libc = "/lib/x86_64-linux-gnu/libc.so.6";
     std::fs::copy(libc, bundle).unwrap();
     check(&env, "unpatched", Some("patched"));

@@ -98,6 +98,19 @@ macro_rules! syscall_bits {
     }};
 }
 
+/// Defines the `#[no_mangle]` 512-bit set `$name` of the syscalls for which `$pred(nr)` holds
+/// (the sets below, which the x86_64 engine reads while it patches libc).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! syscall_bit_set {
+    ($name:ident, $pred:path) => {
+        #[allow(non_upper_case_globals)]
+        #[no_mangle]
+        #[used]
+        pub static $name: [u64; 8] = $crate::syscall_bits!($pred);
+    };
+}
+
 /// Declares which syscall numbers the program's hook may answer (`wanted(nr)` for
 /// 0 ≤ nr < 512, evaluated at compile time), as the 512-bit set `madfs_intercept_syscalls`
 /// that the x86_64 engine reads while it patches libc, before any Rust code runs.
@@ -112,10 +125,7 @@ macro_rules! syscall_bits {
 #[macro_export]
 macro_rules! syscall_set {
     ($wanted:path) => {
-        #[allow(non_upper_case_globals)]
-        #[no_mangle]
-        #[used]
-        pub static madfs_intercept_syscalls: [u64; 8] = $crate::syscall_bits!($wanted);
+        $crate::syscall_bit_set!(madfs_intercept_syscalls, $wanted);
     };
 }
 
@@ -132,10 +142,36 @@ macro_rules! syscall_set {
 #[macro_export]
 macro_rules! fd_first_set {
     ($fd_first:path) => {
-        #[allow(non_upper_case_globals)]
-        #[no_mangle]
-        #[used]
-        pub static madfs_intercept_fd_first: [u64; 8] = $crate::syscall_bits!($fd_first);
+        $crate::syscall_bit_set!(madfs_intercept_fd_first, $fd_first);
+    };
+}
+
+/// Declares the syscalls whose first two arguments are a `(dirfd, path)` pair the hook lets
+/// through when the path is relative and the dirfd is not the program's (`dirfd_path(nr)`
+/// for 0 ≤ nr < 512, evaluated at compile time), as the 512-bit set
+/// `madfs_intercept_dirfd_path` that the x86_64 engine reads while it patches libc. Each such
+/// site with a known number (see [`syscall_set!`]) gets a few instructions in its own wrapper
+/// that issue the syscall at once for a relative (or empty) path from a dirfd below the limit
+/// that is not the program's, or from the working directory while it is not the program's,
+/// or for an absolute path whose second byte is neither the mount's nor `p`, instead of going
+/// through the shared wrapper. Unlike the fd prefix's sites these are patched from the start.
+/// They stay closed until [`fast_pass`] is called with a table whose entry is
+/// [`Pass::DirfdPath`] for every syscall in this set ([`Pass::FdFirst`] for every one of
+/// [`fd_first_set!`], [`Pass::CwdPath`] for every one of [`cwd_path_set!`]).
+#[macro_export]
+macro_rules! dirfd_path_set {
+    ($dirfd_path:path) => {
+        $crate::syscall_bit_set!(madfs_intercept_dirfd_path, $dirfd_path);
+    };
+}
+
+/// As [`dirfd_path_set!`], for the syscalls whose first argument is a path relative to the
+/// working directory (`cwd_path(nr)`), as the set `madfs_intercept_cwd_path`; their table
+/// entry must be [`Pass::CwdPath`].
+#[macro_export]
+macro_rules! cwd_path_set {
+    ($cwd_path:path) => {
+        $crate::syscall_bit_set!(madfs_intercept_cwd_path, $cwd_path);
     };
 }
 

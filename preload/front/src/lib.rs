@@ -43,6 +43,8 @@ static CORE_PATH: OnceLock<CString> = OnceLock::new();
 // libc sites of every other syscall with a known number stay unpatched (x86_64).
 madfs_intercept::syscall_set!(abi::candidate);
 madfs_intercept::fd_first_set!(abi::fd_only);
+madfs_intercept::dirfd_path_set!(abi::dirfd_path);
+madfs_intercept::cwd_path_set!(abi::cwd_path);
 
 /// Where the engine looks to run a syscall without calling [`hook`] (which would pass it
 /// through for the same reason): the fd of the `fd_only` syscalls and `mmap`, the path of the
@@ -377,6 +379,14 @@ mod tests {
             let prefixed = madfs_intercept_fd_first[nr as usize / 64] >> (nr % 64) & 1 == 1;
             assert_eq!(prefixed, *p == Pass::FdFirst, "{nr}");
             assert_eq!(*p == Pass::DirfdPath, abi::dirfd_path(nr), "{nr}");
+            // and the path prefixes only if these agree too
+            let bit = |set: &[u64; 8]| set[nr as usize / 64] >> (nr % 64) & 1 == 1;
+            assert_eq!(
+                bit(&madfs_intercept_dirfd_path),
+                *p == Pass::DirfdPath,
+                "{nr}"
+            );
+            assert_eq!(bit(&madfs_intercept_cwd_path), *p == Pass::CwdPath, "{nr}");
         }
         assert_eq!(PASS[libc::SYS_mmap as usize], Pass::FdFifth);
         assert_eq!(PASS[libc::SYS_getxattr as usize], Pass::CwdPath);

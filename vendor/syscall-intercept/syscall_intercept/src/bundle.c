@@ -65,7 +65,7 @@
  * them (the site at 8(%rsp), the r11 codes) and on the region's placement
  * (wrapper_region_guess): bump this with any change to those.
  */
-#define BUNDLE_VERSION 3
+#define BUNDLE_VERSION 4
 #define BUILD_ID_MAX 64
 
 struct bundle_header {

@@ -828,9 +828,10 @@ madfs_intercept_fast_pass(const unsigned char *arg, const uint64_t *bits,
 		intercept_fast_arg[nr] = a <= 3 || a == 5 ? a : 0;
 	}
 	/*
-	 * the fd prefixes (patcher.c), only if every syscall that has one
-	 * is one whose fd the program declared here: closed first (a
-	 * second call), then bits, the limit (which opens them) last
+	 * the fd and path prefixes (patcher.c), only if every syscall that
+	 * has one is one whose fd (or dirfd and path) the program declared
+	 * here: closed first (a second call), then bits and cwd_host, the
+	 * limit (which opens them) last
 	 */
 	__atomic_store_n(&intercept_fast_prefix.limit, 0, __ATOMIC_RELEASE);
 	bool prefix_ok = madfs_intercept_fd_first != NULL;
@@ -838,9 +839,20 @@ madfs_intercept_fast_pass(const unsigned char *arg, const uint64_t *bits,
 		if ((madfs_intercept_fd_first[nr / 64] >> (nr % 64) & 1) &&
 		    arg[nr] != 1)
 			prefix_ok = false;
+		if (madfs_intercept_dirfd_path != NULL &&
+		    (madfs_intercept_dirfd_path[nr / 64] >> (nr % 64) & 1) &&
+		    arg[nr] != 2)
+			prefix_ok = false;
+		if (madfs_intercept_cwd_path != NULL &&
+		    (madfs_intercept_cwd_path[nr / 64] >> (nr % 64) & 1) &&
+		    arg[nr] != 3)
+			prefix_ok = false;
 	}
 	if (prefix_ok) {
 		intercept_fast_prefix.bits = bits;
+		intercept_fast_prefix.cwd_host = cwd_host;
+		intercept_fast_prefix.mount1 =
+		    mount_len >= 2 ? (unsigned char)mount[1] : 0;
 		__atomic_store_n(&intercept_fast_prefix.limit, nfds,
 		    __ATOMIC_RELEASE);
 	}

@@ -317,9 +317,9 @@ extern size_t asm_wrapper_tmpl_size;
 /*
  * madfs: the most bytes a wrapper adds to the template: up to three
  * relocated instructions (15 bytes each at most), the jump back and
- * the fd prefix (intercept_template.S, 32 bytes)
+ * the fd or path prefix (intercept_template.S, 96 bytes at most)
  */
-#define WRAPPER_EXTRA_BYTES 96
+#define WRAPPER_EXTRA_BYTES 160
 
 /* madfs: what the wrappers call, through the region's first page */
 extern unsigned char intercept_wrapper;
@@ -333,14 +333,38 @@ extern unsigned char intercept_wrapper;
 extern const uint64_t madfs_intercept_fd_first[8] __attribute__((weak));
 
 /*
- * madfs: what the fd prefixes read, through the region's first page: an
- * fd below limit whose bit in bits is clear is not the program's. limit
- * stays 0 (every fd goes on to the template) until
- * madfs_intercept_fast_pass enables it.
+ * madfs: the syscalls whose first two arguments are a (dirfd, path) pair
+ * the program lets through when the path is relative and the dirfd is not
+ * one of its own (or AT_FDCWD while its working directory is not), defined
+ * by the program (madfs_intercept::dirfd_path_set!). Their sites with a
+ * known number get the path prefix (intercept_template.S). Absent: none do.
+ */
+extern const uint64_t madfs_intercept_dirfd_path[8] __attribute__((weak));
+
+/*
+ * madfs: the same for syscalls whose first argument is a path relative to
+ * the working directory (madfs_intercept::cwd_path_set!).
+ */
+extern const uint64_t madfs_intercept_cwd_path[8] __attribute__((weak));
+
+/*
+ * madfs: what the fd and path prefixes read, through the region's first
+ * page: an fd below limit whose bit in bits is clear is not the
+ * program's; nor is the working directory while *cwd_host is nonzero.
+ * limit stays 0 (everything goes on to the template) until
+ * madfs_intercept_fast_pass enables it. Its layout is read by the
+ * prefixes' code: change it only with a new BUNDLE_VERSION.
  */
 struct intercept_fast_prefix {
 	uint64_t limit;
 	const uint64_t *bits;
+	const volatile unsigned char *cwd_host;
+	/*
+	 * the mount's second byte (0 for a mount of one byte): an absolute
+	 * path whose second byte is neither this nor 'p' is not the
+	 * program's
+	 */
+	uint64_t mount1;
 };
 extern struct intercept_fast_prefix intercept_fast_prefix;
 

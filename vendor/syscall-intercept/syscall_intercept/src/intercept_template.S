@@ -169,3 +169,109 @@ intercept_asm_fd_prefix_post_disp:
 	.long       0
 1:
 intercept_asm_fd_prefix_end:
+
+/*
+ * madfs: the path prefixes. For a site whose syscall number is known and
+ * whose path the program lets through when it is not its own, as the fd
+ * prefix above: intercept_asm_path_prefix for a (dirfd, path) pair in the
+ * first two arguments (madfs_intercept_dirfd_path), intercept_asm_cwd_prefix
+ * for a path in the first one, relative to the working directory
+ * (madfs_intercept_cwd_path). Each issues the syscall itself and jumps over
+ * the template when the path is
+ *  - relative (or empty) and the dirfd is below the limit with its bit
+ *    clear, or is the working directory (AT_FDCWD) while *cwd_host is
+ *    nonzero;
+ *  - absolute and its second byte is neither the mount's second byte
+ *    (mount1) nor 'p' (/proc/self/fd/ may name one of the program's fds):
+ *    then it is under neither.
+ * A null path, every other absolute one (the template's fast pass compares
+ * it with the whole mount), a dirfd of the program's, a negative one other
+ * than AT_FDCWD, and every call while the limit is 0 go on into the
+ * template. Only rcx and r11 change. intercept_fast_prefix:
+ * { limit, bits, cwd_host, mount1 } (intercept.c).
+ */
+.global intercept_asm_path_prefix;
+.hidden intercept_asm_path_prefix;
+.global intercept_asm_path_prefix_slot_disp;
+.hidden intercept_asm_path_prefix_slot_disp;
+.global intercept_asm_path_prefix_post_disp;
+.hidden intercept_asm_path_prefix_post_disp;
+.global intercept_asm_path_prefix_end;
+.hidden intercept_asm_path_prefix_end;
+
+intercept_asm_path_prefix:
+	/* movq slot+8(%rip), %rcx -- the displacement is filled in */
+	.byte       0x48, 0x8b, 0x0d
+intercept_asm_path_prefix_slot_disp:
+	.long       0
+	cmpq        $0, (%rcx)
+	je          1f
+	testq       %rsi, %rsi
+	jz          1f
+	cmpb        $0x2f, (%rsi) /* '/' */
+	je          2f
+	cmpl        $-100, %edi /* AT_FDCWD */
+	je          4f
+	movl        %edi, %r11d /* the dirfd, as an unsigned int */
+	cmpq        (%rcx), %r11
+	jae         1f
+	movq        8(%rcx), %rcx
+	btq         %r11, (%rcx)
+	jc          1f
+3:
+	syscall
+	/* jmp post -- over the template; the displacement is filled in */
+	.byte       0xe9
+intercept_asm_path_prefix_post_disp:
+	.long       0
+4:
+	movq        16(%rcx), %r11
+	cmpb        $0, (%r11)
+	jne         3b
+	jmp         1f
+2:
+	movzbl      1(%rsi), %r11d
+	cmpb        %r11b, 24(%rcx)
+	je          1f
+	cmpb        $0x70, %r11b /* 'p' */
+	jne         3b
+1:
+intercept_asm_path_prefix_end:
+
+.global intercept_asm_cwd_prefix;
+.hidden intercept_asm_cwd_prefix;
+.global intercept_asm_cwd_prefix_slot_disp;
+.hidden intercept_asm_cwd_prefix_slot_disp;
+.global intercept_asm_cwd_prefix_post_disp;
+.hidden intercept_asm_cwd_prefix_post_disp;
+.global intercept_asm_cwd_prefix_end;
+.hidden intercept_asm_cwd_prefix_end;
+
+intercept_asm_cwd_prefix:
+	/* movq slot+8(%rip), %rcx -- the displacement is filled in */
+	.byte       0x48, 0x8b, 0x0d
+intercept_asm_cwd_prefix_slot_disp:
+	.long       0
+	cmpq        $0, (%rcx)
+	je          1f
+	testq       %rdi, %rdi
+	jz          1f
+	cmpb        $0x2f, (%rdi) /* '/' */
+	je          2f
+	movq        16(%rcx), %r11
+	cmpb        $0, (%r11)
+	je          1f
+3:
+	syscall
+	/* jmp post -- over the template; the displacement is filled in */
+	.byte       0xe9
+intercept_asm_cwd_prefix_post_disp:
+	.long       0
+2:
+	movzbl      1(%rdi), %r11d
+	cmpb        %r11b, 24(%rcx)
+	je          1f
+	cmpb        $0x70, %r11b /* 'p' */
+	jne         3b
+1:
+intercept_asm_cwd_prefix_end:

@@ -470,6 +470,14 @@ extern unsigned char intercept_asm_fd_prefix[];
 extern unsigned char intercept_asm_fd_prefix_end;
 extern unsigned char intercept_asm_fd_prefix_slot_disp;
 extern unsigned char intercept_asm_fd_prefix_post_disp;
+extern unsigned char intercept_asm_path_prefix[];
+extern unsigned char intercept_asm_path_prefix_end;
+extern unsigned char intercept_asm_path_prefix_slot_disp;
+extern unsigned char intercept_asm_path_prefix_post_disp;
+extern unsigned char intercept_asm_cwd_prefix[];
+extern unsigned char intercept_asm_cwd_prefix_end;
+extern unsigned char intercept_asm_cwd_prefix_slot_disp;
+extern unsigned char intercept_asm_cwd_prefix_post_disp;
 
 size_t asm_wrapper_tmpl_size;
 static ptrdiff_t o_site_disp;
@@ -478,6 +486,14 @@ static size_t fd_prefix_size;
 static ptrdiff_t o_prefix_slot_disp;
 static ptrdiff_t o_prefix_post_disp;
 
+/* madfs: the path prefixes (intercept_template.S), by kind */
+enum path_kind { PATH_NONE, PATH_DIRFD, PATH_CWD };
+static struct {
+	unsigned char *code;
+	size_t size;
+	ptrdiff_t slot_disp, post_disp;
+} path_prefixes[3];
+
 /* madfs: sites with a known number in madfs_intercept_fd_first */
 static bool
 fd_prefixed(const struct patch_desc *patch)
@@ -485,6 +501,26 @@ fd_prefixed(const struct patch_desc *patch)
 	int32_t nr = patch->known_nr;
 	return madfs_intercept_fd_first != NULL && nr >= 0 && nr < 512 &&
 	    (madfs_intercept_fd_first[nr / 64] >> (nr % 64) & 1) != 0;
+}
+
+/*
+ * madfs: which path prefix a site gets: its number is known and in
+ * madfs_intercept_dirfd_path or madfs_intercept_cwd_path (and not in the
+ * fd-first set, which takes precedence)
+ */
+static enum path_kind
+path_prefixed(const struct patch_desc *patch)
+{
+	int32_t nr = patch->known_nr;
+	if (fd_prefixed(patch) || nr < 0 || nr >= 512)
+		return PATH_NONE;
+	if (madfs_intercept_dirfd_path != NULL &&
+	    (madfs_intercept_dirfd_path[nr / 64] >> (nr % 64) & 1) != 0)
+		return PATH_DIRFD;
+	if (madfs_intercept_cwd_path != NULL &&
+	    (madfs_intercept_cwd_path[nr / 64] >> (nr % 64) & 1) != 0)
+		return PATH_CWD;
+	return PATH_NONE;
 }
 
 /*
@@ -554,6 +590,26 @@ init_patcher(void)
 	assert(o_prefix_slot_disp > 0 && o_prefix_post_disp > 0 &&
 	    (size_t)o_prefix_post_disp + 4 == fd_prefix_size &&
 	    fd_prefix_size <= 32);
+
+	path_prefixes[PATH_DIRFD].code = intercept_asm_path_prefix;
+	path_prefixes[PATH_DIRFD].size = (size_t)
+	    (&intercept_asm_path_prefix_end - intercept_asm_path_prefix);
+	path_prefixes[PATH_DIRFD].slot_disp =
+	    &intercept_asm_path_prefix_slot_disp - intercept_asm_path_prefix;
+	path_prefixes[PATH_DIRFD].post_disp =
+	    &intercept_asm_path_prefix_post_disp - intercept_asm_path_prefix;
+	path_prefixes[PATH_CWD].code = intercept_asm_cwd_prefix;
+	path_prefixes[PATH_CWD].size = (size_t)
+	    (&intercept_asm_cwd_prefix_end - intercept_asm_cwd_prefix);
+	path_prefixes[PATH_CWD].slot_disp =
+	    &intercept_asm_cwd_prefix_slot_disp - intercept_asm_cwd_prefix;
+	path_prefixes[PATH_CWD].post_disp =
+	    &intercept_asm_cwd_prefix_post_disp - intercept_asm_cwd_prefix;
+	for (int k = PATH_DIRFD; k <= PATH_CWD; ++k)
+		assert(path_prefixes[k].slot_disp > 0 &&
+		    path_prefixes[k].post_disp > path_prefixes[k].slot_disp &&
+		    (size_t)path_prefixes[k].post_disp + 4 <
+		    path_prefixes[k].size && path_prefixes[k].size <= 96);
 
 	/*
 	 * has_ymm_registers -- checks if AVX instructions are supported,
@@ -708,15 +764,27 @@ create_wrapper(struct intercept_desc *desc, struct patch_desc *patch)
 		dst = relocate_instruction(desc, dst, &patch->preceding_ins);
 	}
 
-	/* madfs: the fd prefix, which jumps past the template to post */
+	/*
+	 * madfs: the fd or path prefix, which jumps past the template to
+	 * post (the displacement at post_disp)
+	 */
 	unsigned char *prefix = NULL;
-	if (fd_prefixed(patch)) {
+	ptrdiff_t post_disp = 0;
+	enum path_kind kind = path_prefixed(patch);
+	if (fd_prefixed(patch) || kind != PATH_NONE) {
+		bool fd = fd_prefixed(patch);
+		size_t size = fd ? fd_prefix_size : path_prefixes[kind].size;
+		ptrdiff_t slot_disp = fd ? o_prefix_slot_disp :
+		    path_prefixes[kind].slot_disp;
+		post_disp = fd ? o_prefix_post_disp :
+		    path_prefixes[kind].post_disp;
 		prefix = dst;
-		memcpy(prefix, intercept_asm_fd_prefix, fd_prefix_size);
-		if (!put_rel32(prefix + o_prefix_slot_disp,
-		    prefix + o_prefix_slot_disp + 4, desc->region + 8))
+		memcpy(prefix, fd ? intercept_asm_fd_prefix :
+		    path_prefixes[kind].code, size);
+		if (!put_rel32(prefix + slot_disp, prefix + slot_disp + 4,
+		    desc->region + 8))
 			xabort("wrapper region out of reach");
-		dst += fd_prefix_size;
+		dst += size;
 	}
 
 	unsigned char *t = dst;
@@ -726,8 +794,8 @@ create_wrapper(struct intercept_desc *desc, struct patch_desc *patch)
 	    !put_rel32(t + o_slot_disp, t + o_slot_disp + 4, desc->region))
 		xabort("wrapper region out of reach");
 	dst += asm_wrapper_tmpl_size;
-	if (prefix != NULL && !put_rel32(prefix + o_prefix_post_disp,
-	    prefix + o_prefix_post_disp + 4, dst))
+	if (prefix != NULL && !put_rel32(prefix + post_disp,
+	    prefix + post_disp + 4, dst))
 		xabort("wrapper region out of reach");
 
 	/* Copy the following instruction */
@@ -741,7 +809,8 @@ create_wrapper(struct intercept_desc *desc, struct patch_desc *patch)
 /*
  * madfs: the region's first page (written, or mapped fresh by a bundle)
  * gets the address of intercept_wrapper, then that of
- * intercept_fast_prefix (read by the fd prefixes), and becomes read only
+ * intercept_fast_prefix (read by the fd and path prefixes), and becomes
+ * read only
  */
 void
 set_wrapper_slot(unsigned char *region)
@@ -775,8 +844,8 @@ fnv1a(uint64_t hash, const unsigned char *bytes, size_t len)
 
 /*
  * madfs: what a wrapper's bytes depend on besides the patch decisions
- * and the region's distance: the template, the fd prefix and which
- * syscalls get it (FNV-1a of their bytes).
+ * and the region's distance: the template, the fd and path prefixes and
+ * which syscalls get them (FNV-1a of their bytes).
  */
 uint64_t
 wrapper_template_hash(void)
@@ -787,6 +856,15 @@ wrapper_template_hash(void)
 	if (madfs_intercept_fd_first != NULL)
 		hash = fnv1a(hash, (const unsigned char *)
 		    madfs_intercept_fd_first, 8 * sizeof(uint64_t));
+	for (int k = PATH_DIRFD; k <= PATH_CWD; ++k)
+		hash = fnv1a(hash, path_prefixes[k].code,
+		    path_prefixes[k].size);
+	if (madfs_intercept_dirfd_path != NULL)
+		hash = fnv1a(hash, (const unsigned char *)
+		    madfs_intercept_dirfd_path, 8 * sizeof(uint64_t));
+	if (madfs_intercept_cwd_path != NULL)
+		hash = fnv1a(hash, (const unsigned char *)
+		    madfs_intercept_cwd_path, 8 * sizeof(uint64_t));
 	return hash;
 }
 
