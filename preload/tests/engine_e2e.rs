@@ -424,7 +424,7 @@ fn only_wanted_syscall_sites_are_patched() {
     let prefixed = count(prefix);
     assert!(prefixed >= 10, "{prefixed} fd prefixes in the bundle");
     // those of (dirfd, path) syscalls with a known number (openat, newfstatat, …) start with
-    // the path prefix (syscall-intercept 24), from its null test of the path to the test for
+    // the path prefix (syscall-intercept 23), from its null test of the path to the test for
     // AT_FDCWD; those of path syscalls relative to the working directory (readlink, access,
     // mkdir, …) with the cwd prefix, from the null test to the test of the path's first byte
     let dirfd_path: &[u8] = &[

@@ -836,16 +836,12 @@ madfs_intercept_fast_pass(const unsigned char *arg, const uint64_t *bits,
 	__atomic_store_n(&intercept_fast_prefix.limit, 0, __ATOMIC_RELEASE);
 	bool prefix_ok = madfs_intercept_fd_first != NULL;
 	for (int nr = 0; prefix_ok && nr < 512; nr++) {
-		if ((madfs_intercept_fd_first[nr / 64] >> (nr % 64) & 1) &&
-		    arg[nr] != 1)
-			prefix_ok = false;
-		if (madfs_intercept_dirfd_path != NULL &&
-		    (madfs_intercept_dirfd_path[nr / 64] >> (nr % 64) & 1) &&
-		    arg[nr] != 2)
-			prefix_ok = false;
-		if (madfs_intercept_cwd_path != NULL &&
-		    (madfs_intercept_cwd_path[nr / 64] >> (nr % 64) & 1) &&
-		    arg[nr] != 3)
+		if ((syscall_in_set(madfs_intercept_fd_first, nr) &&
+		    arg[nr] != 1) ||
+		    (syscall_in_set(madfs_intercept_dirfd_path, nr) &&
+		    arg[nr] != 2) ||
+		    (syscall_in_set(madfs_intercept_cwd_path, nr) &&
+		    arg[nr] != 3))
 			prefix_ok = false;
 	}
 	if (prefix_ok) {

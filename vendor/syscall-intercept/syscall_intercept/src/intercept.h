@@ -332,6 +332,14 @@ extern unsigned char intercept_wrapper;
  */
 extern const uint64_t madfs_intercept_fd_first[8] __attribute__((weak));
 
+/* madfs: is nr in a program's 512-bit syscall set (absent: no)? */
+static inline bool
+syscall_in_set(const uint64_t *set, long nr)
+{
+	return set != NULL && nr >= 0 && nr < 512 &&
+	    (set[nr / 64] >> (nr % 64) & 1) != 0;
+}
+
 /*
  * madfs: the syscalls whose first two arguments are a (dirfd, path) pair
  * the program lets through when the path is relative and the dirfd is not

@@ -482,45 +482,41 @@ extern unsigned char intercept_asm_cwd_prefix_post_disp;
 size_t asm_wrapper_tmpl_size;
 static ptrdiff_t o_site_disp;
 static ptrdiff_t o_slot_disp;
-static size_t fd_prefix_size;
-static ptrdiff_t o_prefix_slot_disp;
-static ptrdiff_t o_prefix_post_disp;
 
-/* madfs: the path prefixes (intercept_template.S), by kind */
-enum path_kind { PATH_NONE, PATH_DIRFD, PATH_CWD };
+/*
+ * madfs: the prefixes a wrapper may start with (intercept_template.S),
+ * by kind: the code, its size, and where the displacements of the slot
+ * and of the jump over the template go
+ */
+enum prefix_kind { PREFIX_NONE, PREFIX_FD, PREFIX_DIRFD, PREFIX_CWD };
 static struct {
 	unsigned char *code;
 	size_t size;
 	ptrdiff_t slot_disp, post_disp;
-} path_prefixes[3];
+} prefixes[4];
 
 /* madfs: sites with a known number in madfs_intercept_fd_first */
 static bool
 fd_prefixed(const struct patch_desc *patch)
 {
-	int32_t nr = patch->known_nr;
-	return madfs_intercept_fd_first != NULL && nr >= 0 && nr < 512 &&
-	    (madfs_intercept_fd_first[nr / 64] >> (nr % 64) & 1) != 0;
+	return syscall_in_set(madfs_intercept_fd_first, patch->known_nr);
 }
 
 /*
- * madfs: which path prefix a site gets: its number is known and in
- * madfs_intercept_dirfd_path or madfs_intercept_cwd_path (and not in the
- * fd-first set, which takes precedence)
+ * madfs: which prefix a site gets: its number is known and in
+ * madfs_intercept_fd_first, madfs_intercept_dirfd_path or
+ * madfs_intercept_cwd_path (in that order of precedence)
  */
-static enum path_kind
-path_prefixed(const struct patch_desc *patch)
+static enum prefix_kind
+prefix_kind(const struct patch_desc *patch)
 {
-	int32_t nr = patch->known_nr;
-	if (fd_prefixed(patch) || nr < 0 || nr >= 512)
-		return PATH_NONE;
-	if (madfs_intercept_dirfd_path != NULL &&
-	    (madfs_intercept_dirfd_path[nr / 64] >> (nr % 64) & 1) != 0)
-		return PATH_DIRFD;
-	if (madfs_intercept_cwd_path != NULL &&
-	    (madfs_intercept_cwd_path[nr / 64] >> (nr % 64) & 1) != 0)
-		return PATH_CWD;
-	return PATH_NONE;
+	if (fd_prefixed(patch))
+		return PREFIX_FD;
+	if (syscall_in_set(madfs_intercept_dirfd_path, patch->known_nr))
+		return PREFIX_DIRFD;
+	if (syscall_in_set(madfs_intercept_cwd_path, patch->known_nr))
+		return PREFIX_CWD;
+	return PREFIX_NONE;
 }
 
 /*
@@ -548,6 +544,20 @@ patch_deferrable(const struct patch_desc *patch)
 	    !patch->uses_next_ins &&
 	    patch->dst_jmp_patch + JUMP_INS_SIZE == patch->syscall_addr &&
 	    patch->return_address == patch->syscall_addr + SYSCALL_INS_SIZE;
+}
+
+/* madfs: notes a prefix's layout (init_patcher) */
+static void
+set_prefix(enum prefix_kind kind, unsigned char *code, unsigned char *end,
+	unsigned char *slot_disp, unsigned char *post_disp)
+{
+	prefixes[kind].code = code;
+	prefixes[kind].size = (size_t)(end - code);
+	prefixes[kind].slot_disp = slot_disp - code;
+	prefixes[kind].post_disp = post_disp - code;
+	assert(prefixes[kind].slot_disp > 0 &&
+	    prefixes[kind].post_disp > prefixes[kind].slot_disp &&
+	    post_disp + 4 <= end && prefixes[kind].size <= 96);
 }
 
 bool intercept_routine_must_save_ymm;
@@ -583,33 +593,16 @@ init_patcher(void)
 	o_site_disp = &intercept_asm_wrapper_site_disp - begin;
 	o_slot_disp = &intercept_asm_wrapper_slot_disp - begin;
 
-	unsigned char *prefix = &intercept_asm_fd_prefix[0];
-	fd_prefix_size = (size_t)(&intercept_asm_fd_prefix_end - prefix);
-	o_prefix_slot_disp = &intercept_asm_fd_prefix_slot_disp - prefix;
-	o_prefix_post_disp = &intercept_asm_fd_prefix_post_disp - prefix;
-	assert(o_prefix_slot_disp > 0 && o_prefix_post_disp > 0 &&
-	    (size_t)o_prefix_post_disp + 4 == fd_prefix_size &&
-	    fd_prefix_size <= 32);
-
-	path_prefixes[PATH_DIRFD].code = intercept_asm_path_prefix;
-	path_prefixes[PATH_DIRFD].size = (size_t)
-	    (&intercept_asm_path_prefix_end - intercept_asm_path_prefix);
-	path_prefixes[PATH_DIRFD].slot_disp =
-	    &intercept_asm_path_prefix_slot_disp - intercept_asm_path_prefix;
-	path_prefixes[PATH_DIRFD].post_disp =
-	    &intercept_asm_path_prefix_post_disp - intercept_asm_path_prefix;
-	path_prefixes[PATH_CWD].code = intercept_asm_cwd_prefix;
-	path_prefixes[PATH_CWD].size = (size_t)
-	    (&intercept_asm_cwd_prefix_end - intercept_asm_cwd_prefix);
-	path_prefixes[PATH_CWD].slot_disp =
-	    &intercept_asm_cwd_prefix_slot_disp - intercept_asm_cwd_prefix;
-	path_prefixes[PATH_CWD].post_disp =
-	    &intercept_asm_cwd_prefix_post_disp - intercept_asm_cwd_prefix;
-	for (int k = PATH_DIRFD; k <= PATH_CWD; ++k)
-		assert(path_prefixes[k].slot_disp > 0 &&
-		    path_prefixes[k].post_disp > path_prefixes[k].slot_disp &&
-		    (size_t)path_prefixes[k].post_disp + 4 <
-		    path_prefixes[k].size && path_prefixes[k].size <= 96);
+	set_prefix(PREFIX_FD, intercept_asm_fd_prefix,
+	    &intercept_asm_fd_prefix_end, &intercept_asm_fd_prefix_slot_disp,
+	    &intercept_asm_fd_prefix_post_disp);
+	set_prefix(PREFIX_DIRFD, intercept_asm_path_prefix,
+	    &intercept_asm_path_prefix_end,
+	    &intercept_asm_path_prefix_slot_disp,
+	    &intercept_asm_path_prefix_post_disp);
+	set_prefix(PREFIX_CWD, intercept_asm_cwd_prefix,
+	    &intercept_asm_cwd_prefix_end, &intercept_asm_cwd_prefix_slot_disp,
+	    &intercept_asm_cwd_prefix_post_disp);
 
 	/*
 	 * has_ymm_registers -- checks if AVX instructions are supported,
@@ -769,22 +762,14 @@ create_wrapper(struct intercept_desc *desc, struct patch_desc *patch)
 	 * post (the displacement at post_disp)
 	 */
 	unsigned char *prefix = NULL;
-	ptrdiff_t post_disp = 0;
-	enum path_kind kind = path_prefixed(patch);
-	if (fd_prefixed(patch) || kind != PATH_NONE) {
-		bool fd = fd_prefixed(patch);
-		size_t size = fd ? fd_prefix_size : path_prefixes[kind].size;
-		ptrdiff_t slot_disp = fd ? o_prefix_slot_disp :
-		    path_prefixes[kind].slot_disp;
-		post_disp = fd ? o_prefix_post_disp :
-		    path_prefixes[kind].post_disp;
+	enum prefix_kind kind = prefix_kind(patch);
+	if (kind != PREFIX_NONE) {
 		prefix = dst;
-		memcpy(prefix, fd ? intercept_asm_fd_prefix :
-		    path_prefixes[kind].code, size);
-		if (!put_rel32(prefix + slot_disp, prefix + slot_disp + 4,
-		    desc->region + 8))
+		memcpy(prefix, prefixes[kind].code, prefixes[kind].size);
+		unsigned char *slot = prefix + prefixes[kind].slot_disp;
+		if (!put_rel32(slot, slot + 4, desc->region + 8))
 			xabort("wrapper region out of reach");
-		dst += size;
+		dst += prefixes[kind].size;
 	}
 
 	unsigned char *t = dst;
@@ -794,8 +779,8 @@ create_wrapper(struct intercept_desc *desc, struct patch_desc *patch)
 	    !put_rel32(t + o_slot_disp, t + o_slot_disp + 4, desc->region))
 		xabort("wrapper region out of reach");
 	dst += asm_wrapper_tmpl_size;
-	if (prefix != NULL && !put_rel32(prefix + post_disp,
-	    prefix + post_disp + 4, dst))
+	if (prefix != NULL && !put_rel32(prefix + prefixes[kind].post_disp,
+	    prefix + prefixes[kind].post_disp + 4, dst))
 		xabort("wrapper region out of reach");
 
 	/* Copy the following instruction */
@@ -852,13 +837,12 @@ wrapper_template_hash(void)
 {
 	uint64_t hash = fnv1a(1469598103934665603ULL,
 	    intercept_asm_wrapper_tmpl, asm_wrapper_tmpl_size);
-	hash = fnv1a(hash, intercept_asm_fd_prefix, fd_prefix_size);
+	hash = fnv1a(hash, prefixes[PREFIX_FD].code, prefixes[PREFIX_FD].size);
 	if (madfs_intercept_fd_first != NULL)
 		hash = fnv1a(hash, (const unsigned char *)
 		    madfs_intercept_fd_first, 8 * sizeof(uint64_t));
-	for (int k = PATH_DIRFD; k <= PATH_CWD; ++k)
-		hash = fnv1a(hash, path_prefixes[k].code,
-		    path_prefixes[k].size);
+	for (int k = PREFIX_DIRFD; k <= PREFIX_CWD; ++k)
+		hash = fnv1a(hash, prefixes[k].code, prefixes[k].size);
 	if (madfs_intercept_dirfd_path != NULL)
 		hash = fnv1a(hash, (const unsigned char *)
 		    madfs_intercept_dirfd_path, 8 * sizeof(uint64_t));
