@@ -446,6 +446,69 @@ fn only_wanted_syscall_sites_are_patched() {
     check(&[("MADFS_INTERCEPT_ALL", "1")], "patched", Some("patched"));
 }
 
+/// x86_64: a process that finds libc's bundle out of the page cache (its header page) writes
+/// a fresh copy under the same name before it maps it (`vendor/PATCHES.md` syscall-intercept
+/// 24): the kernel's fault path would bring the text back in single pages, a write puts it in
+/// large folios where the file system has them. A warm bundle is left as it is. Skipped, with
+/// a line, where the bundle cannot be evicted.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn a_cold_bundle_is_written_afresh() {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::io::AsRawFd;
+    let cl = cluster();
+    let dir = cl.root().join("cache-cold-bundle");
+    let cache = dir.to_str().unwrap();
+    let env = [("MADFS_INTERCEPT_CACHE", cache)];
+    let run = || common::ok(common::run_env(&cl, &["/bin/true"], 20_000, &env), "true");
+    run();
+    let bundle = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().contains(".bundle"))
+        .expect("a bundle after the first run");
+    let bytes = std::fs::read(&bundle).unwrap();
+    let ino = |p: &std::path::Path| std::fs::metadata(p).unwrap().ino();
+    // evicted: written back and dropped; mincore(2) says whether its header page left the
+    // page cache (a read with RWF_NOWAIT would start reading it back in)
+    let f = std::fs::File::open(&bundle).unwrap();
+    f.sync_all().unwrap();
+    let len = bytes.len();
+    // SAFETY: fd is open for the whole block; the mapping is read-only, only its residency
+    // is asked for, and it is unmapped before the block ends.
+    let cold = unsafe {
+        libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+        let m = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_ne!(m, libc::MAP_FAILED);
+        let mut vec = [0u8; 1];
+        let last = m.cast::<u8>().add(len - 4096);
+        let r = libc::mincore(last.cast(), 4096, vec.as_mut_ptr());
+        libc::munmap(m, len);
+        r == 0 && vec[0] & 1 == 0
+    };
+    drop(f);
+    if !cold {
+        eprintln!("skipped: the bundle stays in the page cache here");
+        return;
+    }
+    let before = ino(&bundle);
+    run();
+    let after = ino(&bundle);
+    assert_ne!(before, after, "a cold bundle is written afresh");
+    assert_eq!(std::fs::read(&bundle).unwrap(), bytes, "the same bytes");
+    let files = std::fs::read_dir(&dir).unwrap().count();
+    assert_eq!(files, 3, "site cache, plan and bundle, no temporary left");
+    run();
+    assert_eq!(ino(&bundle), after, "a warm bundle is left as it is");
+}
+
 /// `fchmodat2` (Linux 6.6), which glibc ≥ 2.39 issues for `fchmodat` with flags: GNU tar 1.35
 /// on Ubuntu 24.04 set its directories' modes through it and got ENOTDIR from the kernel (the
 /// placeholder behind a madfs dirfd is no directory). Links are followed unless

@@ -17,11 +17,11 @@
  * the same distance, writes the address of intercept_wrapper into the
  * region's first page, and maps the copy's text pages over the library's
  * own. It reads no plan or site cache, disassembles nothing and writes no
- * code: an open, an fstat, a pread of the header, five mmaps, an mprotect
- * and a close. The pages are shared between processes through the page
- * cache, as the library's own are; the copy keeps the library's file
- * offsets, so tools that read symbols from the mapped file (perf) still
- * find them.
+ * code: an open, an fstat, a read of the header (see bundle_refresh), five
+ * mmaps, an mprotect and a close. The pages are shared between processes
+ * through the page cache, as the library's own are; the copy keeps the
+ * library's file offsets, so tools that read symbols from the mapped file
+ * (perf) still find them.
  *
  * The copy's text leaves the deferred sites (patch_deferrable: the fd
  * syscalls with a known number) unpatched, so a program that never has
@@ -49,6 +49,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <syscall.h>
 
 #include "intercept.h"
@@ -56,6 +57,9 @@
 
 #ifndef MAP_FIXED_NOREPLACE
 #define MAP_FIXED_NOREPLACE 0x100000
+#endif
+#ifndef RWF_NOWAIT
+#define RWF_NOWAIT 0x00000008
 #endif
 
 #define BUNDLE_MAGIC "MADFSBN1"
@@ -96,7 +100,7 @@ struct bundle_header {
 	uint64_t full_offset;
 };
 
-enum { BUNDLE_NOT_HERE = -1, BUNDLE_BAD = -2 };
+enum { BUNDLE_NOT_HERE = -1, BUNDLE_BAD = -2, BUNDLE_COLD = -3 };
 
 #define ALIGN_UP(n, a) (((n) + (a) - 1) & ~((size_t)(a) - 1))
 
@@ -266,9 +270,36 @@ eager(void)
 	return e != NULL && e[0] != '\0';
 }
 
+/*
+ * read_header -- the header page's struct into h: 0, -1 if it cannot be
+ * read, BUNDLE_COLD if cold_check and the page is not in the page cache
+ * (preadv2 with RWF_NOWAIT, Linux 4.14; a kernel or file system without
+ * it reads as if warm)
+ */
+static int
+read_header(long fd, off_t at, struct bundle_header *h, bool cold_check)
+{
+	if (cold_check) {
+		struct iovec iov = { h, sizeof(*h) };
+		long r = syscall_no_intercept(SYS_preadv2, fd, &iov, 1, at, 0,
+		    RWF_NOWAIT);
+		if (r == (long)sizeof(*h))
+			return 0;
+		if (r == -EAGAIN)
+			return BUNDLE_COLD;
+	}
+	return syscall_no_intercept(SYS_pread64, fd, h, sizeof(*h), at) ==
+	    (long)sizeof(*h) ? 0 : -1;
+}
+
+/*
+ * bundle_map_fd -- maps the bundle open as fd if it is desc's: 0, or a
+ * BUNDLE_ code with nothing mapped; BUNDLE_COLD (only if cold_check) when
+ * its header page is not in the page cache, see bundle_refresh
+ */
 static int
 bundle_map_fd(struct intercept_desc *desc, const struct dl_phdr_info *info,
-	long fd, const struct bundle_header *want)
+	long fd, const struct bundle_header *want, bool cold_check)
 {
 	struct stat st;
 	struct bundle_header h;
@@ -276,8 +307,11 @@ bundle_map_fd(struct intercept_desc *desc, const struct dl_phdr_info *info,
 	    !S_ISREG(st.st_mode) || st.st_uid != cache_uid() ||
 	    (st.st_mode & 022) != 0 || st.st_size < (off_t)(2 * PAGE_SIZE))
 		return BUNDLE_BAD;
-	if (syscall_no_intercept(SYS_pread64, fd, &h, sizeof(h),
-	    st.st_size - (off_t)PAGE_SIZE) != (long)sizeof(h))
+	int hr = read_header(fd, st.st_size - (off_t)PAGE_SIZE, &h,
+	    cold_check);
+	if (hr == BUNDLE_COLD)
+		return BUNDLE_COLD;
+	if (hr != 0)
 		return BUNDLE_BAD;
 	uint64_t tail = h.code_offset + h.code_len; /* full text, or header */
 	if (memcmp(h.magic, want->magic, 8) != 0 ||
@@ -371,6 +405,51 @@ bundle_map_fd(struct intercept_desc *desc, const struct dl_phdr_info *info,
 }
 
 /*
+ * bundle_refresh -- a fresh copy of the bundle open as fd, under the same
+ * name, open for reading; -1 if it cannot be made (a cache directory not
+ * ours to write, no space), and then fd is used as it is.
+ *
+ * Called when the bundle's header page has left the page cache: its text
+ * pages are then read back by the page faults of the processes that map
+ * it, and on Linux 6.18's ext4 (as on the file systems with large folios
+ * before it) the fault path brings them back in single pages, where the
+ * write path that made the bundle had put them in large folios. A text
+ * mapped from large folios costs less: fewer and cheaper page faults, and
+ * on AMD's processors fewer TLB entries (contiguous pages are coalesced).
+ * A preloaded find(1) paid 0.6 points less over a plain one with the
+ * bundle's text in large folios (docs/performance.md). So a process that
+ * finds the bundle cold writes a copy, which puts it back in large folios
+ * where the kernel can, and renames it over the old one (which stays
+ * valid for the processes that map it). Processes that find it cold at
+ * the same time each write one; the last rename wins, all are the same
+ * bytes.
+ */
+static long
+bundle_refresh(const struct bundle_header *key, long fd)
+{
+	char path[800], tmp[840];
+	struct stat st;
+	if (bundle_path(key, path, sizeof(path), true) != 0 ||
+	    syscall_no_intercept(SYS_fstat, fd, &st) != 0 ||
+	    st.st_size <= 0)
+		return -1;
+	size_t size = (size_t)st.st_size;
+	long m = syscall_no_intercept(SYS_mmap, NULL, size, PROT_READ,
+	    MAP_PRIVATE, fd, 0);
+	if (m < 0 && m > -4096)
+		return -1;
+	long out = tmp_create(path, tmp, sizeof(tmp));
+	if (out >= 0)
+		tmp_publish(out, write_all(out, (const void *)m, size) == 0,
+		    tmp, path);
+	syscall_no_intercept(SYS_munmap, m, size);
+	if (out < 0)
+		return -1;
+	return syscall_no_intercept(SYS_open, path,
+	    O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+}
+
+/*
  * bundle_map -- maps desc's bundle if there is a usable one: 0, and the
  * object is patched; otherwise nothing is changed
  */
@@ -388,7 +467,15 @@ bundle_map(struct intercept_desc *desc, const struct dl_phdr_info *info)
 	    O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return -1;
-	int r = bundle_map_fd(desc, info, fd, &key);
+	int r = bundle_map_fd(desc, info, fd, &key, true);
+	if (r == BUNDLE_COLD) {
+		long fresh = bundle_refresh(&key, fd);
+		if (fresh >= 0) {
+			syscall_no_intercept(SYS_close, fd);
+			fd = fresh;
+		}
+		r = bundle_map_fd(desc, info, fd, &key, false);
+	}
 	syscall_no_intercept(SYS_close, fd);
 	desc->bundle_stale = r == BUNDLE_BAD;
 	return r == 0 ? 0 : -1;
