@@ -24,6 +24,25 @@ pub struct PreloadArgs {
     /// confidence intervals.
     #[arg(long, default_value_t = 2.0)]
     program_seconds: f64,
+    /// Preload the build's own `libmadfs.so` instead of an installed copy (see
+    /// [`installed_copy`]).
+    #[arg(long)]
+    as_built: bool,
+}
+
+/// The preload libraries as an install leaves them: copied with `write(2)` into `dir`. The
+/// build's output is written by rust-lld through a shared mapping and sits in the page cache
+/// in single pages; a copy sits in large folios where the kernel and file system have them,
+/// and every process start maps it faster (docs/performance.md, docs/operations.md).
+fn installed_copy(dir: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    for name in ["libmadfs.so", "libmadfs_core.so"] {
+        let to = dir.join(name);
+        std::fs::write(&to, std::fs::read(find_bin(name))?)
+            .with_context(|| format!("copying {name}"))?;
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755))?;
+    }
+    Ok(dir.join("libmadfs.so"))
 }
 
 #[derive(clap::Args, Debug)]
@@ -228,12 +247,16 @@ fn time_cmd(lib: &std::path::Path, argv: &[&str], budget: Duration) -> anyhow::R
 }
 
 pub fn run(a: PreloadArgs) -> anyhow::Result<()> {
-    let lib = find_bin("libmadfs.so");
     let cl = LocalCluster::start(Options {
         servers: 2,
         ..Default::default()
     })
     .context("starting servers")?;
+    let lib = if a.as_built {
+        find_bin("libmadfs.so")
+    } else {
+        installed_copy(cl.root())?
+    };
     let mut cfg = ClientConfig::from_cluster_file(cl.cluster_file())?;
     cfg.ucx.err_mode = madfs_rpc::ErrorMode::None;
     let c = Client::new(&cfg)?;
@@ -270,9 +293,14 @@ pub fn run(a: PreloadArgs) -> anyhow::Result<()> {
         v[v.len() / 2]
     };
     println!(
-        "madfs-bench preload: 2 servers, shared memory, medians of {} operations; {} rounds",
+        "madfs-bench preload: 2 servers, shared memory, medians of {} operations; {} rounds; {}",
         a.iters,
-        rounds.len()
+        rounds.len(),
+        if a.as_built {
+            format!("the build's {}", lib.display())
+        } else {
+            "an installed copy of libmadfs.so".into()
+        }
     );
     println!(
         "{:<38} {:>8} {:>8} {:>14}",
