@@ -469,36 +469,46 @@ fn a_cold_bundle_is_written_afresh() {
         .expect("a bundle after the first run");
     let bytes = std::fs::read(&bundle).unwrap();
     let ino = |p: &std::path::Path| std::fs::metadata(p).unwrap().ino();
-    // evicted: written back and dropped; mincore(2) says whether its header page left the
-    // page cache (a read with RWF_NOWAIT would start reading it back in)
-    let f = std::fs::File::open(&bundle).unwrap();
-    f.sync_all().unwrap();
-    let len = bytes.len();
-    // SAFETY: fd is open for the whole block; the mapping is read-only, only its residency
-    // is asked for, and it is unmapped before the block ends.
-    let cold = unsafe {
-        libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
-        let m = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        );
-        assert_ne!(m, libc::MAP_FAILED);
-        let mut vec = [0u8; 1];
-        let last = m.cast::<u8>().add(len - 4096);
-        let r = libc::mincore(last.cast(), 4096, vec.as_mut_ptr());
-        libc::munmap(m, len);
-        r == 0 && vec[0] & 1 == 0
+    // written back and dropped; then mincore(2) says whether its header page left the page
+    // cache (a read with RWF_NOWAIT would start reading it back in)
+    let evict = || {
+        let f = std::fs::File::open(&bundle).unwrap();
+        f.sync_all().unwrap();
+        let len = bytes.len();
+        // SAFETY: f is open for the whole block; the mapping is read-only, only its
+        // residency is asked for, and it is unmapped before the block ends.
+        unsafe {
+            libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+            let m = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            );
+            assert_ne!(m, libc::MAP_FAILED);
+            let mut vec = [0u8; 1];
+            let last = m.cast::<u8>().add(len - 4096);
+            let r = libc::mincore(last.cast(), 4096, vec.as_mut_ptr());
+            libc::munmap(m, len);
+            r == 0 && vec[0] & 1 == 0
+        }
     };
-    drop(f);
-    if !cold {
+    if !evict() {
         eprintln!("skipped: the bundle stays in the page cache here");
         return;
     }
+    // another process writing a copy (it holds an flock on the old file): this one maps the
+    // old file as it is
     let before = ino(&bundle);
+    let writer = std::fs::File::open(&bundle).unwrap();
+    // SAFETY: a plain flock on an open descriptor.
+    assert_eq!(unsafe { libc::flock(writer.as_raw_fd(), libc::LOCK_EX) }, 0);
+    run();
+    assert_eq!(ino(&bundle), before, "one writer at a time");
+    drop(writer);
+    assert!(evict(), "evicted again");
     run();
     let after = ino(&bundle);
     assert_ne!(before, after, "a cold bundle is written afresh");

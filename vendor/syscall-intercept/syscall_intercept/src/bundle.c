@@ -47,6 +47,7 @@
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -420,9 +421,11 @@ bundle_map_fd(struct intercept_desc *desc, const struct dl_phdr_info *info,
  * bundle's text in large folios (docs/performance.md). So a process that
  * finds the bundle cold writes a copy, which puts it back in large folios
  * where the kernel can, and renames it over the old one (which stays
- * valid for the processes that map it). Processes that find it cold at
- * the same time each write one; the last rename wins, all are the same
- * bytes.
+ * valid for the processes that map it). Of the processes that find it
+ * cold at the same time (the ranks of a job starting), the one that takes
+ * an flock on the old file writes the copy; the others map the old file
+ * as it is. The lock goes with the writer's descriptor, so a writer that
+ * dies leaves nothing behind.
  */
 static long
 bundle_refresh(const struct bundle_header *key, long fd)
@@ -430,6 +433,7 @@ bundle_refresh(const struct bundle_header *key, long fd)
 	char path[800], tmp[840];
 	struct stat st;
 	if (bundle_path(key, path, sizeof(path), true) != 0 ||
+	    syscall_no_intercept(SYS_flock, fd, LOCK_EX | LOCK_NB) != 0 ||
 	    syscall_no_intercept(SYS_fstat, fd, &st) != 0 ||
 	    st.st_size <= 0)
 		return -1;
