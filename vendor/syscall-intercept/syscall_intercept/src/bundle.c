@@ -52,6 +52,7 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <syscall.h>
+#include <time.h>
 
 #include "intercept.h"
 #include "intercept_util.h"
@@ -425,17 +426,23 @@ bundle_map_fd(struct intercept_desc *desc, const struct dl_phdr_info *info,
  * cold at the same time (the ranks of a job starting), the one that takes
  * an flock on the old file writes the copy; the others map the old file
  * as it is. The lock goes with the writer's descriptor, so a writer that
- * dies leaves nothing behind.
+ * dies leaves nothing behind. A bundle younger than REFRESH_AGE seconds is
+ * not copied again: on a file system whose RWF_NOWAIT reads failed even
+ * from the page cache, a copy per process start would cost more than any
+ * folio saves.
  */
+#define REFRESH_AGE 60
 static long
 bundle_refresh(const struct bundle_header *key, long fd)
 {
 	char path[800], tmp[840];
 	struct stat st;
+	struct timespec now;
 	if (bundle_path(key, path, sizeof(path), true) != 0 ||
 	    syscall_no_intercept(SYS_flock, fd, LOCK_EX | LOCK_NB) != 0 ||
 	    syscall_no_intercept(SYS_fstat, fd, &st) != 0 ||
-	    st.st_size <= 0)
+	    st.st_size <= 0 || clock_gettime(CLOCK_REALTIME, &now) != 0 ||
+	    now.tv_sec - st.st_mtime < REFRESH_AGE)
 		return -1;
 	size_t size = (size_t)st.st_size;
 	long m = syscall_no_intercept(SYS_mmap, NULL, size, PROT_READ,
