@@ -416,8 +416,8 @@ bundle_map_fd(struct intercept_desc *desc, const struct dl_phdr_info *info,
  * it, and on Linux 6.18's ext4 (as on the file systems with large folios
  * before it) the fault path brings them back in single pages, where the
  * write path that made the bundle had put them in large folios. A text
- * mapped from large folios costs less: fewer and cheaper page faults, and
- * on AMD's processors fewer TLB entries (contiguous pages are coalesced).
+ * mapped from large folios costs less (likely fewer and cheaper page
+ * faults, and on AMD's processors fewer TLB entries).
  * A preloaded find(1) paid 0.6 points less over a plain one with the
  * bundle's text in large folios (docs/performance.md). So a process that
  * finds the bundle cold writes a copy, which puts it back in large folios
