@@ -450,11 +450,11 @@ bundle_refresh(const struct bundle_header *key, long fd)
 	if (m < 0 && m > -4096)
 		return -1;
 	long out = tmp_create(path, tmp, sizeof(tmp));
+	bool ok = out >= 0 && write_all(out, (const void *)m, size) == 0;
 	if (out >= 0)
-		tmp_publish(out, write_all(out, (const void *)m, size) == 0,
-		    tmp, path);
+		tmp_publish(out, ok, tmp, path);
 	syscall_no_intercept(SYS_munmap, m, size);
-	if (out < 0)
+	if (!ok)
 		return -1;
 	return syscall_no_intercept(SYS_open, path,
 	    O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
