@@ -531,6 +531,36 @@ fn a_cold_bundle_is_written_afresh() {
     assert_eq!(ino(&bundle), after, "a warm bundle is left as it is");
 }
 
+/// x86_64: a process that maps libc's bundle replaces libc's whole executable mapping with
+/// one from the bundle (`vendor/PATCHES.md` syscall-intercept 25): no page of libc's own file
+/// stays executable beside it (the text section ends a page before the segment does; mapping
+/// the section alone split libc's mapping and left that page behind).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn libc_text_is_replaced_by_one_mapping() {
+    let cl = cluster();
+    let dir = cl.root().join("cache-one-mapping");
+    let env = [("MADFS_INTERCEPT_CACHE", dir.to_str().unwrap())];
+    // the first run scans libc and stores its bundle, the second maps it
+    common::ok(common::run_env(&cl, &["/bin/true"], 20_000, &env), "true");
+    let maps = common::ok(
+        common::run_env(&cl, &["/bin/cat", "/proc/self/maps"], 20_000, &env),
+        "cat",
+    );
+    let exec = |name: &str| -> Vec<&str> {
+        maps.lines()
+            .filter(|l| l.split_whitespace().nth(1) == Some("r-xp") && l.contains(name))
+            .collect()
+    };
+    assert!(
+        exec("libc.so.6").is_empty(),
+        "libc's own text is still mapped: {:?}",
+        exec("libc.so.6")
+    );
+    // libc's text, the full text aside (until the first madfs path) and the wrappers
+    assert_eq!(exec(".bundle").len(), 3, "{maps}");
+}
+
 /// `fchmodat2` (Linux 6.6), which glibc ≥ 2.39 issues for `fchmodat` with flags: GNU tar 1.35
 /// on Ubuntu 24.04 set its directories' modes through it and got ENOTDIR from the kernel (the
 /// placeholder behind a madfs dirfd is no directory). Links are followed unless

@@ -201,11 +201,19 @@ bundle_path(const struct bundle_header *h, char *out, size_t size,
 
 /*
  * whether [first_page, first_page + len) lies in an executable segment of
- * the object, mapped from file offset off
+ * the object, mapped from file offset off; if so, *seg (if not NULL) is
+ * that segment's whole page span (address, length and file offset)
  */
+struct span {
+	unsigned char *at;
+	size_t len;
+	uint64_t off;
+};
+
 static bool
 text_matches_segment(const struct dl_phdr_info *info,
-	const unsigned char *first_page, size_t len, uint64_t off)
+	const unsigned char *first_page, size_t len, uint64_t off,
+	struct span *seg)
 {
 	for (Elf64_Half i = 0; i < info->dlpi_phnum; ++i) {
 		const Elf64_Phdr *ph = &info->dlpi_phdr[i];
@@ -217,8 +225,12 @@ text_matches_segment(const struct dl_phdr_info *info,
 		uint64_t seg_off = ph->p_offset & ~(uint64_t)(PAGE_SIZE - 1);
 		uintptr_t p = (uintptr_t)first_page;
 		if (p >= seg_page && p + len <= seg_end && p + len > p &&
-		    off == seg_off + (p - seg_page))
+		    off == seg_off + (p - seg_page)) {
+			if (seg != NULL)
+				*seg = (struct span){ (unsigned char *)seg_page,
+				    seg_end - seg_page, seg_off };
 			return true;
+		}
 	}
 	return false;
 }
@@ -340,8 +352,9 @@ bundle_map_fd(struct intercept_desc *desc, const struct dl_phdr_info *info,
 	if (h.text_offset < lead)
 		return BUNDLE_BAD;
 	uint64_t off = h.text_offset - lead;
+	struct span seg;
 	if (off % PAGE_SIZE != 0 || off + len > page_up(h.file_size) ||
-	    !text_matches_segment(info, first_page, len, off) ||
+	    !text_matches_segment(info, first_page, len, off, &seg) ||
 	    tail + (h.lean != 0 ? len : 0) + PAGE_SIZE !=
 	    (uint64_t)st.st_size)
 		return BUNDLE_BAD;
@@ -384,12 +397,23 @@ bundle_map_fd(struct intercept_desc *desc, const struct dl_phdr_info *info,
 			full = (unsigned char *)m;
 	}
 
-	/* the patched text over the library's own */
-	uint64_t text = full != NULL || h.lean == 0 ? off : h.full_offset;
-	m = syscall_no_intercept(SYS_mmap, first_page, len,
-	    PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_FIXED, fd, text);
-	if (m != (long)first_page) {
-		map_original(desc, info, first_page, len, off);
+	/*
+	 * the patched text over the library's own: from the library copy,
+	 * the whole executable segment (the pages around the text section
+	 * hold the library's own bytes there), so that its mapping is
+	 * replaced rather than split in two or three (one mapping fewer in
+	 * every process, and no split); the full text alone when it goes
+	 * first (it is stored for the text section only)
+	 */
+	struct span own = { first_page, len, off }; /* the library's pages */
+	if ((full != NULL || h.lean == 0) &&
+	    seg.off + seg.len <= page_up(h.file_size))
+		own = seg;
+	uint64_t from = full != NULL || h.lean == 0 ? own.off : h.full_offset;
+	m = syscall_no_intercept(SYS_mmap, own.at, own.len,
+	    PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_FIXED, fd, from);
+	if (m != (long)own.at) {
+		map_original(desc, info, own.at, own.len, own.off);
 		syscall_no_intercept(SYS_munmap, region, region_size);
 		if (full != NULL)
 			syscall_no_intercept(SYS_munmap, full, len);
