@@ -81,8 +81,7 @@ extern "C" fn init() {
         return;
     }
     SHARED.set_mount(abi::mount_from_env());
-    // SAFETY: getpid has no preconditions.
-    PID.store(unsafe { libc::getpid() }, Release);
+    PID.store(getpid(), Release);
     find_core();
     // SAFETY: registering a plain extern "C" function.
     unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
@@ -115,8 +114,7 @@ static INIT: extern "C" fn() = init;
 
 /// `fork` child: a new pid; a load another thread had under way is not (it is not in the child).
 extern "C" fn after_fork_child() {
-    // SAFETY: getpid has no preconditions.
-    PID.store(unsafe { libc::getpid() }, Release);
+    PID.store(getpid(), Release);
     let _ = STATE.compare_exchange(LOADING, UNLOADED, AcqRel, Acquire);
 }
 
@@ -128,16 +126,11 @@ static OWN_NAME: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
 /// `malloc` at all); a relative name is made absolute now, as the working directory may
 /// change before the core is needed.
 fn find_core() {
-    // SAFETY: dladdr fills `info` for an address inside this library; the file name it
-    // returns lives as long as the library.
-    let name = unsafe {
-        let mut info: libc::Dl_info = std::mem::zeroed();
-        if libc::dladdr(init as *const c_void, &mut info) == 0 || info.dli_fname.is_null() {
-            return;
-        }
-        info.dli_fname
-    };
-    // SAFETY: as above, a C string.
+    let name = own_name();
+    if name.is_null() {
+        return;
+    }
+    // SAFETY: the loader's name of this library, a C string for the life of the process.
     let own = unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes();
     if own.starts_with(b"/") {
         OWN_NAME.store(name.cast_mut(), Release);
@@ -147,6 +140,39 @@ fn find_core() {
         abs.extend_from_slice(own);
         let _ = CORE_PATH.set(beside(&abs));
     }
+}
+
+/// The loader's name of this library (null if not found): the object whose loaded segments
+/// hold [`init`]. The engine's constructor has just walked the same list, so this touches
+/// nothing new (`dladdr` takes the loader's lock, scans this library's symbols and lives on a
+/// page of libc that a preloaded process otherwise never needs).
+fn own_name() -> *const c_char {
+    unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _: usize, out: *mut c_void) -> c_int {
+        let me = init as extern "C" fn() as usize;
+        // SAFETY: the loader passes a valid dl_phdr_info whose dlpi_phdr holds dlpi_phnum
+        // headers, for the duration of the call; `out` is the *const c_char below.
+        unsafe {
+            let info = &*info;
+            for i in 0..info.dlpi_phnum as usize {
+                let ph = &*info.dlpi_phdr.add(i);
+                let start = info.dlpi_addr as usize + ph.p_vaddr as usize;
+                if ph.p_type == libc::PT_LOAD && me >= start && me - start < ph.p_memsz as usize {
+                    *out.cast::<*const c_char>() = info.dlpi_name;
+                    return 1;
+                }
+            }
+        }
+        0
+    }
+    let mut name: *const c_char = std::ptr::null();
+    // SAFETY: `visit` only reads what the loader passes and writes `name`, which outlives the
+    // call; the names in the loader's list live as long as their objects.
+    unsafe { libc::dl_iterate_phdr(Some(visit), (&raw mut name).cast()) };
+    // SAFETY: a non-null dlpi_name is a C string.
+    if !name.is_null() && unsafe { *name } == 0 {
+        return std::ptr::null();
+    }
+    name
 }
 
 /// `<directory of the library file `own`>/libmadfs_core.so`.
@@ -170,6 +196,12 @@ fn core_path() -> CString {
     }
     // SAFETY: the loader's name of this library, a C string for the life of the process.
     beside(unsafe { std::ffi::CStr::from_ptr(own) }.to_bytes())
+}
+
+/// The pid, asked of the kernel (libc's `getpid` is one more page of libc to fault in).
+fn getpid() -> i32 {
+    // SAFETY: getpid has no arguments.
+    unsafe { abi::raw!(libc::SYS_getpid) as i32 }
 }
 
 fn gettid() -> i32 {

@@ -359,6 +359,27 @@ is_vdso(uintptr_t addr, const char *path)
 }
 
 /*
+ * madfs: is info the object this code is linked into? One of its loaded
+ * segments holds the wrapper template. (Upstream asked dladdr once, which
+ * takes the loader's lock and touches a page of libc that a preloaded
+ * process otherwise never needs.)
+ */
+static bool
+is_self(const struct dl_phdr_info *info)
+{
+	extern unsigned char intercept_asm_wrapper_tmpl[];
+	uintptr_t self = (uintptr_t)&intercept_asm_wrapper_tmpl;
+	for (Elf64_Half i = 0; i < info->dlpi_phnum; ++i) {
+		const Elf64_Phdr *ph = &info->dlpi_phdr[i];
+		uintptr_t start = info->dlpi_addr + ph->p_vaddr;
+		if (ph->p_type == PT_LOAD && self >= start &&
+		    self - start < ph->p_memsz)
+			return true;
+	}
+	return false;
+}
+
+/*
  * should_patch_object
  * Decides whether a particular loaded object should should be targeted for
  * hotpatching.
@@ -368,16 +389,9 @@ is_vdso(uintptr_t addr, const char *path)
  * the glibc implementation are targeted, i.e.: libc and libpthread.
  */
 static bool
-should_patch_object(uintptr_t addr, const char *path)
+should_patch_object(const struct dl_phdr_info *info, const char *path)
 {
-	static uintptr_t self_addr;
-	if (self_addr == 0) {
-		extern unsigned char intercept_asm_wrapper_tmpl[];
-		Dl_info self;
-		if (!dladdr((void *)&intercept_asm_wrapper_tmpl, &self))
-			xabort("self dladdr failure");
-		self_addr = (uintptr_t)self.dli_fbase;
-	}
+	uintptr_t addr = info->dlpi_addr;
 
 	static const char libc[] = "libc";
 	static const char pthr[] = "libpthread";
@@ -394,7 +408,7 @@ should_patch_object(uintptr_t addr, const char *path)
 	if (len == 0)
 		return false;
 
-	if (addr == self_addr) {
+	if (is_self(info)) {
 		debug_dump(" - skipping: matches self\n");
 		return false;
 	}
@@ -511,7 +525,7 @@ analyze_object(struct dl_phdr_info *info, size_t size, void *data)
 
 	debug_dump("analyze %s\n", path);
 
-	if (!should_patch_object(info->dlpi_addr, path))
+	if (!should_patch_object(info, path))
 		return 0;
 
 	if (intercept_cpu_has_ymm &&
