@@ -195,11 +195,29 @@ find_patch(const unsigned char *site)
 static const char *
 get_lib_short_name(const char *name)
 {
-	const char *slash = strrchr(name, '/');
-	if (slash != NULL)
-		name = slash + 1;
+	/*
+	 * madfs: here and in is_vdso, str_match and should_patch_object,
+	 * plain loops instead of strrchr, strstr, strcspn and strncmp: a
+	 * preloaded process would otherwise fault in pages of libc that its
+	 * program may never use (a page each, and the tables of the SSE4.2
+	 * strcspn), for a handful of short names per process
+	 */
+	const char *last = name;
+	for (const char *p = name; *p != '\0'; ++p) {
+		if (*p == '/')
+			last = p + 1;
+	}
+	return last;
+}
 
-	return name;
+/* the length of s's first part without '-' or '.' (strcspn(s, "-.")) */
+static size_t
+name_stem_len(const char *s)
+{
+	size_t n = 0;
+	while (s[n] != '\0' && s[n] != '-' && s[n] != '.')
+		++n;
+	return n;
 }
 
 /*
@@ -213,8 +231,10 @@ static bool
 str_match(const char *name, size_t name_len,
 		const char *expected)
 {
-	return name_len == strlen(expected) &&
-		strncmp(name, expected, name_len) == 0;
+	size_t i = 0;
+	while (i < name_len && expected[i] != '\0' && name[i] == expected[i])
+		++i;
+	return i == name_len && expected[i] == '\0';
 }
 
 /*
@@ -355,7 +375,13 @@ get_object_path(const struct dl_phdr_info *info)
 static bool
 is_vdso(uintptr_t addr, const char *path)
 {
-	return addr == (uintptr_t)vdso_addr || strstr(path, "vdso") != NULL;
+	if (addr == (uintptr_t)vdso_addr)
+		return true;
+	for (const char *p = path; *p != '\0'; ++p) {
+		if (p[0] == 'v' && p[1] == 'd' && p[2] == 's' && p[3] == 'o')
+			return true;
+	}
+	return false;
 }
 
 /*
@@ -403,7 +429,7 @@ should_patch_object(const struct dl_phdr_info *info, const char *path)
 	}
 
 	const char *name = get_lib_short_name(path);
-	size_t len = strcspn(name, "-.");
+	size_t len = name_stem_len(name);
 
 	if (len == 0)
 		return false;
