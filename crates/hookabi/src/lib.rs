@@ -24,6 +24,10 @@ pub const DEFAULT_MOUNT: &[u8] = b"/madfs";
 pub const CWD_ENV: &str = "MADFS_CWD";
 /// Environment variable an exec'ing process with madfs fds leaves to the new image.
 pub const FDS_ENV: &str = "MADFS_FDS";
+/// [`CWD_ENV`] as a C string.
+pub const CWD_ENV_C: &CStr = c"MADFS_CWD";
+/// [`FDS_ENV`] as a C string.
+pub const FDS_ENV_C: &CStr = c"MADFS_FDS";
 
 /// File name of the core, looked up in the front's own directory.
 pub const CORE_FILE: &str = "libmadfs_core.so";
@@ -431,6 +435,12 @@ macro_rules! raw {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn environment_names_agree() {
+        assert_eq!(CWD_ENV_C.to_str(), Ok(CWD_ENV));
+        assert_eq!(FDS_ENV_C.to_str(), Ok(FDS_ENV));
+    }
 
     #[test]
     fn mount_prefix_on_component_boundaries() {

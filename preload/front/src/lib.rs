@@ -77,7 +77,7 @@ fn write_stderr(msg: &str) {
 /// Library constructor: the engine, the fast pass, and the core at once when the process
 /// starts with madfs state (inherited fds, working directory) or with `MADFS_TRACE`.
 extern "C" fn init() {
-    if std::env::var_os("MADFS_PRELOAD_DISABLE").is_some() {
+    if env_is_set(c"MADFS_PRELOAD_DISABLE") {
         return;
     }
     SHARED.set_mount(abi::mount_from_env());
@@ -85,9 +85,8 @@ extern "C" fn init() {
     find_core();
     // SAFETY: registering a plain extern "C" function.
     unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
-    let trace = std::env::var_os("MADFS_TRACE").is_some();
-    if trace || std::env::var_os(abi::FDS_ENV).is_some() || std::env::var_os(abi::CWD_ENV).is_some()
-    {
+    let trace = env_is_set(c"MADFS_TRACE");
+    if trace || env_is_set(abi::FDS_ENV_C) || env_is_set(abi::CWD_ENV_C) {
         load_core();
     }
     // SAFETY: the library constructor, before the program's threads start; the hook is
@@ -196,6 +195,15 @@ fn core_path() -> CString {
     }
     // SAFETY: the loader's name of this library, a C string for the life of the process.
     beside(unsafe { std::ffi::CStr::from_ptr(own) }.to_bytes())
+}
+
+/// Whether the environment has `name`: libc's `getenv`, which the engine's constructor has
+/// just used (std's environment functions take a lock and copy the value, in code of their
+/// own that every preloaded process would fault in).
+fn env_is_set(name: &std::ffi::CStr) -> bool {
+    // SAFETY: a C string; read in the constructor, before the program can change its
+    // environment.
+    !unsafe { libc::getenv(name.as_ptr()) }.is_null()
 }
 
 /// The pid, asked of the kernel (libc's `getpid` is one more page of libc to fault in).
