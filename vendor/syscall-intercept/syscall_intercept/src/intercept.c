@@ -163,12 +163,26 @@ static void *vdso_addr;
 static struct intercept_desc *
 allocate_next_obj_desc(void)
 {
-	if (objs_count == 0)
-		objs = xmmap_anon(sizeof(objs[0]));
-	else
+	/*
+	 * madfs: the first objects' descriptions in BSS (libc, and usually
+	 * nothing else, unless INTERCEPT_ALL_OBJS): an anonymous mapping made
+	 * for them cost every preloaded process an mmap, a page fault and a
+	 * mapping to tear down at exit. The BSS still fits the library's
+	 * last data page, which the loader zero-fills anyway.
+	 */
+	static struct intercept_desc first[2];
+	const unsigned n_first = sizeof(first) / sizeof(first[0]);
+
+	if (objs_count == 0) {
+		objs = first;
+	} else if (objs_count == n_first) {
+		objs = xmmap_anon((objs_count + 1) * sizeof(objs[0]));
+		memcpy(objs, first, sizeof(first));
+	} else if (objs_count > n_first) {
 		objs = xmremap(objs, objs_count * sizeof(objs[0]),
 			(objs_count + 1) * sizeof(objs[0]));
-
+	}
+	/* all zero: BSS, or fresh (or grown) anonymous memory */
 	++objs_count;
 	return objs + objs_count - 1;
 }

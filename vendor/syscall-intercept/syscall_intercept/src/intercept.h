@@ -157,8 +157,6 @@ struct intercept_desc {
 	Elf64_Half text_section_index;
 	Elf64_Shdr sh_text_section;
 
-	struct section_list symbol_tables;
-	struct section_list rela_tables;
 
 	/* Where the text starts inside the shared object */
 	unsigned long text_offset;

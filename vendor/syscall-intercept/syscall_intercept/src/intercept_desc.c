@@ -104,12 +104,13 @@ add_text_info(struct intercept_desc *desc, const Elf64_Shdr *header,
  * See: man elf
  */
 static void
-find_sections(struct intercept_desc *desc, int fd)
+find_sections(struct intercept_desc *desc, int fd,
+	struct section_list *symbol_tables, struct section_list *rela_tables)
 {
 	Elf64_Ehdr elf_header;
 
-	desc->symbol_tables.count = 0;
-	desc->rela_tables.count = 0;
+	symbol_tables->count = 0;
+	rela_tables->count = 0;
 
 	xread(fd, &elf_header, sizeof(elf_header));
 
@@ -138,10 +139,10 @@ find_sections(struct intercept_desc *desc, int fd)
 		} else if (section->sh_type == SHT_SYMTAB ||
 		    section->sh_type == SHT_DYNSYM) {
 			debug_dump("found symbol table: %s\n", name);
-			add_table_info(&desc->symbol_tables, section);
+			add_table_info(symbol_tables, section);
 		} else if (section->sh_type == SHT_RELA) {
 			debug_dump("found relocation table: %s\n", name);
-			add_table_info(&desc->rela_tables, section);
+			add_table_info(rela_tables, section);
 		}
 	}
 
@@ -1494,7 +1495,13 @@ find_syscalls(struct intercept_desc *desc)
 		return;
 	}
 
-	find_sections(desc, fd);
+	/*
+	 * madfs: the tables' section headers are needed here only, not in
+	 * the description, which then fits where every process has room for
+	 * it (intercept.c, allocate_next_obj_desc)
+	 */
+	struct section_list symbol_tables, rela_tables;
+	find_sections(desc, fd, &symbol_tables, &rela_tables);
 	debug_dump(
 	    "%s .text mapped at 0x%016" PRIxPTR " - 0x%016" PRIxPTR " \n",
 	    desc->path,
@@ -1510,13 +1517,13 @@ find_syscalls(struct intercept_desc *desc)
 	}
 	allocate_jump_table(desc);
 
-	for (Elf64_Half i = 0; i < desc->symbol_tables.count; ++i)
+	for (Elf64_Half i = 0; i < symbol_tables.count; ++i)
 		find_jumps_in_section_syms(desc,
-		    desc->symbol_tables.headers + i, fd);
+		    symbol_tables.headers + i, fd);
 
-	for (Elf64_Half i = 0; i < desc->rela_tables.count; ++i)
+	for (Elf64_Half i = 0; i < rela_tables.count; ++i)
 		find_jumps_in_section_rela(desc,
-		    desc->rela_tables.headers + i, fd);
+		    rela_tables.headers + i, fd);
 
 	syscall_no_intercept(SYS_close, fd);
 
