@@ -28,6 +28,11 @@ pub struct PreloadArgs {
     /// [`installed_copy`]).
     #[arg(long)]
     as_built: bool,
+    /// Run the programs that never touch the mount (plain and preloaded alike) on this CPU
+    /// only: a pair of runs then never straddles two cores of different speed, which on a
+    /// many-core node is most of the noise (docs/performance.md).
+    #[arg(long)]
+    cpu: Option<usize>,
 }
 
 /// The preload libraries as an install leaves them: copied with `write(2)` into `dir`. The
@@ -149,6 +154,23 @@ fn time_cmd_once(lib: Option<&std::path::Path>, argv: &[&str]) -> anyhow::Result
     }
     let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
     Ok((wall, tv(ru.ru_utime) + tv(ru.ru_stime)))
+}
+
+/// Pins the calling thread, and so the programs it starts from now on, to `cpu`.
+fn pin_to_cpu(cpu: usize) -> anyhow::Result<()> {
+    // SAFETY: an all-zero cpu_set_t is an empty set; CPU_SET and sched_setaffinity only
+    // write and read that set.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
+            bail!("--cpu {cpu}: no such CPU");
+        }
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            bail!("--cpu {cpu}: {}", std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// What [`time_cmd`] reports for one program, in ms and %.
@@ -382,6 +404,10 @@ pub fn run(a: PreloadArgs) -> anyhow::Result<()> {
     ];
     if std::path::Path::new("/usr/bin/cc").exists() {
         programs.push(vec!["/usr/bin/cc", "-O2", "-c", &src, "-o", &obj]);
+    }
+    if let Some(cpu) = a.cpu {
+        pin_to_cpu(cpu)?;
+        println!("(programs, plain and preloaded, pinned to CPU {cpu})");
     }
     println!(
         "{:<30} {:>19} {:>19} {:>5} {:>7} {:>21} {:>7} {:>21}",
