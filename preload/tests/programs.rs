@@ -163,6 +163,41 @@ fn tar_tree_in_and_out() {
     assert!(out.contains("links identical"), "{out}");
 }
 
+/// A `fork` child of a process that never touched the mount loads the core itself and uses
+/// madfs, and so does its own fork child; a shell's subshell writes a file of the mount as
+/// its shell's first madfs access. (The front makes such a fork in its hook and gives the
+/// child its pid there: a core that took the child for a `vfork` child of its parent
+/// refused its opens with ENOTSUP.)
+#[test]
+fn fork_children_of_a_process_that_never_touched_the_mount() {
+    let cl = cluster();
+    python_prints(
+        &cl,
+        r#"
+import os
+pid = os.fork()
+if pid == 0:
+    os.makedirs("/madfs/fk", exist_ok=True)
+    with open("/madfs/fk/child", "w") as f: f.write("child")
+    grandchild = os.fork()
+    if grandchild == 0:
+        with open("/madfs/fk/grandchild", "w") as f: f.write("grandchild")
+        os._exit(0)
+    os._exit(os.waitpid(grandchild, 0)[1])
+assert os.waitpid(pid, 0)[1] == 0
+assert open("/madfs/fk/child").read() == "child"
+assert open("/madfs/fk/grandchild").read() == "grandchild"
+print("FORK-OK")
+"#,
+        "FORK-OK",
+    );
+    let out = bash(
+        &cl,
+        "( echo from the subshell > /madfs/fk/sub ); cat /madfs/fk/sub",
+    );
+    assert_eq!(out, "from the subshell\n");
+}
+
 #[test]
 fn python_walk_replace_threads_subprocess_fork() {
     let cl = cluster();

@@ -83,8 +83,6 @@ extern "C" fn init() {
     SHARED.set_mount(abi::mount_from_env());
     PID.store(getpid(), Release);
     find_core();
-    // SAFETY: registering a plain extern "C" function.
-    unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
     let trace = env_is_set(c"MADFS_TRACE");
     if trace || env_is_set(abi::FDS_ENV_C) || env_is_set(abi::CWD_ENV_C) {
         load_core();
@@ -112,9 +110,35 @@ extern "C" fn init() {
 static INIT: extern "C" fn() = init;
 
 /// `fork` child: a new pid; a load another thread had under way is not (it is not in the child).
-extern "C" fn after_fork_child() {
+fn after_fork_child() {
     PID.store(getpid(), Release);
     let _ = STATE.compare_exchange(LOADING, UNLOADED, AcqRel, Acquire);
+}
+
+/// A `fork` before the core is loaded (a clone that copies the memory onto the same stack:
+/// glibc's `fork`, or the legacy `fork` syscall) is made here, so that the child notes its
+/// pid before anything else runs in it (the core, loaded later in that child, must not take
+/// it for a `vfork` child of its parent, see [`Start::pid`](abi::Start)). Its result, `None`
+/// for any other syscall. This replaces a `pthread_atfork` handler, whose registration
+/// faulted in two pages of libc in every preloaded process (docs/performance.md); once the
+/// core is loaded, its own `fork` handling takes over.
+fn fork_before_core(nr: i64, a: &[isize; 6]) -> Option<isize> {
+    let fork = match nr {
+        libc::SYS_clone => a[0] as u64 & libc::CLONE_VM as u64 == 0 && a[1] == 0,
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_fork => true,
+        _ => false,
+    };
+    if !fork {
+        return None;
+    }
+    // SAFETY: the program's own fork, with its own arguments, made a few frames further
+    // down: the child returns through the same frames on its copy of the stack.
+    let r = unsafe { abi::raw6(nr, *a) };
+    if r == 0 {
+        after_fork_child();
+    }
+    Some(r)
 }
 
 /// This library's file name as the loader has it (for the core beside it), if absolute.
@@ -309,6 +333,9 @@ fn hook(nr: i64, a: &[isize; 6]) -> Option<isize> {
     }
     let core = CORE.load(Acquire);
     let core = if core.is_null() {
+        if let Some(r) = fork_before_core(nr, a) {
+            return Some(r);
+        }
         if !ours_before_core(nr, a) {
             return None;
         }
