@@ -199,17 +199,18 @@ bundle_path(const struct bundle_header *h, char *out, size_t size,
 	    put_num(&p, end, h->tmpl_hash, true) ? 0 : -1;
 }
 
-/*
- * whether [first_page, first_page + len) lies in an executable segment of
- * the object, mapped from file offset off; if so, *seg (if not NULL) is
- * that segment's whole page span (address, length and file offset)
- */
+/* pages of a mapping: address, length and file offset */
 struct span {
 	unsigned char *at;
 	size_t len;
 	uint64_t off;
 };
 
+/*
+ * whether [first_page, first_page + len) lies in an executable segment of
+ * the object, mapped from file offset off; if so, *seg (if not NULL) is
+ * that segment's whole page span
+ */
 static bool
 text_matches_segment(const struct dl_phdr_info *info,
 	const unsigned char *first_page, size_t len, uint64_t off,
@@ -405,11 +406,11 @@ bundle_map_fd(struct intercept_desc *desc, const struct dl_phdr_info *info,
 	 * every process, and no split); the full text alone when it goes
 	 * first (it is stored for the text section only)
 	 */
+	bool from_copy = full != NULL || h.lean == 0;
 	struct span own = { first_page, len, off }; /* the library's pages */
-	if ((full != NULL || h.lean == 0) &&
-	    seg.off + seg.len <= page_up(h.file_size))
+	if (from_copy && seg.off + seg.len <= page_up(h.file_size))
 		own = seg;
-	uint64_t from = full != NULL || h.lean == 0 ? own.off : h.full_offset;
+	uint64_t from = from_copy ? own.off : h.full_offset;
 	m = syscall_no_intercept(SYS_mmap, own.at, own.len,
 	    PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_FIXED, fd, from);
 	if (m != (long)own.at) {

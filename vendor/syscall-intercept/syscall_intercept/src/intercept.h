@@ -157,7 +157,6 @@ struct intercept_desc {
 	Elf64_Half text_section_index;
 	Elf64_Shdr sh_text_section;
 
-
 	/* Where the text starts inside the shared object */
 	unsigned long text_offset;
 
