@@ -627,6 +627,46 @@ fn intercept_log_names_the_syscalls() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// x86_64: libmadfs.so, which every preloaded process maps, carries no panic path, so none
+/// of std's panic machinery and backtrace printer (which were ≈ 250 KB of its ≈ 290 KB of
+/// text, `preload/front/build.rs`), and needs no unwinder: not `libgcc_s.so.1` (whose
+/// constructor runs `cpuid`, a trap to the hypervisor in a VM).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn front_has_no_panic_path() {
+    let lib = madfs_cluster::find_bin("libmadfs.so");
+    let tool = |cmd: &str, args: &[&str]| {
+        let out = std::process::Command::new(cmd)
+            .args(args)
+            .arg(&lib)
+            .output()
+            .unwrap_or_else(|e| panic!("{cmd} (binutils): {e}"));
+        assert!(out.status.success(), "{cmd}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let symbols = tool("nm", &["--demangle"]);
+    for needle in [
+        "rust_begin_unwind",
+        "panic_fmt",
+        "rust_eh_personality",
+        "gimli",
+    ] {
+        let hits: Vec<&str> = symbols.lines().filter(|l| l.contains(needle)).collect();
+        assert!(hits.is_empty(), "{needle} in {lib:?}: {hits:?}");
+    }
+    let dynamic = tool("readelf", &["--dynamic"]);
+    assert!(!dynamic.contains("libgcc_s"), "{dynamic}");
+    // the text a process may map: the engine, the front, what they use of core
+    let sections = tool("size", &["-A"]);
+    let text: u64 = sections
+        .lines()
+        .find_map(|l| l.strip_prefix(".text"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect(".text");
+    assert!(text < 96 * 1024, "{sections}");
+}
+
 /// A fresh directory under the system's temporary directory.
 #[cfg(target_arch = "x86_64")]
 fn tempfile_dir(name: &str) -> std::path::PathBuf {

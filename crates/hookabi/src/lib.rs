@@ -37,7 +37,7 @@ pub const CORE_START: &CStr = c"madfs_core_start";
 /// Is `path` (raw bytes, no NUL) the mount point or inside it? `mount` has no trailing `/`.
 /// No allocation, no locks: safe to call first thing in a syscall hook.
 pub fn is_under_mount(path: &[u8], mount: &[u8]) -> bool {
-    path.starts_with(mount) && (path.len() == mount.len() || path[mount.len()] == b'/')
+    path.starts_with(mount) && matches!(path.get(mount.len()), None | Some(b'/'))
 }
 
 /// Highest fd number + 1 that can be a madfs fd.
@@ -102,18 +102,26 @@ impl Default for Shared {
     }
 }
 
+/// The name of the variable that sets the mount prefix.
+pub const MOUNT_ENV_C: &CStr = c"MADFS_MOUNT";
+
 /// The mount prefix from `MADFS_MOUNT` (trailing `/` removed; unset or empty: the default).
-/// Points into the environment string itself (no allocation: the front's constructor runs
-/// this in every process); the strings of a process's initial environment are never freed.
+/// Points into the environment string itself (no allocation); the strings of a process's
+/// initial environment are never freed.
 pub fn mount_from_env() -> &'static [u8] {
-    // SAFETY: getenv returns null or a NUL-terminated string of the environment; read here,
-    // in a constructor, before the program can change its environment.
-    let v = unsafe { libc::getenv(c"MADFS_MOUNT".as_ptr()) };
-    if v.is_null() {
-        return DEFAULT_MOUNT;
-    }
+    // SAFETY: getenv returns null or a NUL-terminated string of the environment; read in a
+    // constructor, before the program can change its environment.
+    let v = unsafe { libc::getenv(MOUNT_ENV_C.as_ptr()) };
     // SAFETY: as above.
-    let mut m = unsafe { CStr::from_ptr(v) }.to_bytes();
+    mount_from((!v.is_null()).then(|| unsafe { CStr::from_ptr(v) }))
+}
+
+/// The mount prefix for the value `v` of `MADFS_MOUNT` (see [`mount_from_env`]).
+pub fn mount_from(v: Option<&'static CStr>) -> &'static [u8] {
+    let Some(v) = v else {
+        return DEFAULT_MOUNT;
+    };
+    let mut m = v.to_bytes();
     while let Some(rest) = m.strip_suffix(b"/") {
         m = rest;
     }
@@ -366,7 +374,10 @@ pub unsafe fn cstr<'a>(p: isize) -> Option<&'a [u8]> {
 #[inline]
 pub unsafe fn raw(nr: i64, args: &[isize]) -> isize {
     let mut a = [0isize; 6];
-    a[..args.len()].copy_from_slice(args);
+    // (no slice index: nothing here may panic, see preload/front)
+    for (to, from) in a.iter_mut().zip(args) {
+        *to = *from;
+    }
     // SAFETY: forwarded contract.
     unsafe { raw6(nr, a) }
 }

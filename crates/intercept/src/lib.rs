@@ -20,15 +20,19 @@ pub mod plan;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
+use std::ffi::CStr;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::OnceLock;
+use std::sync::atomic::Ordering::{AcqRel, Acquire};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 
 /// The hook: syscall number and its six argument registers. `Some(v)`: the syscall returns
 /// `v` (`-errno` for an error) without reaching the kernel; `None`: the kernel runs it.
 pub type Hook = fn(nr: i64, args: &[isize; 6]) -> Option<isize>;
 
-static HOOK: OnceLock<Hook> = OnceLock::new();
+/// The installed [`Hook`] as an address (0: none yet). An atomic rather than a `OnceLock`:
+/// the front that installs it must be free of every panic path (its library then carries
+/// none of std's panic and backtrace code, see `preload/front`), and a `OnceLock` can panic.
+static HOOK: AtomicUsize = AtomicUsize::new(0);
 
 /// What `install` did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -79,6 +83,22 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+impl Error {
+    /// What went wrong, without the details: no formatting (the front reports this).
+    pub fn what(&self) -> &'static str {
+        match self {
+            Error::Unsupported => "no syscall interception engine for this architecture",
+            Error::AlreadyInstalled => "a syscall hook is already installed",
+            Error::NoLibc => "libc's text was not found in this process",
+            Error::Disassembler(_) => "capstone could not be used",
+            Error::OutOfReach { .. } => {
+                "libc's code is out of branch range of trampoline memory (±128 MiB)"
+            }
+            Error::Os(what, _) => what,
+        }
+    }
+}
 
 /// The 512-bit set of syscall numbers `nr` (0 ≤ nr < 512) for which the `const fn`
 /// `$pred(nr)` holds, as eight words (bit `nr % 64` of word `nr / 64`).
@@ -263,7 +283,8 @@ pub fn patch_deferred() -> Result<(), i32> {
 /// no other thread runs libc code that the engine patches. `hook` must not unwind and must be
 /// safe to call re-entrantly from any thread, including from inside libc (e.g. malloc).
 pub unsafe fn install(hook: Hook) -> Result<Installed, Error> {
-    HOOK.set(hook).map_err(|_| Error::AlreadyInstalled)?;
+    HOOK.compare_exchange(0, hook as usize, AcqRel, Acquire)
+        .map_err(|_| Error::AlreadyInstalled)?;
     #[cfg(target_arch = "x86_64")]
     // SAFETY: forwarded contract.
     return unsafe { x86_64::install() };
@@ -274,10 +295,39 @@ pub unsafe fn install(hook: Hook) -> Result<Installed, Error> {
     Err(Error::Unsupported)
 }
 
-/// Calls the installed hook (engines' common path), never unwinding.
+/// The value of the environment variable `name` (an `INTERCEPT_*` or `MADFS_*` one) as it was
+/// when the library was loaded. On x86_64 the engine keeps those entries from one pass over
+/// the environment (a process start asked `getenv` about fifteen times, each a scan of the
+/// whole environment); elsewhere it is `getenv`.
+pub fn env(name: &CStr) -> Option<&'static CStr> {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a C string in; a pointer into the environment (or null) out.
+    let v = unsafe { syscall_intercept::madfs_intercept_getenv(name.as_ptr()) };
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: as above.
+    let v = unsafe { libc::getenv(name.as_ptr()) }.cast_const();
+    // SAFETY: a non-null result is a NUL-terminated string of the environment, whose
+    // initial strings are never freed.
+    (!v.is_null()).then(|| unsafe { CStr::from_ptr(v) })
+}
+
+/// Calls the installed hook (engines' common path). On aarch64 a panic in the hook is caught
+/// (and the syscall forwarded). On x86_64 the hook must not panic at all: `catch_unwind` links
+/// std's panic machinery and backtrace printer into the library that installs the hook (most
+/// of `libmadfs.so`'s text, mapped by every preloaded process), so there the hook is called
+/// as it is, and `libmadfs.so`'s hook is checked to have no panic path (its test
+/// `front_has_no_panic_path`).
 #[inline]
 fn call_hook(nr: i64, args: &[isize; 6]) -> Option<isize> {
-    let hook = *HOOK.get()?;
+    let hook = HOOK.load(Acquire);
+    if hook == 0 {
+        return None;
+    }
+    // SAFETY: a nonzero HOOK is the address of a `Hook`, stored by `install`.
+    let hook = unsafe { std::mem::transmute::<usize, Hook>(hook) };
+    #[cfg(target_arch = "x86_64")]
+    return hook(nr, args);
+    #[cfg(not(target_arch = "x86_64"))]
     std::panic::catch_unwind(|| hook(nr, args)).unwrap_or(None)
 }
 

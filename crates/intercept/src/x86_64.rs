@@ -4,9 +4,11 @@
 use crate::{call_hook, Error, Installed};
 use syscall_intercept::InterceptResult;
 
-/// syscall_intercept's hook: adapts its calling convention to [`crate::Hook`].
+/// syscall_intercept's hook: adapts its calling convention to [`crate::Hook`]. Never
+/// unwinds ([`call_hook`] catches a panic); `C-unwind` only so that no abort-on-unwind shim
+/// is generated (see `HookFn`).
 #[allow(clippy::too_many_arguments)]
-extern "C" fn entry(
+extern "C-unwind" fn entry(
     num: isize,
     a0: isize,
     a1: isize,

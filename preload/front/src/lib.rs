@@ -14,9 +14,9 @@
 
 use madfs_hookabi::{self as abi, Core, CoreStart, Shared, Start};
 use madfs_intercept::Pass;
-use std::ffi::{c_char, c_int, c_void, CString};
+use std::cell::UnsafeCell;
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU8, Ordering::*};
-use std::sync::OnceLock;
 
 /// The state the engine's fast pass reads and the core keeps up to date.
 static SHARED: Shared = Shared::new();
@@ -37,8 +37,16 @@ static PID: AtomicI32 = AtomicI32::new(0);
 /// A process sharing our memory was cloned before the core was loaded.
 static CLONED_VM: AtomicBool = AtomicBool::new(false);
 
-/// Where the core is, when this library's name was relative ([`find_core`]).
-static CORE_PATH: OnceLock<CString> = OnceLock::new();
+/// Where the core is, when this library's name was relative ([`find_core`]): a C string,
+/// written once by the constructor before any other thread runs, read-only after.
+static CORE_PATH: PathBuf = PathBuf(UnsafeCell::new([0; PATH_MAX]));
+
+const PATH_MAX: usize = libc::PATH_MAX as usize;
+
+struct PathBuf(UnsafeCell<[u8; PATH_MAX]>);
+
+// SAFETY: written only by the library constructor, before other threads exist.
+unsafe impl Sync for PathBuf {}
 
 // libc sites of every other syscall with a known number stay unpatched (x86_64).
 madfs_intercept::syscall_set!(abi::candidate);
@@ -69,18 +77,38 @@ static PASS: [Pass; 512] = {
     t
 };
 
-fn write_stderr(msg: &str) {
-    // SAFETY: a raw write of our own bytes to stderr.
-    unsafe { abi::raw!(libc::SYS_write, 2, msg.as_ptr(), msg.len()) };
+/// Writes `parts` to stderr, one raw `write` each. No formatting and no allocation: nothing
+/// in this library may panic (a panic path links std's panic machinery and backtrace
+/// printer, most of this library's text, which every preloaded process would map; the
+/// test `front_has_no_panic_path` keeps it so).
+fn write_stderr(parts: &[&[u8]]) {
+    for p in parts {
+        // SAFETY: a raw write of our own bytes to stderr.
+        unsafe { abi::raw!(libc::SYS_write, 2, p.as_ptr(), p.len()) };
+    }
+}
+
+/// `n` in decimal, in `buf`.
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 || i == 0 {
+            break;
+        }
+    }
+    buf.get(i..).unwrap_or_default()
 }
 
 /// Library constructor: the engine, the fast pass, and the core at once when the process
 /// starts with madfs state (inherited fds, working directory) or with `MADFS_TRACE`.
-extern "C" fn init() {
+extern "C-unwind" fn init() {
     if env_is_set(c"MADFS_PRELOAD_DISABLE") {
         return;
     }
-    SHARED.set_mount(abi::mount_from_env());
+    SHARED.set_mount(abi::mount_from(madfs_intercept::env(abi::MOUNT_ENV_C)));
     PID.store(getpid(), Release);
     find_core();
     let trace = env_is_set(c"MADFS_TRACE");
@@ -101,13 +129,29 @@ extern "C" fn init() {
             );
         }
         Ok(_) => {}
-        Err(e) => write_stderr(&format!("madfs: syscall interception is off: {e}\n")),
+        Err(e) => {
+            let mut n = [0; 20];
+            let (sep, detail): (&[u8], &[u8]) = match &e {
+                madfs_intercept::Error::Disassembler(m) => (b": ", m.as_bytes()),
+                madfs_intercept::Error::Os(_, errno) => {
+                    (b", errno ", decimal(errno.unsigned_abs().into(), &mut n))
+                }
+                _ => (b"", b""),
+            };
+            write_stderr(&[
+                b"madfs: syscall interception is off: ",
+                e.what().as_bytes(),
+                sep,
+                detail,
+                b"\n",
+            ]);
+        }
     }
 }
 
 #[used]
 #[link_section = ".init_array"]
-static INIT: extern "C" fn() = init;
+static INIT: extern "C-unwind" fn() = init;
 
 /// `fork` child: a new pid; a load another thread had under way is not (it is not in the child).
 fn after_fork_child() {
@@ -154,14 +198,21 @@ fn find_core() {
         return;
     }
     // SAFETY: the loader's name of this library, a C string for the life of the process.
-    let own = unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes();
+    let own = unsafe { CStr::from_ptr(name) }.to_bytes();
     if own.starts_with(b"/") {
         OWN_NAME.store(name.cast_mut(), Release);
-    } else if let Ok(cwd) = std::env::current_dir() {
-        let mut abs = cwd.into_os_string().into_encoded_bytes();
-        abs.push(b'/');
-        abs.extend_from_slice(own);
-        let _ = CORE_PATH.set(beside(&abs));
+        return;
+    }
+    let mut cwd = [0u8; PATH_MAX];
+    // SAFETY: getcwd writes at most cwd.len() bytes, a C string on success.
+    if unsafe { libc::getcwd(cwd.as_mut_ptr().cast(), cwd.len()) }.is_null() {
+        return;
+    }
+    let cwd = CStr::from_bytes_until_nul(&cwd).map_or(&b""[..], CStr::to_bytes);
+    // SAFETY: the constructor, before any other thread runs; nothing reads it yet.
+    let out = unsafe { &mut *CORE_PATH.0.get() };
+    if !beside(&[cwd, b"/", own], out) {
+        out[0] = 0;
     }
 }
 
@@ -171,7 +222,7 @@ fn find_core() {
 /// page of libc that a preloaded process otherwise never needs).
 fn own_name() -> *const c_char {
     unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _: usize, out: *mut c_void) -> c_int {
-        let me = init as extern "C" fn() as usize;
+        let me = init as extern "C-unwind" fn() as usize;
         // SAFETY: the loader passes a valid dl_phdr_info whose dlpi_phdr holds dlpi_phnum
         // headers, for the duration of the call; `out` is the *const c_char below.
         unsafe {
@@ -198,36 +249,58 @@ fn own_name() -> *const c_char {
     name
 }
 
-/// `<directory of the library file `own`>/libmadfs_core.so`.
-fn beside(own: &[u8]) -> CString {
-    let mut p = match own.iter().rposition(|&b| b == b'/') {
-        Some(i) => own[..=i].to_vec(),
-        None => b"./".to_vec(),
+/// Writes `<directory of the library file named by the concatenated parts of
+/// own>/libmadfs_core.so` into `out`, NUL-terminated. False if it does not fit.
+fn beside(own: &[&[u8]], out: &mut [u8; PATH_MAX]) -> bool {
+    let mut at = 0;
+    let mut dir_end = 0; // just after the last '/'
+    for &b in own.iter().flat_map(|p| p.iter()) {
+        let Some(slot) = out.get_mut(at) else {
+            return false;
+        };
+        *slot = b;
+        at += 1;
+        if b == b'/' {
+            dir_end = at;
+        }
+    }
+    let (dir, mut at): (&[u8], usize) = if dir_end == 0 {
+        (b"./", 0)
+    } else {
+        (b"", dir_end)
     };
-    p.extend_from_slice(abi::CORE_FILE.as_bytes());
-    CString::new(p).unwrap_or_default()
+    for &b in dir.iter().chain(abi::CORE_FILE.as_bytes()).chain(b"\0") {
+        let Some(slot) = out.get_mut(at) else {
+            return false;
+        };
+        *slot = b;
+        at += 1;
+    }
+    true
 }
 
-/// Where the core is.
-fn core_path() -> CString {
-    if let Some(p) = CORE_PATH.get() {
-        return p.clone();
+/// Where the core is, written into `out` (a C string); false if it cannot be said.
+fn core_path(out: &mut [u8; PATH_MAX]) -> bool {
+    // SAFETY: written only by the constructor, before any other thread ran.
+    let relative = unsafe { &*CORE_PATH.0.get() };
+    if relative[0] != 0 {
+        *out = *relative;
+        return true;
     }
     let own = OWN_NAME.load(Acquire);
     if own.is_null() {
-        return beside(b"");
+        return beside(&[], out);
     }
     // SAFETY: the loader's name of this library, a C string for the life of the process.
-    beside(unsafe { std::ffi::CStr::from_ptr(own) }.to_bytes())
+    beside(&[unsafe { CStr::from_ptr(own) }.to_bytes()], out)
 }
 
-/// Whether the environment has `name`: libc's `getenv`, which the engine's constructor has
-/// just used (std's environment functions take a lock and copy the value, in code of their
-/// own that every preloaded process would fault in).
-fn env_is_set(name: &std::ffi::CStr) -> bool {
-    // SAFETY: a C string; read in the constructor, before the program can change its
-    // environment.
-    !unsafe { libc::getenv(name.as_ptr()) }.is_null()
+/// Whether the environment had `name` when the library was loaded: from the engine's one
+/// pass over the environment ([`madfs_intercept::env`]; std's environment functions take a
+/// lock and copy the value, in code of their own that every preloaded process would fault
+/// in, and each `getenv` scans the whole environment).
+fn env_is_set(name: &CStr) -> bool {
+    madfs_intercept::env(name).is_some()
 }
 
 /// The pid, asked of the kernel (libc's `getpid` is one more page of libc to fault in).
@@ -258,10 +331,21 @@ fn load_core() -> Option<&'static Core> {
                     }
                     Err(e) => {
                         STATE.store(FAILED, Release);
-                        write_stderr(&format!(
-                            "libmadfs: cannot load the core: {e}; paths under the mount \
-                             fail with ENOTCONN\n"
-                        ));
+                        let mut n = [0; 20];
+                        let (what, detail): (&[u8], &[u8]) = match e {
+                            LoadError::Patch(errno) => (
+                                b"cannot patch libc's fd syscalls, errno ",
+                                decimal(errno.unsigned_abs().into(), &mut n),
+                            ),
+                            LoadError::PathTooLong => (b"its path is too long", b""),
+                            LoadError::Dl(m) => (b"", m),
+                        };
+                        write_stderr(&[
+                            b"libmadfs: cannot load the core: ",
+                            what,
+                            detail,
+                            b"; paths under the mount fail with ENOTCONN\n",
+                        ]);
                         return None;
                     }
                 }
@@ -280,38 +364,51 @@ fn load_core() -> Option<&'static Core> {
     }
 }
 
-fn open_core() -> Result<&'static Core, String> {
+/// Why the core could not be loaded.
+enum LoadError {
+    /// `patch_deferred` failed with this errno.
+    Patch(i32),
+    /// The core's path did not fit in `PATH_MAX`.
+    PathTooLong,
+    /// The loader's message (`dlerror`).
+    Dl(&'static [u8]),
+}
+
+/// The loader's last error message.
+fn dlerror() -> &'static [u8] {
+    // SAFETY: dlerror returns null or a C string valid until the next dl call on this
+    // thread; the loading thread reports it before it makes another.
+    let e = unsafe { libc::dlerror() };
+    if e.is_null() {
+        b"unknown error"
+    } else {
+        // SAFETY: as above.
+        unsafe { CStr::from_ptr(e) }.to_bytes()
+    }
+}
+
+fn open_core() -> Result<&'static Core, LoadError> {
     // libc's fd syscalls that its bundle left unpatched reach the hook from now on, before
     // the process has any fd of ours
-    madfs_intercept::patch_deferred()
-        .map_err(|e| format!("cannot patch libc's fd syscalls (errno {e})"))?;
-    let path = core_path();
-    let dlerror = || {
-        // SAFETY: dlerror returns null or a C string valid until the next dl call.
-        let e = unsafe { libc::dlerror() };
-        if e.is_null() {
-            "unknown error".to_string()
-        } else {
-            // SAFETY: as above.
-            unsafe { std::ffi::CStr::from_ptr(e) }
-                .to_string_lossy()
-                .into_owned()
-        }
-    };
-    // SAFETY: dlopen of our own core by absolute path; never unloaded.
+    madfs_intercept::patch_deferred().map_err(LoadError::Patch)?;
+    let mut path = [0u8; PATH_MAX];
+    if !core_path(&mut path) {
+        return Err(LoadError::PathTooLong);
+    }
+    // SAFETY: dlopen of our own core by absolute path (a C string); never unloaded.
     let h = unsafe {
         libc::dlopen(
-            path.as_ptr(),
+            path.as_ptr().cast(),
             libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_NODELETE,
         )
     };
     if h.is_null() {
-        return Err(dlerror());
+        return Err(LoadError::Dl(dlerror()));
     }
     // SAFETY: a symbol lookup in the handle just opened.
     let sym = unsafe { libc::dlsym(h, abi::CORE_START.as_ptr()) };
     if sym.is_null() {
-        return Err(dlerror());
+        return Err(LoadError::Dl(dlerror()));
     }
     // SAFETY: the core defines madfs_core_start with the CoreStart signature (same
     // madfs-hookabi, same build).
@@ -373,10 +470,13 @@ fn ours_before_core(nr: i64, a: &[isize; 6]) -> bool {
         return false;
     }
     let mount = SHARED.mount();
-    abi::path_args(nr).iter().any(|&i| {
-        // SAFETY: these arguments of these syscalls are C strings (or null).
-        matches!(unsafe { abi::cstr(a[i]) }, Some(p) if abi::is_under_mount(p, mount))
-    })
+    abi::path_args(nr)
+        .iter()
+        .filter_map(|&i| a.get(i))
+        .any(|&p| {
+            // SAFETY: these arguments of these syscalls are C strings (or null).
+            matches!(unsafe { abi::cstr(p) }, Some(p) if abi::is_under_mount(p, mount))
+        })
 }
 
 /// Whether a madfs hook runs on the calling thread (false before the core is loaded).
@@ -421,7 +521,7 @@ pub unsafe extern "C" fn strtok(s: *mut c_char, delim: *const c_char) -> *mut c_
 /// Whether a panic inside the core unwinds to its `catch_unwind` (1): what keeps a fault in
 /// a hook from crossing into the program. Loads the core. For tests (`madfs-syscall unwind`).
 #[no_mangle]
-pub extern "C" fn madfs_unwind_selftest() -> c_int {
+pub extern "C-unwind" fn madfs_unwind_selftest() -> c_int {
     match load_core() {
         Some(c) => (c.unwind_selftest)(),
         None => -1,

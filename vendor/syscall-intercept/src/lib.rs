@@ -23,6 +23,10 @@ extern "C" {
     /// with a known number, see `bundle.c`); call it before the program's first fd exists.
     /// Returns 0, or -errno (those sites then stay unpatched).
     pub fn madfs_intercept_patch_deferred() -> i32;
+
+    /// madfs: `getenv` of an `INTERCEPT_*` or `MADFS_*` variable as it was when the library
+    /// was loaded, from one pass over the environment (any other name: `getenv`).
+    pub fn madfs_intercept_getenv(name: *const std::ffi::c_char) -> *const std::ffi::c_char;
 }
 
 /// Set syscall intercept hook function.
@@ -44,7 +48,13 @@ pub unsafe fn unset_hook_fn() {
 }
 
 /// The type of hook function.
-pub type HookFn = extern "C" fn(
+///
+/// madfs: `extern "C-unwind"`, so that a hook that cannot be proven not to unwind (one that
+/// calls Rust code in another crate) needs no abort-on-unwind shim, whose reference to
+/// core's `panic_cannot_unwind` linked all of std's panic and backtrace code into
+/// `libmadfs.so`. A hook must still never unwind: syscall_intercept's C frames have no
+/// unwind tables.
+pub type HookFn = extern "C-unwind" fn(
     num: isize,
     a0: isize,
     a1: isize,

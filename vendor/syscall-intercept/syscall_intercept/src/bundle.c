@@ -281,7 +281,7 @@ map_original(const struct intercept_desc *desc,
 static bool
 eager(void)
 {
-	const char *e = getenv("MADFS_INTERCEPT_EAGER");
+	const char *e = madfs_intercept_getenv("MADFS_INTERCEPT_EAGER");
 	return e != NULL && e[0] != '\0';
 }
 

@@ -39,6 +39,7 @@
 
 #include "libsyscall_intercept_hook_point.h"
 #include "intercept.h"
+#include "intercept_util.h"
 
 /*
  * cmdline_match - match the last component of the path in cmdline
@@ -88,7 +89,8 @@ syscall_hook_in_process_allowed(void)
 	if (cmdline == NULL)
 		return 0;
 
-	result = cmdline_match(getenv("INTERCEPT_HOOK_CMDLINE_FILTER"));
+	result = cmdline_match(
+	    madfs_intercept_getenv("INTERCEPT_HOOK_CMDLINE_FILTER"));
 	is_decided = true;
 
 	return result;

@@ -622,10 +622,10 @@ intercept(int argc, char **argv)
 		return;
 
 	vdso_addr = (void *)(uintptr_t)getauxval(AT_SYSINFO_EHDR);
-	debug_dumps_on = getenv("INTERCEPT_DEBUG_DUMP") != NULL;
-	patch_all_objs = (getenv("INTERCEPT_ALL_OBJS") != NULL);
-	intercept_setup_log(getenv("INTERCEPT_LOG"),
-			getenv("INTERCEPT_LOG_TRUNC"));
+	debug_dumps_on = madfs_intercept_getenv("INTERCEPT_DEBUG_DUMP") != NULL;
+	patch_all_objs = (madfs_intercept_getenv("INTERCEPT_ALL_OBJS") != NULL);
+	intercept_setup_log(madfs_intercept_getenv("INTERCEPT_LOG"),
+			madfs_intercept_getenv("INTERCEPT_LOG_TRUNC"));
 	log_header();
 	init_patcher();
 
@@ -851,6 +851,25 @@ intercept_fast_cwd_path_pass(const char *path)
 }
 
 /*
+ * set_has_arg -- whether arg[nr] is want for every nr in the 512-bit set
+ * (true for no set): visits the set's members only (a few dozen), not all
+ * 512 numbers, as this runs in every process's start
+ */
+static bool
+set_has_arg(const uint64_t *set, const unsigned char *arg, unsigned char want)
+{
+	if (set == NULL)
+		return true;
+	for (int w = 0; w < 8; w++) {
+		for (uint64_t bits = set[w]; bits != 0; bits &= bits - 1) {
+			if (arg[w * 64 + __builtin_ctzll(bits)] != want)
+				return false;
+		}
+	}
+	return true;
+}
+
+/*
  * madfs_intercept_fast_pass -- sets the fast pass-through (see above).
  * arg holds 512 entries; bits holds nfds bits (nfds a multiple of 64);
  * mount (mount_len bytes, no NUL among them) is the prefix of the
@@ -877,9 +896,11 @@ madfs_intercept_fast_pass(const unsigned char *arg, const uint64_t *bits,
 	fast_cwd_host = cwd_host;
 	/* the table last: an entry set means the rest is in place */
 	__atomic_thread_fence(__ATOMIC_RELEASE);
+	/* a plain loop over bytes (the compiler vectorises it) */
 	for (int nr = 0; nr < 512; nr++) {
 		unsigned char a = arg[nr];
-		intercept_fast_arg[nr] = a <= 3 || a == 5 ? a : 0;
+		intercept_fast_arg[nr] = (unsigned char)
+		    ((a <= 3) | (a == 5) ? a : 0);
 	}
 	/*
 	 * the fd and path prefixes (patcher.c), only if every syscall that
@@ -888,16 +909,10 @@ madfs_intercept_fast_pass(const unsigned char *arg, const uint64_t *bits,
 	 * limit (which opens them) last
 	 */
 	__atomic_store_n(&intercept_fast_prefix.limit, 0, __ATOMIC_RELEASE);
-	bool prefix_ok = madfs_intercept_fd_first != NULL;
-	for (int nr = 0; prefix_ok && nr < 512; nr++) {
-		if ((syscall_in_set(madfs_intercept_fd_first, nr) &&
-		    arg[nr] != 1) ||
-		    (syscall_in_set(madfs_intercept_dirfd_path, nr) &&
-		    arg[nr] != 2) ||
-		    (syscall_in_set(madfs_intercept_cwd_path, nr) &&
-		    arg[nr] != 3))
-			prefix_ok = false;
-	}
+	bool prefix_ok = madfs_intercept_fd_first != NULL &&
+	    set_has_arg(madfs_intercept_fd_first, arg, 1) &&
+	    set_has_arg(madfs_intercept_dirfd_path, arg, 2) &&
+	    set_has_arg(madfs_intercept_cwd_path, arg, 3);
 	if (prefix_ok) {
 		intercept_fast_prefix.bits = bits;
 		intercept_fast_prefix.cwd_host = cwd_host;

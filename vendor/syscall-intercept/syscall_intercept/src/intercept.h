@@ -262,6 +262,8 @@ void create_patch_wrappers(struct intercept_desc *desc);
 void finish_wrapper_region(struct intercept_desc *desc);
 void set_wrapper_slot(unsigned char *region);
 uint64_t wrapper_template_hash(void);
+/* madfs: FNV-1a, word-wise (patcher.c), for the cache's names */
+uint64_t fnv1a(uint64_t hash, const unsigned char *bytes, size_t len);
 
 #ifndef PT_GNU_PROPERTY
 #define PT_GNU_PROPERTY 0x6474e553

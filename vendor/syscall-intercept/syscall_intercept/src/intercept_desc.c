@@ -916,7 +916,7 @@ cache_dir_name(char *out, size_t size)
 	 */
 	if (getauxval(AT_SECURE) != 0)
 		return -1;
-	const char *env = getenv("MADFS_INTERCEPT_CACHE");
+	const char *env = madfs_intercept_getenv("MADFS_INTERCEPT_CACHE");
 	char *p = out;
 	const char *end = out + size;
 	if (env != NULL && env[0] != '\0')
@@ -1242,7 +1242,7 @@ struct planned_patch {
 static int
 filtering_on(void)
 {
-	const char *all = getenv("MADFS_INTERCEPT_ALL");
+	const char *all = madfs_intercept_getenv("MADFS_INTERCEPT_ALL");
 	return madfs_intercept_syscalls != NULL &&
 	    (all == NULL || all[0] == '\0');
 }
@@ -1282,13 +1282,10 @@ plan_key(const struct intercept_desc *desc, struct plan_header *h)
 static uint64_t
 wanted_hash(const struct plan_header *h)
 {
-	uint64_t hash = 1469598103934665603ULL;
-	const unsigned char *b = (const unsigned char *)h->wanted;
 	size_t n = sizeof(h->wanted) + sizeof(h->filtering) +
 	    sizeof(h->fd_first);
-	for (size_t i = 0; i < n; ++i)
-		hash = (hash ^ b[i]) * 1099511628211ULL;
-	return hash;
+	return fnv1a(1469598103934665603ULL,
+	    (const unsigned char *)h->wanted, n);
 }
 
 uint64_t

@@ -521,3 +521,66 @@ strerror_no_intercept(long errnum)
 
 	return error_strings[errnum];
 }
+
+/*
+ * madfs: the environment variables of the engine and of libmadfs.so
+ * (INTERCEPT_*, MADFS_*), as they were when the library was loaded: one
+ * pass over the environment at the first call (the constructor) keeps
+ * those entries, and each lookup compares the few kept. A preloaded
+ * process asked getenv about fifteen times at start, each a scan of the
+ * whole environment (a batch job's holds hundreds of variables). With
+ * more than ENV_KEPT such entries every lookup is a getenv.
+ */
+#define ENV_KEPT 32
+static const char *env_kept[ENV_KEPT];
+static unsigned env_kept_count;
+static bool env_scanned;
+static bool env_overflow;
+
+static bool
+env_starts(const char *s, const char *prefix)
+{
+	for (size_t i = 0; prefix[i] != '\0'; ++i) {
+		if (s[i] != prefix[i])
+			return false;
+	}
+	return true;
+}
+
+static void
+env_scan(void)
+{
+	extern char **environ;
+	for (char **e = environ; e != NULL && *e != NULL; ++e) {
+		const char *v = *e;
+		if (!(v[0] == 'I' && env_starts(v, "INTERCEPT_")) &&
+		    !(v[0] == 'M' && env_starts(v, "MADFS_")))
+			continue;
+		if (env_kept_count == ENV_KEPT) {
+			env_overflow = true;
+			break;
+		}
+		env_kept[env_kept_count++] = v;
+	}
+	env_scanned = true;
+}
+
+__attribute__((visibility("default"))) const char *
+madfs_intercept_getenv(const char *name)
+{
+	if (!env_scanned)
+		env_scan();
+	if (env_overflow || !((name[0] == 'I' &&
+	    env_starts(name, "INTERCEPT_")) ||
+	    (name[0] == 'M' && env_starts(name, "MADFS_"))))
+		return getenv(name);
+	for (unsigned i = 0; i < env_kept_count; ++i) {
+		const char *v = env_kept[i];
+		size_t k = 0;
+		while (name[k] != '\0' && v[k] == name[k])
+			++k;
+		if (name[k] == '\0' && v[k] == '=')
+			return v + k + 1;
+	}
+	return NULL;
+}

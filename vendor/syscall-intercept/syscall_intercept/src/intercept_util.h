@@ -90,4 +90,10 @@ void xread(long fd, void *buffer, size_t size);
  */
 const char *strerror_no_intercept(long errnum);
 
+/*
+ * madfs: getenv of an INTERCEPT_* or MADFS_* variable as it was at load
+ * time, without a scan of the whole environment (any other name: getenv)
+ */
+const char *madfs_intercept_getenv(const char *name);
+
 #endif

@@ -819,10 +819,20 @@ finish_wrapper_region(struct intercept_desc *desc)
 	    PROT_READ | PROT_EXEC, "mprotect wrapper region");
 }
 
-static uint64_t
+/*
+ * FNV-1a over 8-byte words (and the last bytes one by one): this runs in
+ * every process's start, and a multiply per byte was a microsecond there
+ */
+uint64_t
 fnv1a(uint64_t hash, const unsigned char *bytes, size_t len)
 {
-	for (size_t i = 0; i < len; ++i)
+	size_t i = 0;
+	for (; i + 8 <= len; i += 8) {
+		uint64_t w;
+		memcpy(&w, bytes + i, sizeof(w));
+		hash = (hash ^ w) * 1099511628211ULL;
+	}
+	for (; i < len; ++i)
 		hash = (hash ^ bytes[i]) * 1099511628211ULL;
 	return hash;
 }
@@ -830,7 +840,7 @@ fnv1a(uint64_t hash, const unsigned char *bytes, size_t len)
 /*
  * madfs: what a wrapper's bytes depend on besides the patch decisions
  * and the region's distance: the template, the fd and path prefixes and
- * which syscalls get them (FNV-1a of their bytes).
+ * which syscalls get them (fnv1a above, of their bytes).
  */
 uint64_t
 wrapper_template_hash(void)
