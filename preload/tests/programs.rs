@@ -838,6 +838,22 @@ print(open("/madfs/lz/f").read().strip())
         2,
         "{err}"
     );
+    // a relative LD_PRELOAD name: the core is found beside it, from the directory the
+    // program started in, also after the program changed directory
+    let rel = cl.root().join("relative").join("lib");
+    std::fs::create_dir_all(&rel).unwrap();
+    for f in ["libmadfs.so", "libmadfs_core.so"] {
+        std::fs::copy(find_bin(f), rel.join(f)).unwrap();
+    }
+    let out = Command::new("/bin/sh")
+        .args(["-c", "cd / && read l < /madfs/lz/f && echo \"$l\""])
+        .current_dir(rel.parent().unwrap())
+        .env("LD_PRELOAD", "lib/libmadfs.so")
+        .env("MADFS_CLUSTER", cl.cluster_file())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n", "{out:?}");
 }
 
 #[test]

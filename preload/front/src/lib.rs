@@ -14,7 +14,6 @@
 
 use madfs_hookabi::{self as abi, Core, CoreStart, Shared, Start};
 use madfs_intercept::Pass;
-use std::cell::UnsafeCell;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU8, Ordering::*};
 
@@ -37,16 +36,12 @@ static PID: AtomicI32 = AtomicI32::new(0);
 /// A process sharing our memory was cloned before the core was loaded.
 static CLONED_VM: AtomicBool = AtomicBool::new(false);
 
-/// Where the core is, when this library's name was relative ([`find_core`]): a C string,
-/// written once by the constructor before any other thread runs, read-only after.
-static CORE_PATH: PathBuf = PathBuf(UnsafeCell::new([0; PATH_MAX]));
+/// Where the core is, when this library's name was relative ([`find_core`]): a C string from
+/// `malloc` (not a static buffer: the BSS then no longer fits the library's last data page,
+/// and the loader maps one piece more in every process), set by the constructor.
+static CORE_PATH: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
 
 const PATH_MAX: usize = libc::PATH_MAX as usize;
-
-struct PathBuf(UnsafeCell<[u8; PATH_MAX]>);
-
-// SAFETY: written only by the library constructor, before other threads exist.
-unsafe impl Sync for PathBuf {}
 
 // libc sites of every other syscall with a known number stay unpatched (x86_64).
 madfs_intercept::syscall_set!(abi::candidate);
@@ -209,10 +204,22 @@ fn find_core() {
         return;
     }
     let cwd = CStr::from_bytes_until_nul(&cwd).map_or(&b""[..], CStr::to_bytes);
-    // SAFETY: the constructor, before any other thread runs; nothing reads it yet.
-    let out = unsafe { &mut *CORE_PATH.0.get() };
-    if !beside(&[cwd, b"/", own], out) {
-        out[0] = 0;
+    let mut path = [0u8; PATH_MAX];
+    if !beside(&[cwd, b"/", own], &mut path) {
+        return;
+    }
+    let len = path
+        .iter()
+        .position(|&b| b == 0)
+        .map_or(PATH_MAX, |n| n + 1);
+    // SAFETY: a fresh allocation of len bytes, filled with the C string (NUL included) and
+    // never freed.
+    unsafe {
+        let p = libc::malloc(len).cast::<u8>();
+        if !p.is_null() {
+            std::ptr::copy_nonoverlapping(path.as_ptr(), p, len);
+            CORE_PATH.store(p.cast(), Release);
+        }
     }
 }
 
@@ -281,10 +288,13 @@ fn beside(own: &[&[u8]], out: &mut [u8; PATH_MAX]) -> bool {
 
 /// Where the core is, written into `out` (a C string); false if it cannot be said.
 fn core_path(out: &mut [u8; PATH_MAX]) -> bool {
-    // SAFETY: written only by the constructor, before any other thread ran.
-    let relative = unsafe { &*CORE_PATH.0.get() };
-    if relative[0] != 0 {
-        *out = *relative;
+    let relative = CORE_PATH.load(Acquire);
+    if !relative.is_null() {
+        // SAFETY: a C string of at most PATH_MAX bytes (find_core), never freed.
+        let p = unsafe { CStr::from_ptr(relative) }.to_bytes_with_nul();
+        for (to, from) in out.iter_mut().zip(p) {
+            *to = *from;
+        }
         return true;
     }
     let own = OWN_NAME.load(Acquire);
