@@ -68,9 +68,9 @@ pub enum Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Unsupported => write!(f, "no syscall interception engine for this architecture"),
-            Error::AlreadyInstalled => write!(f, "a syscall hook is already installed"),
-            Error::NoLibc => write!(f, "libc's text was not found in this process"),
+            Error::Unsupported | Error::AlreadyInstalled | Error::NoLibc => {
+                f.write_str(self.what())
+            }
             Error::Disassembler(m) => write!(f, "capstone: {m}"),
             Error::OutOfReach { code, trampolines } => write!(
                 f,

@@ -4,9 +4,9 @@
 use crate::{call_hook, Error, Installed};
 use syscall_intercept::InterceptResult;
 
-/// syscall_intercept's hook: adapts its calling convention to [`crate::Hook`]. Never
-/// unwinds ([`call_hook`] catches a panic); `C-unwind` only so that no abort-on-unwind shim
-/// is generated (see `HookFn`).
+/// syscall_intercept's hook: adapts its calling convention to [`crate::Hook`]. Must never
+/// unwind (the hook has no panic path, see [`call_hook`]); `C-unwind` only so that no
+/// abort-on-unwind shim is generated (see `HookFn`).
 #[allow(clippy::too_many_arguments)]
 extern "C-unwind" fn entry(
     num: isize,

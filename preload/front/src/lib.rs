@@ -260,28 +260,24 @@ fn own_name() -> *const c_char {
 /// own>/libmadfs_core.so` into `out`, NUL-terminated. False if it does not fit.
 fn beside(own: &[&[u8]], out: &mut [u8; PATH_MAX]) -> bool {
     let mut at = 0;
-    let mut dir_end = 0; // just after the last '/'
-    for &b in own.iter().flat_map(|p| p.iter()) {
-        let Some(slot) = out.get_mut(at) else {
-            return false;
-        };
-        *slot = b;
-        at += 1;
-        if b == b'/' {
-            dir_end = at;
-        }
+    if !put(out, &mut at, own) {
+        return false;
     }
-    let (dir, mut at): (&[u8], usize) = if dir_end == 0 {
-        (b"./", 0)
-    } else {
-        (b"", dir_end)
-    };
-    for &b in dir.iter().chain(abi::CORE_FILE.as_bytes()).chain(b"\0") {
-        let Some(slot) = out.get_mut(at) else {
+    // keep the directory (up to its last '/'), or use "./"
+    let name = out.get(..at).unwrap_or_default();
+    at = name.iter().rposition(|&b| b == b'/').map_or(0, |i| i + 1);
+    let dir: &[u8] = if at == 0 { b"./" } else { b"" };
+    put(out, &mut at, &[dir, abi::CORE_FILE.as_bytes(), b"\0"])
+}
+
+/// Appends the parts to `out` at `*at`; false if they do not fit.
+fn put(out: &mut [u8; PATH_MAX], at: &mut usize, parts: &[&[u8]]) -> bool {
+    for &b in parts.iter().flat_map(|p| p.iter()) {
+        let Some(slot) = out.get_mut(*at) else {
             return false;
         };
         *slot = b;
-        at += 1;
+        *at += 1;
     }
     true
 }

@@ -547,14 +547,21 @@ env_starts(const char *s, const char *prefix)
 	return true;
 }
 
+/* INTERCEPT_* or MADFS_*: a name (or an entry) env_scan keeps */
+static bool
+env_kept_name(const char *s)
+{
+	return (s[0] == 'I' && env_starts(s, "INTERCEPT_")) ||
+	    (s[0] == 'M' && env_starts(s, "MADFS_"));
+}
+
 static void
 env_scan(void)
 {
 	extern char **environ;
 	for (char **e = environ; e != NULL && *e != NULL; ++e) {
 		const char *v = *e;
-		if (!(v[0] == 'I' && env_starts(v, "INTERCEPT_")) &&
-		    !(v[0] == 'M' && env_starts(v, "MADFS_")))
+		if (!env_kept_name(v))
 			continue;
 		if (env_kept_count == ENV_KEPT) {
 			env_overflow = true;
@@ -570,9 +577,7 @@ madfs_intercept_getenv(const char *name)
 {
 	if (!env_scanned)
 		env_scan();
-	if (env_overflow || !((name[0] == 'I' &&
-	    env_starts(name, "INTERCEPT_")) ||
-	    (name[0] == 'M' && env_starts(name, "MADFS_"))))
+	if (env_overflow || !env_kept_name(name))
 		return getenv(name);
 	for (unsigned i = 0; i < env_kept_count; ++i) {
 		const char *v = env_kept[i];
