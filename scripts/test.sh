@@ -18,7 +18,7 @@ echo "== cargo test --release"
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 set +e
-cargo test --release --workspace 2>&1 | tee "$log"
+cargo test --release --workspace --no-fail-fast 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
 passed=$(grep -Eo '^test result: .* ([0-9]+) passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')

@@ -198,6 +198,7 @@ impl Client {
         }
         let t = Transport::new(ctx, cfg.servers.clone(), cfg.cluster_file.clone(), cfg.ucx)?;
         t.set_timeout(cfg.timeout);
+        t.expect_cluster(cfg.identity.id.0, cfg.identity.servers);
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         Ok(Client {
@@ -219,6 +220,7 @@ impl Client {
         })?;
         let t = Transport::new_tcp(addrs, cfg.cluster_file.clone());
         t.set_timeout(cfg.timeout);
+        t.expect_cluster(cfg.identity.id.0, cfg.identity.servers);
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         Ok(Client {

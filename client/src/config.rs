@@ -1,5 +1,5 @@
 use madfs_rpc::cluster_file;
-use madfs_rpc::UcxSettings;
+use madfs_rpc::{ClusterIdentity, UcxSettings};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -7,6 +7,9 @@ use std::time::Duration;
 /// How a client finds and talks to the cluster.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
+    /// The cluster's identity record (the cluster file's first line): every server's welcome
+    /// must name the same cluster id and size.
+    pub identity: ClusterIdentity,
     /// UCX addresses of the servers, index = server id.
     pub servers: Vec<SocketAddr>,
     /// The cluster file they came from (re-read on reconnect).
@@ -26,11 +29,12 @@ pub struct ClientConfig {
 }
 
 impl ClientConfig {
-    /// Reads the cluster file `path`.
+    /// Reads the cluster file `path`: its identity record and as many servers as that names.
     pub fn from_cluster_file(path: impl Into<PathBuf>) -> std::io::Result<Self> {
         let path = path.into();
-        let entries = cluster_file::read(&path)?;
+        let (identity, entries) = cluster_file::read(&path)?;
         Ok(ClientConfig {
+            identity,
             tcp_servers: entries.iter().map(|e| e.tcp).collect(),
             close_sync: true,
             local_reads: true,

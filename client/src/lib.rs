@@ -19,3 +19,19 @@ pub use client::{dir_pos, mutations, Client, DirCursor, OpenFile, DIR_POS_END};
 pub use config::ClientConfig;
 pub use fs::{DirEntry, FileSystem, OpenFlags};
 pub use madfs_proto::{Attr, Errno, FindFilter, FsResult, StatFs, TimeSpec};
+
+/// Logging of the command-line tools (`madfs`, `madfs-find`): to stderr, filtered by
+/// `MADFS_LOG` (tracing's `EnvFilter` syntax; default `warn`, so a timeout or a refused
+/// server is named, see `Transport::wait`).
+pub fn init_cli_logging() {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("MADFS_LOG")
+        .unwrap_or_else(|_| "warn,async_ucx=off".into());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .without_time()
+        .with_writer(std::io::stderr)
+        .try_init();
+}

@@ -5,13 +5,14 @@ use futures::{future, StreamExt};
 use madfs_control::{Control, Stats, Status};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use tarpc::server::{self, Channel};
 
 #[derive(Clone)]
 struct ControlServer {
     status: Status,
+    ucx_addr: Arc<OnceLock<String>>,
     start: Instant,
     stats: Arc<ServerStats>,
     stop: Arc<AtomicBool>,
@@ -21,6 +22,7 @@ impl Control for ControlServer {
     async fn status(self, _: tarpc::context::Context) -> Status {
         Status {
             uptime_s: self.start.elapsed().as_secs(),
+            ucx_addr: self.ucx_addr.get().cloned().unwrap_or_default(),
             ..self.status.clone()
         }
     }
@@ -37,10 +39,13 @@ impl Control for ControlServer {
 }
 
 /// Starts the control port on its own thread and runtime; returns the bound address.
-/// SIGINT and SIGTERM also request a clean stop.
+/// SIGINT and SIGTERM also request a clean stop. It is started before UCX, so that a port
+/// taken by someone else stops the server before UCX exists; `status` answers the UCX
+/// address once `ucx_addr` holds it.
 pub fn start(
     addr: SocketAddr,
     status: Status,
+    ucx_addr: Arc<OnceLock<String>>,
     stats: Arc<ServerStats>,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<SocketAddr> {
@@ -83,6 +88,7 @@ pub fn start(
                 });
                 let srv = ControlServer {
                     status,
+                    ucx_addr,
                     start: Instant::now(),
                     stats,
                     stop,

@@ -4,6 +4,7 @@
 //! [`ops`] (what the request does, errnos) → [`store`] (RocksDB / chunk files).
 
 pub mod control;
+pub mod identity;
 pub mod net;
 pub mod ops;
 pub mod stats;
@@ -34,8 +35,9 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Cluster file to register in (optional).
     pub cluster_file: Option<PathBuf>,
-    /// Default chunk size of new files.
-    pub chunk_size: u32,
+    /// `--servers`, `--chunk-size`, `--inline-max` as given (the cluster's identity record
+    /// holds the values in force: [`identity::settle`]).
+    pub asked: identity::Asked,
     /// Request handlers.
     pub handlers: usize,
     /// IO threads for blocking work.
@@ -48,29 +50,6 @@ pub struct Config {
     pub send_timeout: Duration,
     /// Batch concurrent fsyncs into one WAL sync (default); off = one sync per request.
     pub group_commit: bool,
-    /// Bytes of each file's chunk 0 kept inline in RocksDB (small-file threshold).
-    pub inline_max: u32,
-}
-
-fn check_identity(cfg: &Config) -> anyhow::Result<()> {
-    let id_file = cfg.data_dir.join("server_id");
-    match std::fs::read_to_string(&id_file) {
-        Ok(s) => {
-            let stored: u32 = s
-                .trim()
-                .parse()
-                .map_err(|_| anyhow::anyhow!("{} is corrupt", id_file.display()))?;
-            if stored != cfg.id {
-                anyhow::bail!(
-                    "data directory {} belongs to server {stored}, not {}",
-                    cfg.data_dir.display(),
-                    cfg.id
-                );
-            }
-        }
-        Err(_) => std::fs::write(&id_file, format!("{}\n", cfg.id))?,
-    }
-    Ok(())
 }
 
 /// Raises the soft limit on open files to the hard limit: a server holds a descriptor per
@@ -107,21 +86,55 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     }
     let files = raise_fd_limit();
     tracing::debug!("open-file limit {files}");
-    std::fs::create_dir_all(&cfg.data_dir)?;
-    check_identity(&cfg)?;
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&cfg.data_dir)
+            .map_err(|e| anyhow::anyhow!("data directory {}: {e}", cfg.data_dir.display()))?;
+    }
+    let ident = identity::settle(
+        &cfg.data_dir,
+        cfg.id,
+        cfg.asked,
+        cfg.cluster_file.as_deref(),
+    )?;
+    let chunk_size = ident.chunk_size;
     let stats = Arc::new(stats::ServerStats::default());
-    let max_frame = cfg.chunk_size.max(1 << 20) as usize + net::HEADER_ROOM;
+    let max_frame = chunk_size.max(1 << 20) as usize + net::HEADER_ROOM;
     let ops = Arc::new(ops::Ops {
         meta: store::rocks::RocksMeta::open(&cfg.data_dir.join("db"), cfg.id)?,
         chunks: store::chunks::FsChunks::open(&cfg.data_dir.join("data"))?,
-        chunk_size: cfg.chunk_size,
+        chunk_size,
         max_list_bytes: net::HEADER_ROOM / 2,
-        inline_max: cfg.inline_max as u64,
+        inline_max: ident.inline_max as u64,
         stats: stats.clone(),
     });
+    // every port that is not UCX's first: a port taken by someone else stops the server
+    // before UCX exists (one line, no UCX teardown on the way out)
+    let tcp = std::net::TcpListener::bind(cfg.tcp)
+        .map_err(|e| anyhow::anyhow!("TCP port {}: {e}", cfg.tcp))?;
+    let tcp_addr = tcp.local_addr()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let status = madfs_control::Status {
+        id: cfg.id,
+        ucx_addr: String::new(),
+        data_dir: cfg.data_dir.display().to_string(),
+        chunk_size,
+        cluster: ident.id.to_string(),
+        servers: ident.servers,
+        uptime_s: 0,
+        pid: std::process::id(),
+        err_mode: match cfg.ucx.err_mode {
+            ErrorMode::None => "none".into(),
+            ErrorMode::Peer => "peer".into(),
+        },
+    };
+    let ucx_shown = Arc::new(std::sync::OnceLock::new());
+    let control_addr = control::start(cfg.control, status, ucx_shown.clone(), stats, stop.clone())?;
     let ctx = madfs_rpc::new_context()?;
     let sync_tx = sync::start(ops.clone(), cfg.group_commit)?;
-    let stop = Arc::new(AtomicBool::new(false));
 
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -130,22 +143,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         .build()?;
     let local = tokio::task::LocalSet::new();
     let (worker, listener, ucx_addr) = net::bind(&ctx, cfg.listen)?;
-    let status = madfs_control::Status {
-        id: cfg.id,
-        ucx_addr: ucx_addr.to_string(),
-        data_dir: cfg.data_dir.display().to_string(),
-        chunk_size: cfg.chunk_size,
-        uptime_s: 0,
-        pid: std::process::id(),
-        err_mode: match cfg.ucx.err_mode {
-            ErrorMode::None => "none".into(),
-            ErrorMode::Peer => "peer".into(),
-        },
-    };
-    let control_addr = control::start(cfg.control, status, stats, stop.clone())?;
-    let tcp = std::net::TcpListener::bind(cfg.tcp)
-        .map_err(|e| anyhow::anyhow!("TCP port {}: {e}", cfg.tcp))?;
-    let tcp_addr = tcp.local_addr()?;
+    let _ = ucx_shown.set(ucx_addr.to_string());
     let entry = ServerEntry {
         id: cfg.id,
         ucx: ucx_addr,
@@ -172,7 +170,9 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
 
     let net_cfg = net::NetConfig {
         server_id: cfg.id,
-        chunk_size: cfg.chunk_size,
+        chunk_size,
+        cluster: ident.id.0,
+        servers: ident.servers,
         handlers: cfg.handlers.max(1),
         fsync_handlers: 1,
         max_frame,

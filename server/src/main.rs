@@ -30,9 +30,15 @@ struct Args {
     /// Cluster file to register this server in (line `ID UCX_ADDR CONTROL_ADDR`).
     #[arg(long)]
     cluster_file: Option<PathBuf>,
-    /// Default chunk (stripe) size of new files, bytes (default 16 × 47,008, the ior-hard record).
-    #[arg(long, default_value_t = 16 * 47008)]
-    chunk_size: u32,
+    /// Number of servers of the cluster, fixed when the cluster is made (its identity record).
+    /// Default: the recorded value; for a new cluster the MPI/Slurm size (OMPI_COMM_WORLD_SIZE,
+    /// PMI_SIZE, PMIX_SIZE, SLURM_NTASKS), else 1.
+    #[arg(long)]
+    servers: Option<u32>,
+    /// Default chunk (stripe) size of new files, bytes, fixed when the cluster is made
+    /// (default: the recorded value; for a new cluster 16 × 47,008, the ior-hard record).
+    #[arg(long)]
+    chunk_size: Option<u32>,
     /// Request handlers (each owns preallocated buffers).
     #[arg(long, default_value_t = 16)]
     handlers: usize,
@@ -49,9 +55,10 @@ struct Args {
     #[arg(long)]
     meta_on_io_threads: bool,
     /// Bytes of each file's chunk 0 stored inline in RocksDB (the small-file threshold; the rest
-    /// of chunk 0 goes to a chunk file on the same server). Keep it fixed for a data directory.
-    #[arg(long, default_value_t = 64 * 1024)]
-    inline_max: u32,
+    /// of chunk 0 goes to a chunk file on the same server), fixed when the cluster is made
+    /// (default: the recorded value; for a new cluster 65,536).
+    #[arg(long)]
+    inline_max: Option<u32>,
     /// One WAL sync per fsync request instead of group commit (for benchmarks).
     #[arg(long)]
     no_group_commit: bool,
@@ -76,7 +83,9 @@ fn main() {
         .with_writer(std::io::stderr)
         .init();
     let a = Args::parse();
-    if a.chunk_size < 4096 || a.chunk_size > madfs_server::ops::MAX_CHUNK as u32 {
+    if a.chunk_size
+        .is_some_and(|c| c < 4096 || c > madfs_server::ops::MAX_CHUNK as u32)
+    {
         eprintln!(
             "madfs-server: --chunk-size must be between 4096 and {}",
             madfs_server::ops::MAX_CHUNK
@@ -92,6 +101,24 @@ fn main() {
     .iter()
     .find_map(|k| std::env::var(k).ok().and_then(|v| v.parse::<u32>().ok()));
     let id = a.id.or(rank_env).unwrap_or(0);
+    let size_env = [
+        "OMPI_COMM_WORLD_SIZE",
+        "PMI_SIZE",
+        "PMIX_SIZE",
+        "SLURM_NTASKS",
+    ]
+    .iter()
+    .find_map(|k| std::env::var(k).ok().and_then(|v| v.parse::<u32>().ok()));
+    if a.servers == Some(0)
+        || a.inline_max
+            .is_some_and(|m| m as u64 > madfs_server::ops::MAX_CHUNK)
+    {
+        eprintln!(
+            "madfs-server: --servers must be at least 1 and --inline-max at most {}",
+            madfs_server::ops::MAX_CHUNK
+        );
+        std::process::exit(2);
+    }
     // one data directory per rank when several servers share a node: `{id}` in the path
     let data_dir = std::path::PathBuf::from(
         a.data_dir
@@ -105,7 +132,12 @@ fn main() {
         tcp: a.tcp.unwrap_or_else(|| SocketAddr::new(a.listen.ip(), 0)),
         data_dir,
         cluster_file: a.cluster_file,
-        chunk_size: a.chunk_size,
+        asked: madfs_server::identity::Asked {
+            servers: a.servers,
+            new_servers: size_env,
+            chunk_size: a.chunk_size,
+            inline_max: a.inline_max,
+        },
         handlers: a.handlers,
         io_threads: a.io_threads,
         ucx: UcxSettings {
@@ -115,7 +147,6 @@ fn main() {
         meta_inline: !a.meta_on_io_threads,
         send_timeout: Duration::from_millis(a.send_timeout_ms),
         group_commit: !a.no_group_commit,
-        inline_max: a.inline_max,
     };
     if let Err(e) = madfs_server::run(cfg) {
         eprintln!("madfs-server: {e:#}");

@@ -45,6 +45,25 @@ pub struct NetConfig {
     pub ucx: UcxSettings,
     /// A reply that cannot be sent within this time drops the connection.
     pub send_timeout: Duration,
+    /// The cluster's id (its identity record), told to clients.
+    pub cluster: u64,
+    /// Number of servers of the cluster, told to clients.
+    pub servers: u32,
+}
+
+impl NetConfig {
+    /// What a new connection `conn` is told first.
+    fn welcome(&self, conn: u32) -> Welcome {
+        Welcome {
+            protocol: madfs_proto::PROTOCOL_VERSION,
+            cluster: self.cluster,
+            servers: self.servers,
+            conn,
+            server: self.server_id,
+            max_frame: self.max_frame as u32,
+            chunk_size: self.chunk_size,
+        }
+    }
 }
 
 /// Connections by id. Endpoints are shared through `Rc`: async-ucx closes an endpoint when
@@ -121,8 +140,21 @@ fn read_nowait(ops: &Ops, b: &mut Bufs, span: (u64, u64, usize)) -> Option<([u8;
 
 /// Decodes the frame in `b.recv`, executes it, and leaves the reply header in `b.hdr`.
 /// Returns the reply prefix and the length of read data in `b.data`. `data`: the length of
-/// the data of a `WriteData` request, already received into `b.data`.
+/// the data of a `WriteData` request, already received into `b.data`. A panic while serving
+/// becomes an `EIO` reply (logged, counted as an error): the handler lives on.
 fn serve_frame(ops: &Ops, b: &mut Bufs, data: Option<usize>) -> ([u8; PREFIX], usize) {
+    let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        serve_frame_unguarded(ops, b, data)
+    }));
+    served.unwrap_or_else(|_| {
+        tracing::error!("a request panicked; answered EIO");
+        ops.stats.errors.fetch_add(1, Relaxed);
+        b.hdr.clear();
+        (frame::error_prefix(Errno::EIO), 0)
+    })
+}
+
+fn serve_frame_unguarded(ops: &Ops, b: &mut Bufs, data: Option<usize>) -> ([u8; PREFIX], usize) {
     let result = match frame::decode_request(&b.recv) {
         Err(e) => {
             ops.stats.bad_frames.fetch_add(1, Relaxed);
@@ -326,13 +358,7 @@ async fn accept_loop(
             };
             let id = conns.insert(ep.clone());
             ops.stats.connections.fetch_add(1, Relaxed);
-            let welcome = Welcome {
-                conn: id,
-                server: cfg.server_id,
-                max_frame: cfg.max_frame as u32,
-                chunk_size: cfg.chunk_size,
-            };
-            let bytes = flexbuffers::to_vec(welcome).unwrap_or_default();
+            let bytes = flexbuffers::to_vec(cfg.welcome(id)).unwrap_or_default();
             match tokio::time::timeout(
                 cfg.send_timeout,
                 ep.tag_send(tag::welcome(cfg.server_id), &bytes),
@@ -688,13 +714,7 @@ async fn tcp_conn(
     pool: &Rc<RefCell<Vec<Bufs>>>,
 ) -> std::io::Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let welcome = Welcome {
-        conn: 0,
-        server: cfg.server_id,
-        max_frame: cfg.max_frame as u32,
-        chunk_size: cfg.chunk_size,
-    };
-    let bytes = flexbuffers::to_vec(welcome).unwrap_or_default();
+    let bytes = flexbuffers::to_vec(cfg.welcome(0)).unwrap_or_default();
     s.write_all(&(bytes.len() as u32).to_le_bytes()).await?;
     s.write_all(&bytes).await?;
     loop {

@@ -119,6 +119,7 @@ fn parse(argv: &[String]) -> Args {
 
 fn main() {
     let argv: Vec<String> = std::env::args().skip(1).collect();
+    madfs_client::init_cli_logging();
     let args = parse(&argv);
     let mount = std::env::var("MADFS_MOUNT").unwrap_or_else(|_| "/madfs".into());
     let mount = mount.trim_end_matches('/').to_owned();

@@ -51,6 +51,7 @@ enum Cmd {
 
 fn main() {
     let cli = Cli::parse();
+    madfs_client::init_cli_logging();
     let client = match Client::from_env() {
         Ok(c) => c,
         Err(e) => {

@@ -1,7 +1,14 @@
 //! Local madfs clusters for tests and benchmarks: starts `madfs-server` processes on
 //! 127.0.0.1 with data under a temporary root, kills and restarts them.
+//!
+//! Each cluster owns its ports: a block of [`PORTS_PER_BLOCK`] ports below the kernel's
+//! ephemeral range (so no connecting socket is ever given one), claimed with an `flock` on a
+//! file under the temporary directory for as long as the cluster lives (so two clusters, in
+//! one test process or in two, never share one). A restarted server binds the ports it had;
+//! nothing re-binds a port that the kernel handed out as port 0.
 
 use madfs_rpc::cluster_file::{self, ServerEntry};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -59,23 +66,99 @@ struct Server {
     entry: Option<ServerEntry>,
 }
 
+/// Ports in one block: three per server (UCX, control, plain TCP).
+pub const PORTS_PER_BLOCK: u16 = 96;
+/// The blocks lie in `[PORTS_FIRST, PORTS_END)`, under Linux's default ephemeral range
+/// (32768–60999), which [`PortBlock::claim`] checks.
+const PORTS_FIRST: u16 = 20000;
+const PORTS_END: u16 = 32000;
+
+/// A block of loopback ports owned by this process while the value lives.
+pub struct PortBlock {
+    _lock: std::fs::File,
+    base: u16,
+}
+
+impl PortBlock {
+    /// Claims a free block: its lock file is not held by anyone and every port of it binds on
+    /// 127.0.0.1 now.
+    pub fn claim() -> std::io::Result<PortBlock> {
+        use std::os::unix::io::AsRawFd;
+        let (lo, _) = ephemeral_range();
+        let end = PORTS_END.min(lo);
+        let blocks = (end.saturating_sub(PORTS_FIRST) / PORTS_PER_BLOCK).max(1);
+        let dir = std::env::temp_dir().join("madfs-test-ports");
+        std::fs::create_dir_all(&dir)?;
+        // start somewhere that differs between processes, then walk the blocks
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let first = (std::process::id() ^ nanos) as u16 % blocks;
+        for k in 0..blocks {
+            let base = PORTS_FIRST + ((first + k) % blocks) * PORTS_PER_BLOCK;
+            let lock = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(dir.join(format!("{base}.lock")))?;
+            // SAFETY: flock on an fd we own; held until `lock` is closed.
+            if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+                continue;
+            }
+            let free = (base..base + PORTS_PER_BLOCK)
+                .all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok());
+            if free {
+                return Ok(PortBlock { _lock: lock, base });
+            }
+        }
+        Err(std::io::Error::other(format!(
+            "no free block of {PORTS_PER_BLOCK} loopback ports in {PORTS_FIRST}..{end}"
+        )))
+    }
+
+    /// Port `k` of the block.
+    pub fn port(&self, k: u16) -> u16 {
+        assert!(k < PORTS_PER_BLOCK, "port {k} outside the block");
+        self.base + k
+    }
+}
+
+fn ephemeral_range() -> (u16, u16) {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|t| {
+            let mut it = t.split_whitespace().map(|v| v.parse::<u16>().ok());
+            Some((it.next()??, it.next()??))
+        })
+        .unwrap_or((32768, 60999))
+}
+
 /// A running local cluster; every server is killed when it is dropped.
 pub struct LocalCluster {
     root: tempfile::TempDir,
     bin: PathBuf,
     opts: Options,
     servers: Vec<Server>,
+    ports: PortBlock,
 }
 
 impl LocalCluster {
     /// Starts `opts.servers` servers and waits until all listen.
     pub fn start(opts: Options) -> std::io::Result<LocalCluster> {
         let root = tempfile::Builder::new().prefix("madfs-test-").tempdir()?;
+        if opts.servers * 3 > PORTS_PER_BLOCK as usize {
+            return Err(std::io::Error::other(format!(
+                "at most {} servers per local cluster",
+                PORTS_PER_BLOCK / 3
+            )));
+        }
         let mut c = LocalCluster {
             root,
             bin: find_bin("madfs-server"),
             opts,
             servers: vec![],
+            ports: PortBlock::claim()?,
         };
         for i in 0..c.opts.servers {
             let data_dir = c.root.path().join(format!("server{i}"));
@@ -86,7 +169,7 @@ impl LocalCluster {
             });
         }
         for i in 0..c.opts.servers {
-            c.spawn(i, None)?;
+            c.spawn(i)?;
         }
         for i in 0..c.opts.servers {
             c.wait_ready(i)?;
@@ -114,38 +197,96 @@ impl LocalCluster {
         self.servers[i].child.as_ref().map(|c| c.id())
     }
 
-    fn spawn(&mut self, i: usize, same_addr: Option<ServerEntry>) -> std::io::Result<()> {
+    /// The addresses server `i` listens on: its three ports of the cluster's block.
+    pub fn addresses(&self, i: usize) -> ServerEntry {
+        let at = |k: usize| SocketAddr::from(([127, 0, 0, 1], self.ports.port((3 * i + k) as u16)));
+        ServerEntry {
+            id: i as u32,
+            ucx: at(0),
+            control: at(1),
+            tcp: Some(at(2)),
+        }
+    }
+
+    /// Runs `madfs-server` once more as server `i` of this cluster with `extra` arguments
+    /// (a flag given there replaces the cluster's own) and no readiness wait: for tests of what a server refuses to start with. Returns its
+    /// exit status and output (killed after `timeout`).
+    pub fn try_server(
+        &self,
+        i: usize,
+        extra: &[&str],
+        timeout: Duration,
+    ) -> std::io::Result<(std::process::ExitStatus, String)> {
+        let out = self.root.path().join(format!("try{i}.log"));
+        let log = std::fs::File::create(&out)?;
+        // a flag in `extra` replaces the cluster's own (every one of those takes a value)
+        let base = self.command(i);
+        let mut args: Vec<std::ffi::OsString> = base.get_args().map(|a| a.to_owned()).collect();
+        for flag in extra.iter().filter(|a| a.starts_with("--")) {
+            if let Some(at) = args.iter().position(|a| a == *flag) {
+                args.drain(at..(at + 2).min(args.len()));
+            }
+        }
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(args)
+            .envs(base.get_envs().filter_map(|(k, v)| Some((k, v?))))
+            .stdin(Stdio::null());
+        let mut child = cmd
+            .args(extra)
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?;
+        let deadline = Instant::now() + timeout;
+        let st = loop {
+            if let Some(st) = child.try_wait()? {
+                break st;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                break child.wait()?;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Ok((st, std::fs::read_to_string(&out).unwrap_or_default()))
+    }
+
+    fn command(&self, i: usize) -> Command {
+        let e = self.addresses(i);
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("--id")
+            .arg(i.to_string())
+            .arg("--servers")
+            .arg(self.servers.len().to_string())
+            .arg("--listen")
+            .arg(e.ucx.to_string())
+            .arg("--control")
+            .arg(e.control.to_string())
+            .arg("--tcp")
+            .arg(e.tcp.expect("tcp port").to_string())
+            .arg("--data-dir")
+            .arg(&self.servers[i].data_dir)
+            .arg("--cluster-file")
+            .arg(self.root.path().join("cluster"))
+            .arg("--ucx-err-mode")
+            .arg(&self.opts.err_mode)
+            .args(&self.opts.args)
+            .stdin(Stdio::null());
+        if std::env::var_os("UCX_NET_DEVICES").is_none() {
+            cmd.env("UCX_NET_DEVICES", "lo");
+        }
+        cmd.envs(self.opts.env.iter().map(|(k, v)| (k, v)));
+        cmd
+    }
+
+    fn spawn(&mut self, i: usize) -> std::io::Result<()> {
+        let mut cmd = self.command(i);
         let s = &mut self.servers[i];
         let _ = std::fs::remove_file(s.data_dir.join("address"));
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.root.path().join(format!("server{i}.log")))?;
-        let (listen, control) = match same_addr {
-            Some(e) => (e.ucx.to_string(), e.control.to_string()),
-            None => ("127.0.0.1:0".into(), "127.0.0.1:0".into()),
-        };
-        let mut cmd = Command::new(&self.bin);
-        cmd.arg("--id")
-            .arg(i.to_string())
-            .arg("--listen")
-            .arg(listen)
-            .arg("--control")
-            .arg(control)
-            .arg("--data-dir")
-            .arg(&s.data_dir)
-            .arg("--cluster-file")
-            .arg(self.root.path().join("cluster"))
-            .arg("--ucx-err-mode")
-            .arg(&self.opts.err_mode)
-            .args(&self.opts.args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
-        if std::env::var_os("UCX_NET_DEVICES").is_none() {
-            cmd.env("UCX_NET_DEVICES", "lo");
-        }
-        cmd.envs(self.opts.env.iter().map(|(k, v)| (k, v)));
+        cmd.stdout(log.try_clone()?).stderr(log);
         s.child = Some(cmd.spawn()?);
         Ok(())
     }
@@ -204,23 +345,12 @@ impl LocalCluster {
         }
     }
 
-    /// Restarts server `i` on the same data directory and addresses.
+    /// Restarts server `i` on the same data directory and ports (its block's; nobody else
+    /// binds them).
     pub fn restart(&mut self, i: usize) -> std::io::Result<()> {
         self.kill(i);
-        let e = self.servers[i].entry;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            self.spawn(i, e)?;
-            match self.wait_ready(i) {
-                Ok(()) => return Ok(()),
-                // the port may still be held for a moment after the kill
-                Err(err) if Instant::now() < deadline => {
-                    let _ = err;
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                Err(err) => return Err(err),
-            }
-        }
+        self.spawn(i)?;
+        self.wait_ready(i)
     }
 
     /// Log of server `i`.

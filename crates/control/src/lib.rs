@@ -17,6 +17,10 @@ pub struct Status {
     pub data_dir: String,
     /// Default chunk size for new files.
     pub chunk_size: u32,
+    /// Id of the server's cluster (its identity record).
+    pub cluster: String,
+    /// Number of servers of that cluster.
+    pub servers: u32,
     /// Seconds since start.
     pub uptime_s: u64,
     /// Process id.

@@ -60,26 +60,11 @@ enum Cmd {
 fn control_addrs(t: &Target) -> anyhow::Result<Vec<SocketAddr>> {
     match (&t.addr, &t.cluster) {
         (Some(a), None) => Ok(vec![*a]),
-        (None, Some(f)) => {
-            let text = std::fs::read_to_string(f)
-                .with_context(|| format!("cluster file {}", f.display()))?;
-            let mut out = vec![];
-            for line in text
-                .lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty() && !l.starts_with('#'))
-            {
-                let col = line
-                    .split_whitespace()
-                    .nth(2)
-                    .with_context(|| format!("bad cluster line {line:?}"))?;
-                out.push(
-                    col.parse()
-                        .with_context(|| format!("bad control address {col:?}"))?,
-                );
-            }
-            Ok(out)
-        }
+        (None, Some(f)) => Ok(madfs_identity::cluster_file::read_partial(f)?
+            .servers
+            .iter()
+            .map(|e| e.control)
+            .collect()),
         _ => bail!("give either a control ADDR or --cluster FILE"),
     }
 }
@@ -118,8 +103,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                             .await
                             .with_context(|| format!("status from {a}"))?;
                         lines.push(format!(
-                            "server {} ucx={} control={a} pid={} chunk_size={} err_mode={} uptime={}s data={}",
-                            s.id, s.ucx_addr, s.pid, s.chunk_size, s.err_mode, s.uptime_s, s.data_dir
+                            "server {} of {} cluster={} ucx={} control={a} pid={} chunk_size={} err_mode={} uptime={}s data={}",
+                            s.id, s.servers, s.cluster, s.ucx_addr, s.pid, s.chunk_size, s.err_mode, s.uptime_s, s.data_dir
                         ));
                     }
                     Ok(lines)

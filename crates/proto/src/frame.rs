@@ -107,7 +107,11 @@ pub fn decode_request(frame: &[u8]) -> Result<(Request<'_>, &[u8]), Errno> {
         return Err(Errno::EPROTO);
     }
     let (hdr, bulk) = rest.split_at(hlen as usize);
-    let req = flexbuffers::from_slice(hdr).map_err(|_| Errno::EPROTO)?;
+    // flexbuffers' reader has panicked on malformed input (upstream reports): a panic of
+    // the reader is a malformed frame too, never a dead handler
+    let req = std::panic::catch_unwind(|| flexbuffers::from_slice(hdr))
+        .map_err(|_| Errno::EPROTO)?
+        .map_err(|_| Errno::EPROTO)?;
     Ok((req, bulk))
 }
 

@@ -476,9 +476,20 @@ pub struct StatFs {
     pub namelen: u64,
 }
 
+/// Version of the wire protocol: bumped whenever a request, reply, frame or tag changes
+/// meaning. A client refuses a server whose welcome names another version.
+pub const PROTOCOL_VERSION: u32 = 2;
+
 /// What a server says to a client right after accepting its connection.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Welcome {
+    /// The server's [`PROTOCOL_VERSION`].
+    pub protocol: u32,
+    /// The id of the server's cluster (its identity record): a client of another cluster
+    /// refuses the connection.
+    pub cluster: u64,
+    /// Number of servers of that cluster.
+    pub servers: u32,
     /// The connection id the client puts in its request tags.
     pub conn: u32,
     /// The server's index in the cluster.

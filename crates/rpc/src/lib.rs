@@ -4,9 +4,10 @@
 //! * [`progress`]: adaptive progress — spin briefly, then sleep on the worker's event fd —
 //!   for a tokio `LocalSet` (server) and for synchronous callers ([`progress::block_on`]);
 //! * [`Transport`]: a client's connections to every server and its `call`;
-//! * [`cluster_file`]: the file that lists the servers of a cluster.
+//! * [`cluster_file`] and [`ClusterIdentity`] (from `madfs-identity`): the file that lists the
+//!   servers of a cluster, and the identity record it starts with.
 
-pub mod cluster_file;
+pub use madfs_identity::{cluster_file, ClusterId, ClusterIdentity};
 pub mod progress;
 mod settings;
 mod transport;

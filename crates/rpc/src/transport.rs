@@ -79,6 +79,11 @@ pub struct Transport {
     cluster_file: Option<PathBuf>,
     seq: Cell<u32>,
     enc: RefCell<Encoder>,
+    /// The cluster every server must belong to (id, number of servers), from the cluster
+    /// file's identity record; checked against each welcome.
+    cluster: Cell<Option<(u64, u32)>>,
+    /// Name of the request encoded last (what a timeout names).
+    last_op: Cell<&'static str>,
 }
 
 /// Writes `[u32 LE length][kind][pieces…]` (requests) on a TCP stream.
@@ -203,6 +208,48 @@ impl Transport {
             cluster_file,
             seq: Cell::new(0),
             enc: RefCell::new(Encoder::default()),
+            cluster: Cell::new(None),
+            last_op: Cell::new("connect"),
+        }
+    }
+
+    /// Serve only servers of cluster `id` with `servers` servers (the cluster file's identity
+    /// record): a welcome from any other is refused with `EPROTO`, and logged with the
+    /// reason.
+    pub fn expect_cluster(&self, id: u64, servers: u32) {
+        self.cluster.set(Some((id, servers)));
+    }
+
+    /// Does server `server`'s welcome belong to the expected protocol and cluster?
+    fn check_welcome(&self, server: u32, w: &Welcome) -> Result<(), Errno> {
+        let addr = self.addrs.borrow().get(server as usize).copied();
+        let why = if w.server != server {
+            Some(format!("it says it is server {}", w.server))
+        } else if w.protocol != madfs_proto::PROTOCOL_VERSION {
+            Some(format!(
+                "it speaks protocol {}, this client {} (upgrade clients and servers together)",
+                w.protocol,
+                madfs_proto::PROTOCOL_VERSION
+            ))
+        } else {
+            match self.cluster.get() {
+                Some((id, _)) if id != w.cluster => Some(format!(
+                    "it belongs to cluster {:016x}, the cluster file names {id:016x} (a stale cluster file?)",
+                    w.cluster
+                )),
+                Some((_, n)) if n != w.servers => Some(format!(
+                    "its cluster has {} servers, the cluster file {n}",
+                    w.servers
+                )),
+                _ => None,
+            }
+        };
+        match why {
+            None => Ok(()),
+            Some(why) => {
+                tracing::error!("madfs: refusing server {server} at {addr:?}: {why}");
+                Err(Errno::EPROTO)
+            }
         }
     }
 
@@ -267,8 +314,9 @@ impl Transport {
     /// Re-reads the cluster file (a restarted server may listen elsewhere).
     fn refresh_addrs(&self) {
         if let Some(path) = &self.cluster_file {
-            if let Ok(entries) = cluster_file::read(path) {
-                if entries.len() == self.addrs.borrow().len() {
+            if let Ok((identity, entries)) = cluster_file::read(path) {
+                let same = self.cluster.get().is_none_or(|(id, _)| id == identity.id.0);
+                if same && entries.len() == self.addrs.borrow().len() {
                     let tcp = self.is_tcp();
                     let new: Option<Vec<SocketAddr>> = entries
                         .iter()
@@ -301,9 +349,7 @@ impl Transport {
         let n = tcp_recv(&mut s, &mut buf).map_err(|_| Errno::EIO)?;
         let welcome: Welcome =
             flexbuffers::from_slice(&buf[..n.min(buf.len())]).map_err(|_| Errno::EPROTO)?;
-        if welcome.server != server {
-            return Err(Errno::EPROTO);
-        }
+        self.check_welcome(server, &welcome)?;
         let c = Rc::new(TcpConn {
             stream: RefCell::new(s),
             welcome,
@@ -353,10 +399,11 @@ impl Transport {
             let _one = lifecycle();
             block_on(worker_ref(&self.net), fut, self.settings.spin, deadline)
         }
-        .ok_or(Errno::EIO)??;
-        if conn.welcome.server != server {
-            return Err(Errno::EPROTO);
-        }
+        .ok_or_else(|| {
+            tracing::warn!("madfs: connect to server {server} at {addr} timed out");
+            Errno::EIO
+        })??;
+        self.check_welcome(server, &conn.welcome)?;
         conns.borrow_mut()[idx] = Some(conn.clone());
         Ok(conn)
     }
@@ -393,8 +440,18 @@ impl Transport {
                 r
             }
             None => {
+                let addrs = self.addrs.borrow();
+                let at: Vec<String> = involved
+                    .iter()
+                    .map(|s| match addrs.get(*s as usize) {
+                        Some(a) => format!("{s} ({a})"),
+                        None => s.to_string(),
+                    })
+                    .collect();
                 tracing::warn!(
-                    "call to servers {involved:?} timed out after {:?}",
+                    "madfs: {} on server {} timed out after {:?}",
+                    self.last_op.get(),
+                    at.join(", "),
                     self.timeout.get()
                 );
                 for s in involved {
@@ -451,6 +508,7 @@ impl Transport {
     }
 
     fn encode(&self, req: &Request<'_>) -> ([u8; PREFIX], Vec<u8>) {
+        self.last_op.set(req.name());
         let mut enc = self.enc.borrow_mut();
         let (p, h) = enc.request(req);
         (p, h.to_vec())
