@@ -7,9 +7,11 @@
 #
 # start runs N madfs-server processes (default 2) with data under DIR (default
 # /tmp/madfs-$UID), writes DIR/cluster, waits until every control port answers and prints the
-# line a client needs: export MADFS_CLUSTER=DIR/cluster. stop stops them through the control
-# port (clean RocksDB shutdown). Binaries come from $MADFS_BIN_DIR or target/release (built if
-# missing).
+# line a client needs: export MADFS_CLUSTER=DIR/cluster; if one exits first, or they do not all
+# answer within 60 s, it stops the servers it started and exits 1. stop stops them through the control port (clean
+# RocksDB shutdown), and kills (SIGKILL) a server of a pid file that has not ended after 10 s
+# only while that pid still runs madfs-server with DIR's cluster file. Binaries come from
+# $MADFS_BIN_DIR or target/release (built if missing).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 cmd="${1:-}"; shift || true
@@ -24,6 +26,7 @@ while [ $# -gt 0 ]; do
     *) echo "cluster.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+root="$(realpath -m "$root")"
 bin="${MADFS_BIN_DIR:-$repo/target/release}"
 export UCX_NET_DEVICES="${UCX_NET_DEVICES:-lo}"
 
@@ -34,6 +37,18 @@ need_bins() {
   fi
 }
 
+# True if PID (from a pid file) still runs madfs-server with this root's cluster file.
+is_our_server() {
+  local args i
+  [[ "$1" =~ ^[0-9]+$ ]] || return 1
+  mapfile -d "" -t args 2>/dev/null <"/proc/$1/cmdline" || return 1
+  [ "${#args[@]}" -gt 0 ] && [ "$(basename "${args[0]}")" = madfs-server ] || return 1
+  for ((i = 1; i + 1 < ${#args[@]}; i++)); do
+    [ "${args[$i]}" = --cluster-file ] && [ "${args[$((i + 1))]}" = "$root/cluster" ] && return 0
+  done
+  return 1
+}
+
 case "$cmd" in
   start)
     need_bins
@@ -42,15 +57,42 @@ case "$cmd" in
     fi
     mkdir -p "$root"
     rm -f "$root/cluster"
+    started=()
     for ((i = 0; i < n; i++)); do
-      nohup "$bin/madfs-server" --id "$i" --listen 127.0.0.1:0 --control 127.0.0.1:0 \
+      nohup "$bin/madfs-server" --id "$i" --servers "$n" --listen 127.0.0.1:0 --control 127.0.0.1:0 \
         --data-dir "$root/server$i" --cluster-file "$root/cluster" "${server_args[@]}" \
         >"$root/server$i.log" 2>&1 </dev/null &
+      started+=($!)
       echo $! >"$root/server$i.pid"
     done
-    if ! "$bin/madfs-ctl" status --cluster "$root/cluster" --wait 60 --expect "$n" >"$root/status"; then
-      echo "cluster.sh: servers did not come up; logs:" >&2
+    up=0
+    for _ in $(seq 300); do   # 60 s
+      if timeout 10 "$bin/madfs-ctl" status --cluster "$root/cluster" --expect "$n" >"$root/status" 2>/dev/null; then
+        up=1; break
+      fi
+      for pid in "${started[@]}"; do kill -0 "$pid" 2>/dev/null || break 2; done
+      sleep 0.2
+    done
+    if [ "$up" != 1 ]; then
+      echo "cluster.sh: servers did not come up; stopping those that started. Logs:" >&2
       tail -n 20 "$root"/server*.log >&2
+      # one control address at a time: the cluster file may have gaps in its ids
+      if [ -f "$root/cluster" ]; then
+        for a in $(awk '$1 ~ /^[0-9]+$/ && NF >= 3 {print $3}' "$root/cluster"); do
+          timeout 15 "$bin/madfs-ctl" stop "$a" >&2 || true
+        done
+      fi
+      # our own children: SIGTERM after the control-port stop, SIGKILL after 10 s more
+      for pid in "${started[@]}"; do
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -TERM "$pid" 2>/dev/null || true
+      done
+      for pid in "${started[@]}"; do
+        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+      done
+      rm -f "$root"/server*.pid "$root/cluster" "$root/status"
       exit 1
     fi
     cat "$root/status" >&2
@@ -68,8 +110,8 @@ case "$cmd" in
     for pidf in "$root"/server*.pid; do
       [ -f "$pidf" ] || continue
       pid="$(cat "$pidf")"
-      for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-      if kill -0 "$pid" 2>/dev/null; then
+      for _ in $(seq 100); do is_our_server "$pid" || break; sleep 0.1; done
+      if is_our_server "$pid"; then
         echo "cluster.sh: server pid $pid did not stop; killing" >&2
         kill -9 "$pid" 2>/dev/null || true
       fi

@@ -1,22 +1,37 @@
 #!/usr/bin/env bash
 # madfs servers on many nodes, launched with mpirun (Open MPI).
 #
-#   scripts/mpi-cluster.sh start -n N --hostfile H --cluster /shared/path/cluster \
-#                          --data /local/madfs [--ip-of-host CMD] [-- SERVER_ARGS...]
-#   scripts/mpi-cluster.sh stop  --cluster /shared/path/cluster
+#   scripts/mpi-cluster.sh start  -n N --cluster /shared/path/cluster --data /local/madfs
+#                          [--hostfile H] [--rsh-agent CMD] [--ip-of-host CMD | --local]
+#                          [--allow-run-as-root] [--oversubscribe] [--mpirun-arg ARG]...
+#                          [--wait SECS] [-- SERVER_ARGS...]
+#   scripts/mpi-cluster.sh status --cluster /shared/path/cluster
+#   scripts/mpi-cluster.sh stop   --cluster /shared/path/cluster
 #
-# Each rank runs one madfs-server with id = its MPI rank, data in DATA/server{id} on its node,
-# listening on its node's address (the first address `hostname -I` prints, or what
-# --ip-of-host CMD prints on that node), and registers itself in the cluster file, which must
-# be on a file system every node and client sees. `start` returns once all N servers answer
-# on their control ports and prints the line clients need: export MADFS_CLUSTER=...
-# For a single machine (tests): --local uses 127.0.0.1 for every rank.
+# Each rank runs one madfs-server with id = its MPI rank (and --servers N), data in
+# DATA/server{id} on its node, listening on its node's address (the first address `hostname -I`
+# prints, or what --ip-of-host CMD prints on that node), and registers itself in the cluster
+# file, which must be on a file system every node and client sees. `start` returns once all N
+# servers answer on their control ports (at most --wait SECS, default 120) and prints the line
+# clients need: export MADFS_CLUSTER=...; if they do not, or mpirun ends first, it stops what
+# it started (control-port stop, then mpirun is ended) and exits 1. Every UCX_* and MADFS_*
+# variable set at start goes to every rank. --local uses 127.0.0.1 for every rank (one machine).
+# --rsh-agent CMD is Open MPI's plm_rsh_agent (e.g. scripts/netns-rsh.sh for the hosts of
+# scripts/netns.sh); --mpirun-arg passes one more argument to mpirun. --allow-run-as-root and
+# --oversubscribe go to mpirun only when given (Open MPI also honours OMPI_ALLOW_RUN_AS_ROOT=1
+# with OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1, and OMPI_MCA_rmaps_base_oversubscribe=1).
+# `stop` asks every server to stop through its control port; a server that does not stop is
+# signalled only where this machine proves it is that server (the pid its control port reported
+# runs madfs-server with this cluster file), and mpirun only where the pid recorded at start
+# still runs the mpirun of this cluster file, started at the recorded time.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${MADFS_BIN_DIR:-$repo/target/release}"
 cmd="${1:-}"; shift || true
 n=""; hostfile=""; cluster=""; data="/tmp/madfs-data"; local_only=0; ipcmd="hostname -I | cut -d' ' -f1"
+wait_s=120
 extra=()
+mpi_opts=()
 while [ $# -gt 0 ]; do
   case "$1" in
     -n) n="$2"; shift 2 ;;
@@ -25,47 +40,168 @@ while [ $# -gt 0 ]; do
     --data) data="$2"; shift 2 ;;
     --ip-of-host) ipcmd="$2"; shift 2 ;;
     --local) local_only=1; shift ;;
+    --rsh-agent) mpi_opts+=(--mca plm_rsh_agent "$2"); shift 2 ;;
+    --allow-run-as-root) mpi_opts+=(--allow-run-as-root); shift ;;
+    --oversubscribe) mpi_opts+=(--oversubscribe); shift ;;
+    --mpirun-arg) mpi_opts+=("$2"); shift 2 ;;
+    --wait) wait_s="$2"; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "mpi-cluster.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+usage() { sed -n '2,26p' "$0" >&2; exit 2; }
+case "$cmd" in start|status|stop) ;; *) usage ;; esac
 [ -n "$cluster" ] || { echo "mpi-cluster.sh: --cluster FILE is required" >&2; exit 2; }
-mpi_opts=(--allow-run-as-root --oversubscribe)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+cluster="$(realpath -m "$cluster")"
+runfile="$cluster.mpirun"   # "PID STARTTIME" of the mpirun that `start` ran on this machine
+ctl() { "$bin/madfs-ctl" "$@"; }
+
+# Control addresses of the servers in the cluster file (lines "ID UCX_ADDR CONTROL_ADDR ...").
+control_addrs() {
+  [ -f "$cluster" ] || return 0
+  awk '$1 ~ /^[0-9]+$/ && NF >= 3 && $3 ~ /:[0-9]+$/ {print $3}' "$cluster"
+}
+
+# Start time (clock ticks since boot) of a process, empty if it does not exist.
+starttime() { sed -E 's/^.*\) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f20; }
+
+# True if PID runs on this machine as a madfs-server registering in this cluster file.
+is_our_server() {
+  local pid="$1" args
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  mapfile -d "" -t args 2>/dev/null <"/proc/$pid/cmdline" || return 1
+  [ "${#args[@]}" -gt 0 ] && [ "$(basename "${args[0]}")" = madfs-server ] || return 1
+  local i
+  for ((i = 1; i + 1 < ${#args[@]}; i++)); do
+    [ "${args[$i]}" = --cluster-file ] && [ "${args[$((i + 1))]}" = "$cluster" ] && return 0
+  done
+  return 1
+}
+
+# True if PID is the mpirun of this cluster file started at START (both from $runfile).
+is_our_mpirun() {
+  local pid="$1" start="$2" args
+  [[ "$pid" =~ ^[0-9]+$ ]] && [ -n "$start" ] || return 1
+  [ "$(starttime "$pid")" = "$start" ] || return 1
+  mapfile -d "" -t args 2>/dev/null <"/proc/$pid/cmdline" || return 1
+  case "$(basename "${args[0]:-}")" in mpirun|orterun|mpiexec) ;; *) return 1 ;; esac
+  [[ "${args[*]}" == *"--cluster-file \"$cluster\""* ]]
+}
+
+# Sends SIG to PID only while it still is our server; waits up to SECS for it to end.
+signal_server() {
+  local pid="$1" sig="$2" secs="$3"
+  is_our_server "$pid" || return 0
+  kill "-$sig" "$pid" 2>/dev/null || true
+  for _ in $(seq $((secs * 10))); do is_our_server "$pid" || return 0; sleep 0.1; done
+  return 1
+}
+
+# Pids (one per line) of the servers that answer on their control ports and run here.
+local_server_pids() {
+  local a pid
+  for a in $(control_addrs); do
+    pid="$(timeout 5 "$bin/madfs-ctl" status "$a" 2>/dev/null | sed -nE 's/.* pid=([0-9]+).*/\1/p' | head -n1)"
+    [ -n "$pid" ] && is_our_server "$pid" && echo "$pid"
+  done
+  return 0
+}
+
+# Stops everything of this cluster: control-port stop, then the proven local servers that did
+# not stop, then our mpirun. MPIPID/START: the mpirun to wait for, at most GRACE seconds, and
+# to end if it lingers.
+teardown() {
+  local mpipid="$1" start="$2" grace="$3" pids pid left=0 a
+  pids="$(local_server_pids)"
+  # one address at a time: a partly written cluster file (a gap in the ids) still stops
+  for a in $(control_addrs); do timeout 15 "$bin/madfs-ctl" stop "$a" >&2 || true; done
+  for pid in $pids; do
+    for _ in $(seq 100); do is_our_server "$pid" || break; sleep 0.1; done
+    if is_our_server "$pid"; then
+      echo "mpi-cluster.sh: server pid $pid did not stop; SIGTERM" >&2
+      signal_server "$pid" TERM 10 || { echo "mpi-cluster.sh: server pid $pid: SIGKILL" >&2; signal_server "$pid" KILL 5 || true; }
+    fi
+  done
+  if [ -n "$mpipid" ] && is_our_mpirun "$mpipid" "$start"; then
+    for _ in $(seq $((grace * 10))); do is_our_mpirun "$mpipid" "$start" || break; sleep 0.1; done
+    if is_our_mpirun "$mpipid" "$start"; then
+      echo "mpi-cluster.sh: ending mpirun (pid $mpipid)" >&2
+      kill -TERM "$mpipid" 2>/dev/null || true
+      for _ in $(seq 100); do is_our_mpirun "$mpipid" "$start" || break; sleep 0.1; done
+      is_our_mpirun "$mpipid" "$start" && kill -KILL "$mpipid" 2>/dev/null || true
+    fi
+  fi
+  for a in $(control_addrs); do
+    if timeout 5 "$bin/madfs-ctl" status "$a" >/dev/null 2>&1; then
+      echo "mpi-cluster.sh: the server at $a still answers (not on this machine?)" >&2
+      left=1
+    fi
+  done
+  return "$left"
+}
 
 case "$cmd" in
   start)
     [ -n "$n" ] || { echo "mpi-cluster.sh: -n N is required" >&2; exit 2; }
-    rm -f "$cluster"
-    hostopt=()
-    [ -n "$hostfile" ] && hostopt=(--hostfile "$hostfile")
+    if [ -n "$(control_addrs)" ] && timeout 10 "$bin/madfs-ctl" status --cluster "$cluster" >/dev/null 2>&1; then
+      echo "mpi-cluster.sh: a cluster is already running on $cluster (stop it first)" >&2; exit 1
+    fi
+    rm -f "$cluster" "$runfile"
+    [ -n "$hostfile" ] && mpi_opts+=(--hostfile "$hostfile")
     if [ "$local_only" = 1 ]; then
       ip_expr="127.0.0.1"
       export UCX_NET_DEVICES="${UCX_NET_DEVICES:-lo}"
     else
       ip_expr="\$($ipcmd)"
     fi
+    for v in $(compgen -e | grep -E '^(UCX|MADFS)_' || true); do mpi_opts+=(-x "$v"); done
     log="$(dirname "$cluster")/madfs-servers.log"
     # the inner shell runs on each node: it finds the node's address, then becomes the server
-    nohup mpirun "${mpi_opts[@]}" "${hostopt[@]}" -np "$n" -x UCX_NET_DEVICES -x MADFS_LOG \
+    nohup mpirun "${mpi_opts[@]}" -np "$n" \
       bash -c "ip=$ip_expr; exec \"$bin/madfs-server\" --listen \"\$ip:0\" --control \"\$ip:0\" --tcp \"\$ip:0\" \
-        --data-dir \"$data/server{id}\" --cluster-file \"$cluster\" ${extra[*]:-}" \
+        --data-dir \"$data/server{id}\" --cluster-file \"$cluster\" --servers $n ${extra[*]:-}" \
       >"$log" 2>&1 </dev/null &
-    echo $! > "$cluster.mpirun.pid"
-    if ! "$bin/madfs-ctl" status --cluster "$cluster" --wait 120 --expect "$n" >&2; then
-      echo "mpi-cluster.sh: servers did not come up; see $log" >&2
+    mpipid=$!
+    start="$(starttime "$mpipid")"
+    echo "$mpipid $start" >"$runfile"
+    deadline=$((SECONDS + wait_s))
+    up=0
+    while [ "$SECONDS" -lt "$deadline" ]; do
+      if timeout 10 "$bin/madfs-ctl" status --cluster "$cluster" --expect "$n" >"$cluster.status" 2>/dev/null; then
+        up=1; break
+      fi
+      kill -0 "$mpipid" 2>/dev/null || break
+      sleep 0.2
+    done
+    if [ "$up" != 1 ]; then
+      if kill -0 "$mpipid" 2>/dev/null; then
+        echo "mpi-cluster.sh: servers did not come up within ${wait_s}s; stopping what started" >&2
+      else
+        echo "mpi-cluster.sh: mpirun ended before all servers came up; stopping what started" >&2
+      fi
+      teardown "$mpipid" "$start" 3 || true
+      wait "$mpipid" 2>/dev/null || true
+      rm -f "$runfile" "$cluster.status"
+      echo "mpi-cluster.sh: log $log:" >&2
+      tail -n 30 "$log" >&2 || true
       exit 1
     fi
+    cat "$cluster.status" >&2
+    rm -f "$cluster.status"
     echo "export MADFS_CLUSTER=$cluster"
     ;;
-  stop)
-    "$bin/madfs-ctl" stop --cluster "$cluster" || true
-    if [ -f "$cluster.mpirun.pid" ]; then
-      pid="$(cat "$cluster.mpirun.pid")"
-      for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-      kill "$pid" 2>/dev/null || true
-      rm -f "$cluster.mpirun.pid"
-    fi
+  status)
+    ctl status --cluster "$cluster"
     ;;
-  *) sed -n '2,14p' "$0" >&2; exit 2 ;;
+  stop)
+    if [ ! -f "$cluster" ] && [ ! -f "$runfile" ]; then
+      echo "mpi-cluster.sh: no cluster file $cluster" >&2; exit 0
+    fi
+    mpipid=""; start=""
+    [ -f "$runfile" ] && read -r mpipid start _ <"$runfile" || true
+    rc=0
+    teardown "$mpipid" "$start" 10 || rc=1
+    rm -f "$runfile"
+    exit "$rc"
+    ;;
 esac
