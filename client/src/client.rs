@@ -271,9 +271,30 @@ impl Client {
         })
     }
 
+    /// One request to `server`. `EAGAIN` (a path whose rename is in flight on that server)
+    /// is retried until the call deadline, then answered `EIO`.
     fn call(&self, server: u32, req: &Request<'_>) -> FsResult<Reply<'static>> {
         mutating(req);
-        small_reply(self.t.call_sync(server, req, &[], SMALL_REPLY)?)
+        let first = small_reply(self.t.call_sync(server, req, &[], SMALL_REPLY)?);
+        if first != Err(Errno::EAGAIN) {
+            return first;
+        }
+        let deadline = std::time::Instant::now() + self.t.timeout();
+        let mut pause = std::time::Duration::from_millis(1);
+        while std::time::Instant::now() < deadline {
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(50));
+            match small_reply(self.t.call_sync(server, req, &[], SMALL_REPLY)?) {
+                Err(Errno::EAGAIN) => {}
+                r => return r,
+            }
+        }
+        tracing::warn!(
+            "madfs: {} on server {server}: its path stayed busy (a pending rename) for {:?}",
+            req.name(),
+            self.t.timeout()
+        );
+        Err(Errno::EIO)
     }
 
     /// [`Client::stat_normalized`] that runs `meanwhile` while the request is on its way
@@ -426,6 +447,7 @@ impl Client {
             path,
             attr: a,
             replace,
+            durable: false,
         };
         self.t.ensure(dst)?;
         mutating(&req);
@@ -1148,12 +1170,26 @@ impl FileSystem for Client {
             return self.rename_dir(&from, &to, a, noreplace);
         }
         self.check_parent(&to)?;
-        if let Some(old) = self.move_file(&from, &to, a, !noreplace)? {
-            if old.size > old.chunk_size as u64 {
-                self.drop_chunks(old.id, 0, old.chunk_size)?;
+        // the source's server moves the entry (docs/consistency.md, "rename")
+        let req = Request::Rename {
+            from: &from,
+            to: &to,
+            noreplace,
+        };
+        match self.call(self.meta_of(&from), &req) {
+            Ok(Reply::Replaced(Some(old))) if old.size > old.chunk_size as u64 => {
+                self.drop_chunks(old.id, 0, old.chunk_size)
             }
+            Ok(Reply::Replaced(_)) => Ok(()),
+            Ok(_) => Err(Errno::EPROTO),
+            // it became a directory meanwhile
+            Err(Errno::ENOTSUP) => match self.stat_norm(&from)? {
+                d if d.is_dir() => self.rename_dir(&from, &to, d, noreplace),
+                _ => Err(Errno::EIO),
+            },
+            Err(Errno::ENOENT) => Err(self.refine_enoent(&from)),
+            Err(e) => Err(e),
         }
-        Ok(())
     }
 
     fn chmod(&self, path: &str, mode: u32) -> FsResult<()> {

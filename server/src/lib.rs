@@ -7,6 +7,8 @@ pub mod control;
 pub mod identity;
 pub mod net;
 pub mod ops;
+pub mod peer;
+pub mod rename;
 pub mod stats;
 pub mod store;
 pub mod sync;
@@ -104,6 +106,9 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     let stats = Arc::new(stats::ServerStats::default());
     let max_frame = chunk_size.max(1 << 20) as usize + net::HEADER_ROOM;
     let ops = Arc::new(ops::Ops {
+        id: cfg.id,
+        peers: peer::Peers::new(ident, cfg.cluster_file.clone(), cfg.ucx),
+        moving: rename::Moving::default(),
         meta: store::rocks::RocksMeta::open(&cfg.data_dir.join("db"), cfg.id)?,
         chunks: store::chunks::FsChunks::open(&cfg.data_dir.join("data"))?,
         chunk_size,
@@ -134,6 +139,11 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     let ucx_shown = Arc::new(std::sync::OnceLock::new());
     let control_addr = control::start(cfg.control, status, ucx_shown.clone(), stats, stop.clone())?;
     let ctx = madfs_rpc::new_context()?;
+    ops.peers.set_context(ctx.clone());
+    let pending = ops.park_intents()?;
+    if pending > 0 {
+        tracing::info!("{pending} rename(s) left pending by the last run: finishing them");
+    }
     let sync_tx = sync::start(ops.clone(), cfg.group_commit)?;
 
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -180,6 +190,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         ucx: cfg.ucx,
         send_timeout: cfg.send_timeout,
     };
+    rename::start_mover(ops.clone(), stop.clone(), Duration::from_millis(500))?;
     local.block_on(
         &rt,
         net::run(worker, listener, tcp, net_cfg, ops.clone(), sync_tx, stop),

@@ -51,6 +51,12 @@ pub enum Answer {
 
 /// The stores of one server and its settings.
 pub struct Ops {
+    /// This server's index.
+    pub id: u32,
+    /// The other servers (a rename's move).
+    pub peers: crate::peer::Peers,
+    /// Paths whose move to another server is in flight or pending.
+    pub moving: crate::rename::Moving,
     /// Metadata and inline chunk 0.
     pub meta: RocksMeta,
     /// Data chunks.
@@ -103,8 +109,11 @@ pub fn runs_inline(req: &Request<'_>, meta_inline: bool) -> bool {
         | Request::Utimens { .. }
         | Request::Chown { .. }
         | Request::Append { .. }
-        | Request::Attach { .. }
         | Request::Detach { .. } => meta_inline,
+        // a durable attach waits for a WAL sync: never on the net thread
+        Request::Attach { durable, .. } => meta_inline && !durable,
+        // a move to another server waits for that server
+        Request::Rename { .. } => false,
         // chunk 0 starts inline in RocksDB; deep into chunk 0 it is a chunk file: IO thread
         Request::Read { chunk, offset, .. }
         | Request::Write { chunk, offset, .. }
@@ -151,7 +160,7 @@ fn path_ok(p: &str) -> FsResult<()> {
     check_normalized(p)
 }
 
-fn not_root(p: &str, e: Errno) -> FsResult<()> {
+pub(crate) fn not_root(p: &str, e: Errno) -> FsResult<()> {
     path_ok(p)?;
     if p == "/" {
         Err(e)
@@ -194,7 +203,7 @@ impl Ops {
     }
 
     /// Reads chunk 0 (inline part, then the chunk-file part); returns the bytes present.
-    fn read_chunk0(&self, id: u64, off: u64, out: &mut [u8]) -> FsResult<usize> {
+    pub(crate) fn read_chunk0(&self, id: u64, off: u64, out: &mut [u8]) -> FsResult<usize> {
         let t = self.inline_max;
         let end = off + out.len() as u64;
         let mut n = 0;
@@ -375,6 +384,9 @@ impl Ops {
             }
             Request::Unlink { path } => {
                 not_root(path, Errno::EISDIR)?;
+                if self.moving.busy(path) {
+                    return Err(Errno::EAGAIN); // its rename is in flight: the client retries
+                }
                 let a = self.get(path)?;
                 if a.is_dir() {
                     return Err(Errno::EISDIR);
@@ -469,10 +481,16 @@ impl Ops {
                 self.meta.put(path, &a)?;
                 Ok(Answer::Attr(a))
             }
+            Request::Rename {
+                from,
+                to,
+                noreplace,
+            } => self.rename(from, to, noreplace),
             Request::Attach {
                 path,
                 attr,
                 replace,
+                durable,
             } => {
                 not_root(path, Errno::EISDIR)?;
                 let dir = attr.is_dir();
@@ -497,7 +515,18 @@ impl Ops {
                 if bulk.len() > t {
                     self.chunks.write(attr.id, t as u64, &bulk[t..])?;
                 }
-                Ok(Answer::Replaced(old.filter(|o| o.id != attr.id)))
+                let old = old.filter(|o| o.id != attr.id);
+                if let Some(o) = old.filter(|o| !o.is_dir()) {
+                    // the replaced file's bytes on this server
+                    self.drop_local_chunks(o.id, 0)?;
+                }
+                if durable {
+                    if bulk.len() > t {
+                        self.chunks.sync(attr.id)?;
+                    }
+                    self.meta.sync(self.meta.mark())?;
+                }
+                Ok(Answer::Replaced(old))
             }
             Request::Detach {
                 path,
@@ -616,11 +645,15 @@ impl Ops {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn ops(dir: &std::path::Path) -> Ops {
+    pub(crate) fn ops(dir: &std::path::Path) -> Ops {
+        let one = madfs_rpc::ClusterIdentity::new(1, 4096, 1024).unwrap();
         Ops {
+            id: 0,
+            peers: crate::peer::Peers::new(one, None, madfs_rpc::UcxSettings::default()),
+            moving: Default::default(),
             meta: RocksMeta::open(&dir.join("db"), 0).unwrap(),
             chunks: FsChunks::open(&dir.join("data")).unwrap(),
             chunk_size: 4096,
@@ -797,14 +830,7 @@ mod chunk0_tests {
     #[test]
     fn chunk0_split_between_rocksdb_and_file() {
         let dir = tempfile::tempdir().unwrap();
-        let o = Ops {
-            meta: RocksMeta::open(&dir.path().join("db"), 0).unwrap(),
-            chunks: FsChunks::open(&dir.path().join("data")).unwrap(),
-            chunk_size: 4096,
-            max_list_bytes: 1 << 16,
-            inline_max: 1024,
-            stats: Arc::default(),
-        };
+        let o = super::tests::ops(dir.path());
         let data: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
         o.write_chunk0(7, 100, &data, None).unwrap(); // spans the inline part and the file part
         let mut out = vec![0xffu8; 3200];

@@ -182,6 +182,12 @@ impl LocalCluster {
         self.root.path().join("cluster")
     }
 
+    /// The options servers are (re)started with: a change applies to the next
+    /// [`LocalCluster::restart`].
+    pub fn options_mut(&mut self) -> &mut Options {
+        &mut self.opts
+    }
+
     /// The root directory holding data dirs and logs.
     pub fn root(&self) -> &Path {
         self.root.path()

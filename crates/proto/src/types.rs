@@ -308,6 +308,18 @@ pub enum Request<'a> {
         path: &'a str,
         attr: Attr,
         replace: bool,
+        /// Make the entry durable (WAL sync) before answering: a server moving a file for
+        /// `Rename` asks it, so that its intent record can be dropped.
+        durable: bool,
+    },
+    /// Rename anything but a directory: `from` → `to`, sent to `from`'s metadata server,
+    /// which moves the entry itself, atomically when `to` is its own, else with an intent
+    /// record (docs/consistency.md, "rename"). A directory source answers `ENOTSUP` (the
+    /// client moves directories). `noreplace`: `RENAME_NOREPLACE`. Reply: `Replaced`.
+    Rename {
+        from: &'a str,
+        to: &'a str,
+        noreplace: bool,
     },
     /// Remove the entry at `path` if it still names file `id` (rename's last step); keeps the
     /// inline chunk 0 unless `drop_inline`.
@@ -431,6 +443,7 @@ impl Request<'_> {
             Request::Chown { .. } => "chown",
             Request::Attach { .. } => "attach",
             Request::Detach { .. } => "detach",
+            Request::Rename { .. } => "rename",
             Request::Read { .. } => "read",
             Request::Write { .. } => "write",
             Request::TruncateChunks { .. } => "truncate_chunks",

@@ -29,6 +29,21 @@ pub enum Created {
     New(Attr),
 }
 
+/// A rename in flight from this server to another (docs/consistency.md, "rename"): recorded
+/// durably before the entry is sent to `to`'s server, removed with the source entry once that
+/// server has it, or alone if it refused; a restarted server finishes what it finds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Intent {
+    /// The source path (this server's).
+    pub from: String,
+    /// The target path (another server's).
+    pub to: String,
+    /// The entry being moved.
+    pub attr: Attr,
+    /// `RENAME_NOREPLACE`.
+    pub noreplace: bool,
+}
+
 /// Metadata of the entries this server owns, keyed by full path (one lookup per operation).
 pub trait MetadataStore: Send + Sync {
     /// Attributes of `path` (None if absent).
@@ -53,6 +68,26 @@ pub trait MetadataStore: Send + Sync {
     /// Puts the entry of `path` and replaces the inline chunk 0 of `attr.id` with `data`
     /// (unless empty), dropping the inline chunk 0 of `drop_id`, atomically.
     fn attach(&self, path: &str, attr: &Attr, data: &[u8], drop_id: Option<u64>) -> FsResult<()>;
+    /// Renames `from` to `to`, both this server's, in one write: the target (if any, and if
+    /// not `noreplace`) is replaced and its inline chunk 0 dropped. ENOENT without a source,
+    /// ENOTSUP for a directory source (the client moves directories), EEXIST / EISDIR for a
+    /// target that may not be replaced. Returns the replaced entry.
+    fn rename_local(
+        &self,
+        from: &str,
+        to: &str,
+        noreplace: bool,
+        now: i64,
+    ) -> FsResult<Option<Attr>>;
+    /// Records, durably, that `from` is being moved to `to` on another server; returns the
+    /// entry. ENOENT without a source, ENOTSUP for a directory, EAGAIN while an intent for
+    /// `from` exists.
+    fn begin_move(&self, from: &str, to: &str, noreplace: bool) -> FsResult<Attr>;
+    /// Ends the move of `intent`, durably: with `moved`, the source entry (if it still names
+    /// the moved file) and its inline chunk 0 go with the intent record; else only the record.
+    fn end_move(&self, intent: &Intent, moved: bool) -> FsResult<()>;
+    /// Every intent record (at start: moves to finish).
+    fn intents(&self) -> FsResult<Vec<Intent>>;
     /// `size = max(size, new)`, `mtime = max(mtime, new)`; no read-modify-write.
     fn merge_size(&self, path: &str, size: u64, mtime: i64) -> FsResult<()>;
     /// Atomically (among appenders) takes the current end of file `path` as the offset of a

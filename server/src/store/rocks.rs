@@ -11,7 +11,7 @@
 //! removed entry leaves an empty record, which reads as "absent".
 
 use super::flush::SharedFlush;
-use super::{Created, Entry, MetadataStore};
+use super::{Created, Entry, Intent, MetadataStore};
 use madfs_placement::{name_hash, split_parent};
 use madfs_proto::{Attr, Errno, FsResult, ATTR_BYTES};
 use rocksdb::{MergeOperands, Options, WriteBatch, WriteOptions, DB};
@@ -66,6 +66,35 @@ pub fn dir_prefix(dir: &str) -> Vec<u8> {
     k.extend_from_slice(dir.as_bytes());
     k.push(0);
     k
+}
+
+/// Key of the intent record of a move of `from` (docs/consistency.md, "rename").
+fn intent_key(from: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(from.len() + 1);
+    k.push(b'I');
+    k.extend_from_slice(from.as_bytes());
+    k
+}
+
+/// An intent record's value: noreplace (1 byte), the entry (`encode_attr`), the target path.
+fn encode_intent(i: &Intent) -> Vec<u8> {
+    let mut v = vec![i.noreplace as u8];
+    v.extend_from_slice(&encode_attr(&i.attr));
+    v.extend_from_slice(i.to.as_bytes());
+    v
+}
+
+fn decode_intent(key: &[u8], v: &[u8]) -> Option<Intent> {
+    let from = std::str::from_utf8(key.strip_prefix(b"I")?).ok()?;
+    let (&flag, rest) = v.split_first()?;
+    let attr = decode_attr(rest.get(..REC_LEN)?)?;
+    let to = std::str::from_utf8(&rest[REC_LEN..]).ok()?;
+    Some(Intent {
+        from: from.to_owned(),
+        to: to.to_owned(),
+        attr,
+        noreplace: flag != 0,
+    })
 }
 
 fn inline_key(id: u64) -> [u8; 9] {
@@ -245,6 +274,28 @@ impl RocksDbMeta {
     }
 
     /// Adds `delta` to the entry count of `path`'s parent, in batch `b`.
+    /// The path locks of two paths, taken in index order (one lock when they share it).
+    fn path_stripes2(&self, a: &str, b: &str) -> Vec<std::sync::MutexGuard<'_, ()>> {
+        let ix = |p: &str| madfs_placement::hash64(p.as_bytes(), 0) as usize % STRIPES;
+        let (i, j) = (ix(a).min(ix(b)), ix(a).max(ix(b)));
+        let lock = |k: usize| {
+            self.path_stripes[k]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+        };
+        if i == j {
+            vec![lock(i)]
+        } else {
+            vec![lock(i), lock(j)]
+        }
+    }
+
+    fn write_synced(&self, b: WriteBatch) -> FsResult<()> {
+        let mut wo = WriteOptions::default();
+        wo.set_sync(true);
+        self.db.write_opt(b, &wo).map_err(io)
+    }
+
     fn count(b: &mut WriteBatch, path: &str, delta: i64) {
         if let Some((parent, _)) = split_parent(path) {
             b.merge(count_key(parent), delta.to_le_bytes());
@@ -352,6 +403,96 @@ impl MetadataStore for RocksDbMeta {
             b.delete(inline_key(old));
         }
         self.db.write(b).map_err(io)
+    }
+
+    fn rename_local(
+        &self,
+        from: &str,
+        to: &str,
+        noreplace: bool,
+        now: i64,
+    ) -> FsResult<Option<Attr>> {
+        let _p = self.path_stripes2(from, to);
+        let mut a = self.get(from)?.ok_or(Errno::ENOENT)?;
+        if a.is_dir() {
+            return Err(Errno::ENOTSUP);
+        }
+        if self.db.get_pinned(intent_key(from)).map_err(io)?.is_some() {
+            return Err(Errno::EAGAIN);
+        }
+        let old = self.get(to)?;
+        match old {
+            Some(o) if o.id == a.id => return Ok(None), // the same file (from == to)
+            Some(o) if o.is_dir() => return Err(Errno::EISDIR),
+            Some(_) if noreplace => return Err(Errno::EEXIST),
+            _ => {}
+        }
+        a.ctime = now;
+        let mut b = WriteBatch::default();
+        b.put(entry_key(to), encode_attr(&a));
+        b.delete(entry_key(from));
+        Self::count(&mut b, from, -1);
+        match old {
+            Some(o) => b.delete(inline_key(o.id)),
+            None => Self::count(&mut b, to, 1),
+        }
+        self.db.write(b).map_err(io)?;
+        Ok(old)
+    }
+
+    fn begin_move(&self, from: &str, to: &str, noreplace: bool) -> FsResult<Attr> {
+        let _p = self.path_stripe(from);
+        let attr = self.get(from)?.ok_or(Errno::ENOENT)?;
+        if attr.is_dir() {
+            return Err(Errno::ENOTSUP);
+        }
+        let key = intent_key(from);
+        if self.db.get_pinned(&key).map_err(io)?.is_some() {
+            return Err(Errno::EAGAIN);
+        }
+        let intent = Intent {
+            from: from.to_owned(),
+            to: to.to_owned(),
+            attr,
+            noreplace,
+        };
+        let mut b = WriteBatch::default();
+        b.put(key, encode_intent(&intent));
+        self.write_synced(b)?;
+        Ok(attr)
+    }
+
+    fn end_move(&self, intent: &Intent, moved: bool) -> FsResult<()> {
+        let from = intent.from.as_str();
+        let _p = self.path_stripe(from);
+        let mut b = WriteBatch::default();
+        b.delete(intent_key(from));
+        if moved {
+            if self.get(from)?.is_some_and(|a| a.id == intent.attr.id) {
+                b.delete(entry_key(from));
+                Self::count(&mut b, from, -1);
+            }
+            b.delete(inline_key(intent.attr.id));
+        }
+        self.write_synced(b)
+    }
+
+    fn intents(&self) -> FsResult<Vec<Intent>> {
+        let mut out = vec![];
+        let mut it = self.db.raw_iterator();
+        it.seek(b"I");
+        while let (Some(k), Some(v)) = (it.key(), it.value()) {
+            if k.first() != Some(&b'I') {
+                break;
+            }
+            match decode_intent(k, v) {
+                Some(i) => out.push(i),
+                None => tracing::error!("damaged intent record {:?}", String::from_utf8_lossy(k)),
+            }
+            it.next();
+        }
+        it.status().map_err(io)?;
+        Ok(out)
     }
 
     fn reserve_append(&self, path: &str, len: u64, mtime: i64) -> FsResult<u64> {

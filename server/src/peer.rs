@@ -1,0 +1,95 @@
+//! Calls from this server to the other servers of its cluster (a rename's move of an entry to
+//! the target's server). Each IO thread that makes such a call keeps its own client
+//! [`Transport`] (UCX workers are `!Send`), found through the cluster file and checked against
+//! the cluster's identity like any client's; every call has the client deadline.
+
+use madfs_proto::{Errno, FsResult, Reply, Request};
+use madfs_rpc::{cluster_file, ClusterIdentity, Context, Transport, UcxSettings};
+use std::cell::RefCell;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+/// How this server reaches its peers.
+pub struct Peers {
+    identity: ClusterIdentity,
+    cluster_file: Option<PathBuf>,
+    ucx: UcxSettings,
+    ctx: OnceLock<Arc<Context>>,
+}
+
+thread_local! {
+    static TRANSPORT: RefCell<Option<Transport>> = const { RefCell::new(None) };
+}
+
+/// Largest reply a peer call expects (an `Attr`-sized answer).
+const REPLY_CAP: usize = 512;
+
+impl Peers {
+    /// Peers of a cluster with `identity`, listed in `cluster_file` (none: a one-server
+    /// cluster has no peers).
+    pub fn new(identity: ClusterIdentity, cluster_file: Option<PathBuf>, ucx: UcxSettings) -> Self {
+        Peers {
+            identity,
+            cluster_file,
+            ucx,
+            ctx: OnceLock::new(),
+        }
+    }
+
+    /// The UCX context peer transports are made in (the server's own).
+    pub fn set_context(&self, ctx: Arc<Context>) {
+        let _ = self.ctx.set(ctx);
+    }
+
+    /// Number of servers in the cluster.
+    pub fn servers(&self) -> u32 {
+        self.identity.servers
+    }
+
+    /// One call to server `server`: the reply (owned), or the peer's errno; `EIO` when it
+    /// cannot be reached within the deadline.
+    pub fn call(&self, server: u32, req: &Request<'_>, bulk: &[u8]) -> FsResult<Reply<'static>> {
+        TRANSPORT.with(|slot| {
+            let mut slot = slot.borrow_mut();
+            if slot.is_none() {
+                *slot = Some(self.transport()?);
+            }
+            let t = slot.as_ref().ok_or(Errno::EIO)?;
+            let raw = t.call_sync(server, req, bulk, REPLY_CAP)?;
+            let (reply, _) = raw.decode()?;
+            Ok(match reply {
+                Reply::Replaced(a) => Reply::Replaced(a),
+                Reply::Unit => Reply::Unit,
+                Reply::Attr(a) => Reply::Attr(a),
+                _ => return Err(Errno::EPROTO),
+            })
+        })
+    }
+
+    fn transport(&self) -> FsResult<Transport> {
+        let (Some(file), Some(ctx)) = (&self.cluster_file, self.ctx.get()) else {
+            tracing::error!("a call to another server, but this server has no cluster file");
+            return Err(Errno::EIO);
+        };
+        let (identity, entries) = cluster_file::read(file).map_err(|e| {
+            tracing::error!("peers: {e}");
+            Errno::EIO
+        })?;
+        if identity.id != self.identity.id {
+            tracing::error!(
+                "peers: cluster file {} names cluster {}, this server belongs to {}",
+                file.display(),
+                identity.id,
+                self.identity.id
+            );
+            return Err(Errno::EIO);
+        }
+        let addrs = entries.iter().map(|e| e.ucx).collect();
+        let t = Transport::new(ctx.clone(), addrs, Some(file.clone()), self.ucx).map_err(|e| {
+            tracing::error!("peers: {e}");
+            Errno::EIO
+        })?;
+        t.expect_cluster(identity.id.0, identity.servers);
+        Ok(t)
+    }
+}

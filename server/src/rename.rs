@@ -1,0 +1,310 @@
+//! Rename of a file (anything but a directory), done by the source's metadata server
+//! (docs/consistency.md, "rename"):
+//! - target on this server: one RocksDB write (atomic; durable with the next WAL sync);
+//! - target on another server: an **intent record** is written durably first; the entry and
+//!   its chunk 0 go to the target's server (`Attach`, durable there); then the source entry and
+//!   the intent go in one durable write (or only the intent, if the target's server refused).
+//!   A restarted server finishes every intent it finds before the moves' paths are used
+//!   again, so after any crash exactly one of the two names exists, never none.
+//!
+//! While a move of a path is in flight, a rename or unlink of that path answers `EAGAIN` (the
+//! client retries): of two concurrent renames of one source exactly one wins.
+
+use crate::ops::{now_ns, Answer, Ops};
+use crate::store::{ChunkStore, Intent, MetadataStore};
+use madfs_placement::meta_server;
+use madfs_proto::{Attr, Errno, FsResult, Reply, Request};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Mutex;
+
+/// Paths whose move to another server is in flight (`true`), or left pending after a crash
+/// or an unreachable target (`false`, "parked": [`Ops::finish_intents`] retries them).
+#[derive(Default)]
+pub struct Moving {
+    paths: Mutex<HashMap<String, bool>>,
+    /// `paths.len()`, read without the lock on every unlink.
+    count: AtomicUsize,
+}
+
+impl Moving {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, bool>> {
+        self.paths.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set(&self, path: &str, f: impl FnOnce(Option<&mut bool>) -> Option<bool>) -> bool {
+        let mut m = self.lock();
+        let r = match m.get_mut(path) {
+            Some(v) => f(Some(v)),
+            None => f(None),
+        };
+        if let Some(active) = r {
+            m.insert(path.to_owned(), active);
+        }
+        self.count.store(m.len(), Relaxed);
+        r.is_some()
+    }
+
+    /// Claims `path` for a new move; false if it is being moved or parked.
+    fn claim(&self, path: &str) -> bool {
+        self.set(path, |v| v.is_none().then_some(true))
+    }
+
+    /// Claims a parked (or unknown) `path` to finish its move; false while a move of it runs.
+    fn take_parked(&self, path: &str) -> bool {
+        self.set(path, |v| (v.copied() != Some(true)).then_some(true))
+    }
+
+    fn park(&self, path: &str) {
+        self.set(path, |_| Some(false));
+    }
+
+    fn release(&self, path: &str) {
+        let mut m = self.lock();
+        m.remove(path);
+        self.count.store(m.len(), Relaxed);
+    }
+
+    /// Is `path` being moved, or parked? (No lock while nothing is.)
+    pub fn busy(&self, path: &str) -> bool {
+        self.count.load(Relaxed) > 0 && self.lock().contains_key(path)
+    }
+
+    /// Is any move parked?
+    pub fn any_parked(&self) -> bool {
+        self.count.load(Relaxed) > 0 && self.lock().values().any(|active| !active)
+    }
+}
+
+/// A fault injected for crash tests: `MADFS_FAULT=rename-after-intent` or
+/// `rename-after-attach` makes the server abort at that point of a move.
+fn fault(point: &str) {
+    static FAULT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let f = FAULT.get_or_init(|| std::env::var("MADFS_FAULT").ok());
+    if f.as_deref() == Some(point) {
+        tracing::error!("MADFS_FAULT={point}: aborting");
+        std::process::abort();
+    }
+}
+
+impl Ops {
+    /// `Rename` of a non-directory `from` (this server's) to `to`.
+    pub fn rename(&self, from: &str, to: &str, noreplace: bool) -> FsResult<Answer> {
+        crate::ops::not_root(from, Errno::EBUSY)?;
+        crate::ops::not_root(to, Errno::EBUSY)?;
+        if to.len() > from.len() && to.starts_with(from) && to.as_bytes()[from.len()] == b'/' {
+            return Err(Errno::EINVAL);
+        }
+        let n = self.peers.servers();
+        if meta_server(from, n) != self.id {
+            return Err(Errno::EINVAL); // sent to the wrong server
+        }
+        if !self.moving.claim(from) {
+            return Err(Errno::EAGAIN);
+        }
+        let r = if meta_server(to, n) == self.id {
+            self.meta
+                .rename_local(from, to, noreplace, now_ns())
+                .and_then(|old| self.dropped(old))
+        } else {
+            self.meta
+                .begin_move(from, to, noreplace)
+                .and_then(|attr| {
+                    fault("rename-after-intent");
+                    let it = Intent {
+                        from: from.to_owned(),
+                        to: to.to_owned(),
+                        attr,
+                        noreplace,
+                    };
+                    self.finish_move(&it)
+                })
+                .map(Answer::Replaced)
+        };
+        let pending = matches!(r, Err(Errno::EIO))
+            && self
+                .meta
+                .intents()
+                .map_or(true, |v| v.iter().any(|i| i.from == from));
+        if pending {
+            // [`Ops::finish_intents`] retries it; the path stays busy meanwhile
+            self.moving.park(from);
+        } else {
+            self.moving.release(from);
+        }
+        r
+    }
+
+    /// The replaced entry of a local rename: its bytes on this server go too.
+    fn dropped(&self, old: Option<Attr>) -> FsResult<Answer> {
+        if let Some(o) = old.filter(|o| !o.is_dir()) {
+            self.chunks.truncate(o.id, 0)?;
+        }
+        Ok(Answer::Replaced(old))
+    }
+
+    /// Sends the entry of `it` with its chunk 0 to the target's server and ends the move:
+    /// `Ok(replaced)` when the target has it, the target's errno when it refused (the source
+    /// stays), `EIO` when it could not be reached (the intent stays, to be finished later).
+    fn finish_move(&self, it: &Intent) -> FsResult<Option<Attr>> {
+        let a = it.attr;
+        let mut chunk0 = Vec::new();
+        if !a.is_dir() && a.size > 0 {
+            let len = a.size.min(a.chunk_size.max(1) as u64) as usize;
+            chunk0.resize(len, 0);
+            let n = self.read_chunk0(a.id, 0, &mut chunk0)?;
+            chunk0.truncate(n);
+        }
+        let req = Request::Attach {
+            path: &it.to,
+            attr: Attr {
+                ctime: now_ns(),
+                ..a
+            },
+            replace: !it.noreplace,
+            durable: true,
+        };
+        let dst = meta_server(&it.to, self.peers.servers());
+        match self.peers.call(dst, &req, &chunk0) {
+            Ok(Reply::Replaced(old)) => {
+                fault("rename-after-attach");
+                self.meta.end_move(it, true)?;
+                // chunk 0's bytes past the inline part (other chunks may share the file)
+                self.chunks.punch(a.id, 0, a.chunk_size.max(1) as u64)?;
+                Ok(old)
+            }
+            Ok(_) => Err(Errno::EPROTO),
+            Err(Errno::EIO) => {
+                tracing::warn!(
+                    "rename {} -> {}: server {dst} not reachable; the move stays pending",
+                    it.from,
+                    it.to
+                );
+                Err(Errno::EIO)
+            }
+            Err(e) => {
+                self.meta.end_move(it, false)?;
+                Err(e)
+            }
+        }
+    }
+
+    /// Parks the path of every intent record (before the server serves: a rename or unlink
+    /// of such a path waits for its move). Returns how many there are.
+    pub fn park_intents(&self) -> FsResult<usize> {
+        let v = self.meta.intents()?;
+        for i in &v {
+            self.moving.park(&i.from);
+        }
+        Ok(v.len())
+    }
+
+    /// Finishes the moves whose intent records are left (after a crash, or a target that
+    /// could not be reached), except those a running rename is finishing. Returns how many
+    /// are still pending.
+    pub fn finish_intents(&self) -> FsResult<usize> {
+        let mut left = 0;
+        for it in self.meta.intents()? {
+            if !self.moving.take_parked(&it.from) {
+                continue;
+            }
+            match self.finish_move(&it) {
+                Err(Errno::EIO) => {
+                    left += 1;
+                    self.moving.park(&it.from);
+                }
+                r => {
+                    tracing::info!("pending rename {} -> {} finished: {r:?}", it.from, it.to);
+                    self.moving.release(&it.from);
+                }
+            }
+        }
+        Ok(left)
+    }
+}
+
+/// Starts the thread that finishes parked moves (found at start, or left by a target that
+/// could not be reached), retrying every `every` until the server stops.
+pub fn start_mover(
+    ops: std::sync::Arc<Ops>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    every: std::time::Duration,
+) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("madfs-mover".into())
+        .spawn(move || {
+            while !stop.load(Relaxed) {
+                if ops.moving.any_parked() {
+                    if let Err(e) = ops.finish_intents() {
+                        tracing::error!("pending renames: {e}");
+                    }
+                }
+                std::thread::sleep(every);
+            }
+        })
+        .map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::store::{Intent, MetadataStore};
+    use madfs_proto::{Errno, Request};
+
+    #[test]
+    fn local_renames_and_intent_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = crate::ops::tests::ops(dir.path());
+        let mut d = vec![0u8; 64];
+        let mut run = |r: Request<'_>| o.execute(&r, b"", &mut d).map(|_| ());
+        let create = |path| Request::Create {
+            path,
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            excl: true,
+            trunc: false,
+        };
+        let rename = |from, to, noreplace| Request::Rename {
+            from,
+            to,
+            noreplace,
+        };
+        run(create("/a")).unwrap();
+        run(create("/b")).unwrap();
+        run(Request::Mkdir {
+            path: "/d",
+            mode: 0o755,
+            uid: 0,
+            gid: 0,
+        })
+        .unwrap();
+        assert_eq!(run(rename("/a", "/b", true)), Err(Errno::EEXIST));
+        assert_eq!(run(rename("/a", "/d", false)), Err(Errno::EISDIR));
+        assert_eq!(run(rename("/d", "/e", false)), Err(Errno::ENOTSUP));
+        assert_eq!(run(rename("/x", "/y", false)), Err(Errno::ENOENT));
+        assert_eq!(run(rename("/a", "/a/b", false)), Err(Errno::EINVAL));
+        run(rename("/a", "/b", false)).unwrap();
+        assert_eq!(o.meta.get("/a").unwrap(), None);
+        run(rename("/b", "/c", false)).unwrap();
+        assert!(o.meta.get("/c").unwrap().is_some());
+        assert!(!o.meta.has_children("/d").unwrap());
+
+        // an intent: recorded, busy, listed; ended without the move or with it
+        let a = o.meta.begin_move("/c", "/elsewhere", false).unwrap();
+        assert_eq!(o.meta.begin_move("/c", "/z", false), Err(Errno::EAGAIN));
+        let it = Intent {
+            from: "/c".into(),
+            to: "/elsewhere".into(),
+            attr: a,
+            noreplace: false,
+        };
+        assert_eq!(o.meta.intents().unwrap(), vec![it.clone()]);
+        o.meta.end_move(&it, false).unwrap();
+        assert!(o.meta.intents().unwrap().is_empty());
+        assert!(o.meta.get("/c").unwrap().is_some());
+        o.meta.begin_move("/c", "/elsewhere", true).unwrap();
+        o.meta.end_move(&it, true).unwrap();
+        assert_eq!(o.meta.get("/c").unwrap(), None);
+        assert!(o.meta.intents().unwrap().is_empty());
+    }
+}
