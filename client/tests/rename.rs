@@ -1,6 +1,7 @@
 //! Rename of files done by the source's server: one name and the data after every rename,
 //! on one server and across servers; one winner among concurrent renames of one source; a
-//! server killed in the middle of a move leaves exactly one name after its restart.
+//! server killed in the middle of a move leaves exactly one name after its restart; random
+//! server kills during renames lose no file and leave no second name.
 
 mod common;
 
@@ -120,12 +121,15 @@ fn a_server_killed_mid_rename_leaves_exactly_one_name() {
         assert!(cl.log(0).contains("aborting"), "{point}: {}", cl.log(0));
         cl.options_mut().env.clear();
         cl.restart(0).unwrap();
-        // the move finishes at start; at no moment is there no name
+        // the move finishes at start (until then the source is hidden: neither name may be
+        // seen for a moment, never both once the new one was seen)
         let c = client(&cl, Duration::from_secs(10), "none");
         let deadline = Instant::now() + Duration::from_secs(30);
+        let mut seen_new = false;
         loop {
             let (old, new) = (c.stat(a).is_ok(), c.stat(b).is_ok());
-            assert!(old || new, "{point}: neither {a} nor {b}");
+            assert!(!(seen_new && old), "{point}: {a} back after {b} was seen");
+            seen_new |= new;
             if new && !old {
                 break;
             }
@@ -145,4 +149,113 @@ fn a_server_killed_mid_rename_leaves_exactly_one_name() {
         put(&c, a, b"again", 5, false);
         assert_eq!(get(&c, a), b"again");
     }
+}
+
+/// What a renamer knows of file `i`: its name generation, or two candidates after a rename
+/// whose answer was lost.
+#[derive(Clone, Copy, Debug)]
+enum Known {
+    At(u32),
+    OneOf(u32, u32),
+}
+
+fn name(i: usize, g: u32) -> String {
+    format!("/h/f{i}.{g}")
+}
+
+/// The one name of file `i` among `k`'s candidates once exactly one exists (bounded wait:
+/// a move left pending by a killed server finishes when it is back).
+fn settle(c: &madfs_client::Client, i: usize, k: Known, until: Instant) -> Option<u32> {
+    let (a, b) = match k {
+        Known::At(g) => (g, g),
+        Known::OneOf(a, b) => (a, b),
+    };
+    while Instant::now() < until {
+        let there: Vec<u32> = [a, b]
+            .into_iter()
+            .filter(|g| c.stat(&name(i, *g)).is_ok())
+            .collect();
+        match there[..] {
+            [g] => return Some(g),
+            [g, h] if g == h => return Some(g),
+            _ => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+    None
+}
+
+#[test]
+fn renames_under_random_server_kills_keep_every_file_once() {
+    let mut cl = cluster(3, &[], "none");
+    let c = client(&cl, Duration::from_secs(10), "none");
+    c.mkdir("/h", 0o755).unwrap();
+    let files = 40;
+    let bytes = |i: usize| data(if i.is_multiple_of(2) { 3901 } else { 150_000 }, i as u64);
+    for i in 0..files {
+        put(&c, &name(i, 0), &bytes(i), 47008, true);
+    }
+    let cluster_file = cl.cluster_file();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (known, acked) = std::thread::scope(|s| {
+        let renamer = s.spawn(|| {
+            let mut known = vec![Known::At(0); files];
+            let mut acked = 0;
+            let mut cfg = madfs_client::ClientConfig::from_cluster_file(&cluster_file).unwrap();
+            cfg.timeout = Duration::from_secs(2);
+            let c = madfs_client::Client::new(&cfg).unwrap();
+            let until = Instant::now() + Duration::from_secs(60);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < until {
+                for (i, k) in known.iter_mut().enumerate() {
+                    let Some(g) = settle(&c, i, *k, Instant::now() + Duration::from_secs(5)) else {
+                        continue; // a server is down: later
+                    };
+                    *k = match c.rename(&name(i, g), &name(i, g + 1), false) {
+                        Ok(()) => {
+                            acked += 1;
+                            Known::At(g + 1)
+                        }
+                        Err(Errno::EIO) => Known::OneOf(g, g + 1),
+                        Err(e) => panic!("rename of file {i} gen {g}: {e:?}"),
+                    };
+                }
+            }
+            (known, acked)
+        });
+        // kill and restart a random server every ~0.7 s for 12 s
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let end = Instant::now() + Duration::from_secs(12);
+        while Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(400));
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let victim = (x % 3) as usize;
+            cl.kill(victim);
+            std::thread::sleep(Duration::from_millis(300));
+            cl.restart(victim).unwrap();
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        renamer.join().unwrap()
+    });
+    assert!(acked >= files, "only {acked} renames acknowledged");
+    // every file has exactly one name, the one acknowledged or one of the two candidates of
+    // an unanswered rename, with its data; nothing else is in the directory
+    let c = client(&cl, Duration::from_secs(10), "none");
+    let until = Instant::now() + Duration::from_secs(30);
+    let mut names = vec![];
+    for (i, k) in known.iter().enumerate() {
+        let g =
+            settle(&c, i, *k, until).unwrap_or_else(|| panic!("file {i} ({k:?}): no single name"));
+        assert_eq!(sum(&get(&c, &name(i, g))), sum(&bytes(i)), "file {i}");
+        names.push(format!("f{i}.{g}"));
+    }
+    let mut listed: Vec<String> = c
+        .readdir("/h")
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    listed.sort();
+    names.sort();
+    assert_eq!(listed, names, "{acked} renames acknowledged");
 }

@@ -293,6 +293,11 @@ impl Ops {
 
     /// Executes one request. `bulk` is the request's data; read results go into `data`.
     pub fn execute(&self, req: &Request<'_>, bulk: &[u8], data: &mut [u8]) -> FsResult<Answer> {
+        if self.moving.active() {
+            if let Some(refused) = self.while_moving(req) {
+                return Err(refused);
+            }
+        }
         match *req {
             Request::Ping => Ok(Answer::Unit),
             Request::Stat(path) => {
@@ -384,9 +389,6 @@ impl Ops {
             }
             Request::Unlink { path } => {
                 not_root(path, Errno::EISDIR)?;
-                if self.moving.busy(path) {
-                    return Err(Errno::EAGAIN); // its rename is in flight: the client retries
-                }
                 let a = self.get(path)?;
                 if a.is_dir() {
                     return Err(Errno::EISDIR);
@@ -418,7 +420,10 @@ impl Ops {
             } => {
                 path_ok(dir)?;
                 let max = (max_bytes as usize).min(self.max_list_bytes);
-                let (v, next) = self.meta.list(dir, start, max)?;
+                let (mut v, next) = self.meta.list(dir, start, max)?;
+                if self.moving.active() {
+                    v.retain(|e| !self.moving.hides(dir, &e.name));
+                }
                 Ok(Answer::Dirents(v, next))
             }
             Request::SetSize { path, size, mode } => self.set_size(path, size, mode),
@@ -626,7 +631,7 @@ impl Ops {
                 };
                 let next = self.meta.scan_subtree(dir, after, &mut |parent, name, a| {
                     scanned += 1;
-                    if matcher.matches(name, a) {
+                    if matcher.matches(name, a) && !self.moving.hides(parent, name) {
                         let rel = if parent == dir {
                             name.to_string()
                         } else {

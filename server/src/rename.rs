@@ -7,7 +7,9 @@
 //!   A restarted server finishes every intent it finds before the moves' paths are used
 //!   again, so after any crash exactly one of the two names exists, never none.
 //!
-//! While a move of a path is in flight, a rename or unlink of that path answers `EAGAIN` (the
+//! While a move of a path is in flight or pending, the source is hidden from lookups and
+//! listings (a reader that saw the new name never sees the old one afterwards; for a moment
+//! neither may be seen), and a rename or any other change of that path answers `EAGAIN` (the
 //! client retries): of two concurrent renames of one source exactly one wins.
 
 use crate::ops::{now_ns, Answer, Ops};
@@ -70,6 +72,25 @@ impl Moving {
         self.count.load(Relaxed) > 0 && self.lock().contains_key(path)
     }
 
+    /// Is any move in flight or parked? (One atomic load.)
+    pub fn active(&self) -> bool {
+        self.count.load(Relaxed) > 0
+    }
+
+    /// Is the entry `name` of directory `parent` the source of a move (hidden from listings
+    /// and lookups until the move ends)?
+    pub fn hides(&self, parent: &str, name: &str) -> bool {
+        if !self.active() {
+            return false;
+        }
+        let path = if parent == "/" {
+            format!("/{name}")
+        } else {
+            format!("{parent}/{name}")
+        };
+        self.busy(&path)
+    }
+
     /// Is any move parked?
     pub fn any_parked(&self) -> bool {
         self.count.load(Relaxed) > 0 && self.lock().values().any(|active| !active)
@@ -88,6 +109,33 @@ fn fault(point: &str) {
 }
 
 impl Ops {
+    /// How a request about a path whose move is in flight or pending is answered, if not as
+    /// usual: the source of a move is hidden from lookups (ENOENT) so that a reader that saw
+    /// the new name never sees the old one afterwards, and changes to it wait (EAGAIN, the
+    /// client retries) until the move has ended.
+    pub fn while_moving(&self, req: &Request<'_>) -> Option<Errno> {
+        let (path, lookup) = match *req {
+            Request::Stat(p) => (p, true),
+            Request::Create { path, .. }
+            | Request::Mkdir { path, .. }
+            | Request::Symlink { path, .. }
+            | Request::Unlink { path }
+            | Request::Rmdir { path }
+            | Request::SetSize { path, .. }
+            | Request::Append { path, .. }
+            | Request::Chmod { path, .. }
+            | Request::Utimens { path, .. }
+            | Request::Chown { path, .. }
+            | Request::Attach { path, .. }
+            | Request::Detach { path, .. } => (path, false),
+            _ => return None,
+        };
+        if !self.moving.busy(path) {
+            return None;
+        }
+        Some(if lookup { Errno::ENOENT } else { Errno::EAGAIN })
+    }
+
     /// `Rename` of a non-directory `from` (this server's) to `to`.
     pub fn rename(&self, from: &str, to: &str, noreplace: bool) -> FsResult<Answer> {
         crate::ops::not_root(from, Errno::EBUSY)?;
