@@ -23,6 +23,11 @@ rc=${PIPESTATUS[0]}
 set -e
 passed=$(grep -Eo '^test result: .* ([0-9]+) passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
 failed=$(grep -Eo '[0-9]+ failed;' "$log" | awk '{s+=$1} END {print s+0}')
+echo "== fuzz (protocol decoders, bounded)"
+if ! scripts/fuzz.sh "${MADFS_FUZZ_SECONDS:-60}"; then
+  failed=$((failed + 1))
+  rc=1
+fi
 echo
 echo "tests: $passed passed, $failed failed"
 exit "$rc"
