@@ -243,3 +243,38 @@ fn past_crashers_are_rejected_without_a_panic() {
     }
     assert!(n >= 2, "{n} crashers");
 }
+
+/// A buffer of deeply nested vectors (the fuzzer's stack overflow) is an error, not a crash:
+/// built on a thread with a large stack, decoded on a test thread's small one.
+#[test]
+fn deep_nesting_is_an_error() {
+    fn nest(v: &mut flexbuffers::VectorBuilder<'_>, depth: usize) {
+        if depth == 0 {
+            v.push(1u8);
+            return;
+        }
+        let mut inner = v.start_vector();
+        nest(&mut inner, depth - 1);
+        inner.end_vector();
+    }
+    let buf = std::thread::Builder::new()
+        .stack_size(256 << 20)
+        .spawn(|| {
+            // a map with an unknown field: its value is skipped, visiting every level
+            let mut b = flexbuffers::Builder::default();
+            let mut m = b.start_map();
+            let mut v = m.start_vector("zz");
+            nest(&mut v, 20_000);
+            v.end_vector();
+            m.end_map();
+            b.view().to_vec()
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    assert!(flexbuffers::from_slice::<Welcome>(&buf).is_err());
+    let mut frame = (buf.len() as u32).to_le_bytes().to_vec();
+    frame.extend_from_slice(&madfs_proto::frame::MAGIC.to_le_bytes());
+    frame.extend_from_slice(&buf);
+    assert!(madfs_proto::frame::decode_request(&frame).is_err());
+}

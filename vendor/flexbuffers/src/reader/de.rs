@@ -54,6 +54,35 @@ impl Drop for Budget {
     }
 }
 
+/// Deepest nesting of maps, vectors and enum values a `from_slice` follows (madfs: a deeper
+/// buffer, a few kilobytes of nested vectors, overflowed the stack).
+const MAX_DEPTH: usize = 64;
+
+thread_local! {
+    static DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// One level of nesting entered while it lives.
+struct Nested;
+
+impl Nested {
+    fn enter() -> Result<Nested, DeserializationError> {
+        DEPTH.with(|d| {
+            if d.get() >= MAX_DEPTH {
+                return Err(DeserializationError::Serde("flexbuffer nested too deeply".into()));
+            }
+            d.set(d.get() + 1);
+            Ok(Nested)
+        })
+    }
+}
+
+impl Drop for Nested {
+    fn drop(&mut self) {
+        DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+    }
+}
+
 /// One value visited: an error once the budget is spent.
 fn spend() -> Result<(), DeserializationError> {
     BUDGET.with(|b| match b.get() {
@@ -225,11 +254,15 @@ impl<'de> Deserializer<'de> for Reader<&'de [u8]> {
             (String, _) | (Key, _) => visitor.visit_borrowed_str(self.as_str()),
             (Blob, _) => visitor.visit_borrowed_bytes(self.get_blob()?.0),
             (Map, _) => {
+                let _nested = Nested::enter()?;
                 let m = self.get_map()?;
                 visitor
                     .visit_map(MapAccessor { keys: m.keys_vector().iter(), vals: m.iter_values() })
             }
-            (ty, _) if ty.is_vector() => visitor.visit_seq(self.as_vector().iter()),
+            (ty, _) if ty.is_vector() => {
+                let _nested = Nested::enter()?;
+                visitor.visit_seq(self.as_vector().iter())
+            }
             // madfs: a type this reader cannot visit is malformed input, not a panic
             (ty, _) => Err(Error::UnexpectedFlexbufferType {
                 expected: FlexBufferType::Map,
@@ -294,6 +327,7 @@ impl<'de> Deserializer<'de> for Reader<&'de [u8]> {
         V: Visitor<'de>,
     {
         spend()?;
+        let _nested = Nested::enter()?;
         let (variant, value) = match self.fxb_type {
             FlexBufferType::String => (self.as_str(), None),
             FlexBufferType::Map => {
