@@ -12,6 +12,10 @@ use madfs_proto::{
 };
 use std::sync::Arc;
 
+/// Entries one `Find` request examines at most: a page ends there even when nothing matched,
+/// so a search that matches nothing never scans a whole server in one request.
+pub const FIND_SCAN_MAX: u64 = 64 * 1024;
+
 /// Largest offset + length accepted inside one chunk (bounds memory a request can make the
 /// server allocate for inline chunk 0).
 pub const MAX_CHUNK: u64 = 64 << 20;
@@ -254,6 +258,9 @@ impl Ops {
     /// `SetSize`: `Max` publishes a lower bound (merge operator), `Exact` truncates.
     fn set_size(&self, path: &str, size: u64, mode: SizeMode) -> FsResult<Answer> {
         not_root(path, Errno::EISDIR)?;
+        if size > i64::MAX as u64 {
+            return Err(Errno::EFBIG); // beyond off_t
+        }
         let mut a = self.get(path)?;
         if a.is_link() {
             return Err(Errno::ELOOP); // the client follows the link
@@ -641,7 +648,7 @@ impl Ops {
                         bytes += rel.len() + 8;
                         found.push(rel);
                     }
-                    bytes < budget
+                    bytes < budget && scanned < FIND_SCAN_MAX
                 })?;
                 Ok(Answer::Found(found, scanned, next))
             }
@@ -677,6 +684,58 @@ pub(crate) mod tests {
             excl,
             trunc: false,
         }
+    }
+
+    #[test]
+    fn sizes_beyond_off_t_and_finds_that_match_nothing_are_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = ops(dir.path());
+        let mut d = [0u8; 16];
+        fn create(path: &str) -> Request<'_> {
+            Request::Create {
+                path,
+                mode: 0o644,
+                uid: 0,
+                gid: 0,
+                excl: true,
+                trunc: false,
+            }
+        }
+        o.execute(&create("/f"), b"", &mut d).unwrap();
+        let big = Request::SetSize {
+            path: "/f",
+            size: i64::MAX as u64 + 1,
+            mode: SizeMode::Exact,
+        };
+        assert_eq!(o.execute(&big, b"", &mut d).err(), Some(Errno::EFBIG));
+        let append = Request::Append {
+            path: "/f",
+            len: u64::MAX,
+        };
+        assert_eq!(o.execute(&append, b"", &mut d).err(), Some(Errno::EFBIG));
+        let n = FIND_SCAN_MAX + 100;
+        for i in 0..n {
+            o.execute(&create(&format!("/g{i}")), b"", &mut d).unwrap();
+        }
+        let find = |after: &[u8]| {
+            let req = Request::Find {
+                dir: "/",
+                filter: madfs_proto::FindFilter {
+                    name: Some("nothing*"),
+                    ..Default::default()
+                },
+                after,
+                max_bytes: 1 << 20,
+            };
+            match o.execute(&req, b"", &mut Vec::new()).unwrap() {
+                Answer::Found(paths, scanned, next) => (paths.len(), scanned, next),
+                a => panic!("{a:?}"),
+            }
+        };
+        let (found, scanned, next) = find(b"");
+        assert_eq!((found, scanned), (0, FIND_SCAN_MAX));
+        let (found, scanned, next) = find(&next.expect("a next page"));
+        assert_eq!((found, scanned, next), (0, n + 1 - FIND_SCAN_MAX, None));
     }
 
     #[test]

@@ -503,7 +503,11 @@ impl MetadataStore for RocksDbMeta {
         if a.is_dir() {
             return Err(Errno::EISDIR);
         }
-        let end = a.size.checked_add(len).ok_or(Errno::EFBIG)?;
+        let end = a
+            .size
+            .checked_add(len)
+            .filter(|e| *e <= i64::MAX as u64)
+            .ok_or(Errno::EFBIG)?;
         self.merge_size(path, end, mtime)?;
         Ok(a.size)
     }
