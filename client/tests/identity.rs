@@ -60,6 +60,17 @@ fn a_server_refuses_a_data_directory_made_with_other_settings() {
     assert_eq!(sum(&get(&c, "/kept")), sum(&bytes));
 }
 
+/// Runs the `madfs` CLI with `args` on the cluster file `file`: it must fail; its stderr.
+fn cli_fails(file: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new(madfs_cluster::find_bin("madfs"))
+        .args(args)
+        .env("MADFS_CLUSTER", file)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "madfs {args:?} succeeded");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// Copies the cluster file of `cl` to `to`, changing it with `edit` (line by line).
 fn edited(cl: &madfs_cluster::LocalCluster, to: &Path, edit: impl Fn(&str) -> Option<String>) {
     let text = std::fs::read_to_string(cl.cluster_file()).unwrap();
@@ -87,14 +98,7 @@ fn a_client_refuses_a_cluster_file_of_the_wrong_size_or_cluster() {
         "{e}"
     );
     // the CLI says the same, in one line, and exits non-zero
-    let madfs = madfs_cluster::find_bin("madfs");
-    let out = std::process::Command::new(&madfs)
-        .args(["put", "/etc/hostname", "/via-short"])
-        .env("MADFS_CLUSTER", &short)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = cli_fails(&short, &["put", "/etc/hostname", "/via-short"]);
     assert!(err.contains("lists 2 servers"), "{err}");
 
     // identity and server lines agree with each other (2), but the servers say 3: refused at
@@ -112,13 +116,7 @@ fn a_client_refuses_a_cluster_file_of_the_wrong_size_or_cluster() {
     let c2 = madfs_client::Client::new(&cfg).unwrap();
     assert_eq!(c2.stat("/before").unwrap_err(), Errno::EPROTO);
     assert_eq!(c2.mkdir("/made-by-two", 0o755).unwrap_err(), Errno::EPROTO);
-    let out = std::process::Command::new(&madfs)
-        .args(["put", "/etc/hostname", "/via-two"])
-        .env("MADFS_CLUSTER", &two)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = cli_fails(&two, &["put", "/etc/hostname", "/via-two"]);
     assert!(
         err.contains("refusing server") && err.contains("its cluster has 3 servers"),
         "{err}"
@@ -138,13 +136,7 @@ fn a_client_refuses_a_cluster_file_of_the_wrong_size_or_cluster() {
     cfg.timeout = Duration::from_secs(10);
     let c3 = madfs_client::Client::new(&cfg).unwrap();
     assert_eq!(c3.stat("/before").unwrap_err(), Errno::EPROTO);
-    let out = std::process::Command::new(&madfs)
-        .args(["ls", "/"])
-        .env("MADFS_CLUSTER", &stale)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = cli_fails(&stale, &["ls", "/"]);
     assert!(
         err.contains("the cluster file names 0123456789abcdef"),
         "{err}"

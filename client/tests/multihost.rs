@@ -9,6 +9,9 @@
 //! reason otherwise. Every namespace, server and mpirun is removed when a test ends, passed or
 //! failed (`Hosts`'s Drop).
 
+mod common;
+
+use common::data;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -286,19 +289,6 @@ impl Drop for Hosts {
             Err(e) => eprintln!("netns.sh down: {e}"),
         }
     }
-}
-
-/// Deterministic pseudo-random bytes.
-fn data(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// Server id → address (the host part of its UCX address), from the cluster file.

@@ -660,6 +660,18 @@ impl Ops {
 pub(crate) mod tests {
     use super::*;
 
+    /// `open(path, O_CREAT | O_EXCL, 0644)` as root.
+    pub(crate) fn new_file(path: &str) -> Request<'_> {
+        Request::Create {
+            path,
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            excl: true,
+            trunc: false,
+        }
+    }
+
     pub(crate) fn ops(dir: &std::path::Path) -> Ops {
         let one = madfs_rpc::ClusterIdentity::new(1, 4096, 1024).unwrap();
         Ops {
@@ -691,16 +703,7 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let o = ops(dir.path());
         let mut d = [0u8; 16];
-        fn create(path: &str) -> Request<'_> {
-            Request::Create {
-                path,
-                mode: 0o644,
-                uid: 0,
-                gid: 0,
-                excl: true,
-                trunc: false,
-            }
-        }
+        let create = new_file;
         o.execute(&create("/f"), b"", &mut d).unwrap();
         let big = Request::SetSize {
             path: "/f",

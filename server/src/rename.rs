@@ -304,14 +304,7 @@ mod tests {
         let o = crate::ops::tests::ops(dir.path());
         let mut d = vec![0u8; 64];
         let mut run = |r: Request<'_>| o.execute(&r, b"", &mut d).map(|_| ());
-        let create = |path| Request::Create {
-            path,
-            mode: 0o644,
-            uid: 0,
-            gid: 0,
-            excl: true,
-            trunc: false,
-        };
+        let create = crate::ops::tests::new_file;
         let rename = |from, to, noreplace| Request::Rename {
             from,
             to,
