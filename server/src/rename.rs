@@ -97,6 +97,29 @@ impl Moving {
     }
 }
 
+/// A path claimed for a move, given back when dropped — also when serving the move panicked
+/// (the request's `catch_unwind` answers EIO): parked while its intent record is left, so the
+/// mover finishes it, released otherwise, never left claimed for good.
+struct Claimed<'a> {
+    ops: &'a Ops,
+    path: &'a str,
+    /// Whether the move is left pending; `None` until the move has answered.
+    pending: Option<bool>,
+}
+
+impl Drop for Claimed<'_> {
+    fn drop(&mut self) {
+        let pending = self
+            .pending
+            .unwrap_or_else(|| self.ops.intent_left(self.path));
+        if pending {
+            self.ops.moving.park(self.path);
+        } else {
+            self.ops.moving.release(self.path);
+        }
+    }
+}
+
 /// A fault injected for crash tests: `MADFS_FAULT=rename-after-intent` or
 /// `rename-after-attach` makes the server abort at that point of a move.
 fn fault(point: &str) {
@@ -150,6 +173,11 @@ impl Ops {
         if !self.moving.claim(from) {
             return Err(Errno::EAGAIN);
         }
+        let mut claim = Claimed {
+            ops: self,
+            path: from,
+            pending: None,
+        };
         let r = if meta_server(to, n) == self.id {
             self.meta
                 .rename_local(from, to, noreplace, now_ns())
@@ -169,18 +197,16 @@ impl Ops {
                 })
                 .map(Answer::Replaced)
         };
-        let pending = matches!(r, Err(Errno::EIO))
-            && self
-                .meta
-                .intents()
-                .map_or(true, |v| v.iter().any(|i| i.from == from));
-        if pending {
-            // [`Ops::finish_intents`] retries it; the path stays busy meanwhile
-            self.moving.park(from);
-        } else {
-            self.moving.release(from);
-        }
+        // an unfinished move ([`Ops::finish_intents`] retries it) keeps the path busy
+        claim.pending = Some(matches!(r, Err(Errno::EIO)) && self.intent_left(from));
         r
+    }
+
+    /// Is an intent record of `from` left (or can it not be known)?
+    fn intent_left(&self, from: &str) -> bool {
+        self.meta
+            .intents()
+            .map_or(true, |v| v.iter().any(|i| i.from == from))
     }
 
     /// The replaced entry of a local rename: its bytes on this server go too.
@@ -256,16 +282,19 @@ impl Ops {
             if !self.moving.take_parked(&it.from) {
                 continue;
             }
-            match self.finish_move(&it) {
-                Err(Errno::EIO) => {
-                    left += 1;
-                    self.moving.park(&it.from);
-                }
-                r => {
-                    tracing::info!("pending rename {} -> {} finished: {r:?}", it.from, it.to);
-                    self.moving.release(&it.from);
-                }
+            let mut claim = Claimed {
+                ops: self,
+                path: &it.from,
+                pending: None,
+            };
+            let r = self.finish_move(&it);
+            let pending = matches!(r, Err(Errno::EIO));
+            if pending {
+                left += 1;
+            } else {
+                tracing::info!("pending rename {} -> {} finished: {r:?}", it.from, it.to);
             }
+            claim.pending = Some(pending);
         }
         Ok(left)
     }
