@@ -380,3 +380,42 @@ fn fuzz_inputs_do_not_hurt_a_live_server() {
         assert!(alive(cl.pid(i)), "server {i} died");
     }
 }
+
+/// Messages of tag kinds no server receives (and longer than the drain's buffer) are taken off
+/// UCX's queue and counted, not kept: the counter reaches what was sent, and requests go on.
+#[test]
+fn messages_of_unknown_tag_kinds_are_drained() {
+    let cl = cluster(1, &[], "none");
+    let c = client(&cl, Duration::from_secs(10), "none");
+    put(&c, "/keep", b"precious", 8, true);
+    let big = vec![7u8; 100_000];
+    let mut sent = 0u64;
+    for i in 0..3000u64 {
+        let kind = [0u64, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15][(i % 13) as usize] << 60;
+        let bytes: &[u8] = if i % 100 == 0 {
+            &big
+        } else {
+            b"not a madfs request"
+        };
+        c.transport().send_only(0, kind, bytes).unwrap();
+        sent += 1;
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let drained = || {
+        rt.block_on(async {
+            let ctl = madfs_control::connect(cl.entry(0).control).await.unwrap();
+            ctl.stats(madfs_control::context(5)).await.unwrap().drained
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while drained() < sent {
+        assert!(Instant::now() < deadline, "{} of {sent} drained", drained());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(drained(), sent);
+    assert_eq!(get(&c, "/keep"), b"precious");
+    assert!(alive(cl.pid(0)));
+}

@@ -17,6 +17,7 @@ use madfs_rpc::{progress, Endpoint, Listener, UcxSettings, Worker};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::io::IoSlice;
+use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -316,6 +317,14 @@ pub async fn run(
             ops.clone(),
         )));
     }
+    for (kind, mask) in DRAINED_KINDS {
+        tasks.push(tokio::task::spawn_local(drain(
+            worker.clone(),
+            kind,
+            mask,
+            ops.clone(),
+        )));
+    }
     for _ in 0..cfg.fsync_handlers {
         tasks.push(tokio::task::spawn_local(fsync_handler(
             worker.clone(),
@@ -333,6 +342,27 @@ pub async fn run(
     }
     let _ = progress.await;
     Ok(())
+}
+
+/// Tag kinds no server receives (everything but `REQUEST`, `FSYNC` and `REQUEST_DATA`), as
+/// four (kind, mask) receives over the kind bits: 0; 3, 7, 11, 15 (`x011`); 4, 6, 12, 14
+/// (`x1x0`); 8–15 (`1xxx`). A message of such a kind would otherwise wait in UCX's
+/// unexpected queue for ever, holding its memory.
+const DRAINED_KINDS: [(u64, u64); 4] = [
+    (0, tag::KIND_MASK),
+    (0b0011 << 60, 0b0011 << 60),
+    (0b0100 << 60, 0b0101 << 60),
+    (0b1000 << 60, 0b1000 << 60),
+];
+
+/// Takes messages of the tag kinds in `kind`/`mask` off the worker and drops them (counted).
+async fn drain(worker: Rc<Worker>, kind: u64, mask: u64, ops: Arc<Ops>) {
+    let mut buf = vec![MaybeUninit::<u8>::uninit(); 256];
+    loop {
+        // a longer message completes truncated: it is taken off the queue all the same
+        let _ = worker.tag_recv_mask(kind, mask, &mut buf).await;
+        ops.stats.drained.fetch_add(1, Relaxed);
+    }
 }
 
 async fn accept_loop(

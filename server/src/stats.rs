@@ -13,6 +13,8 @@ pub struct ServerStats {
     pub errors: AtomicU64,
     /// Undecodable frames.
     pub bad_frames: AtomicU64,
+    /// Messages with a tag kind no server receives, taken off UCX's queue and dropped.
+    pub drained: AtomicU64,
     /// Write payload bytes.
     pub bytes_in: AtomicU64,
     /// Read payload bytes.
@@ -50,6 +52,7 @@ impl ServerStats {
                 .collect(),
             errors: self.errors.load(Relaxed),
             bad_frames: self.bad_frames.load(Relaxed),
+            drained: self.drained.load(Relaxed),
             bytes_in: self.bytes_in.load(Relaxed),
             bytes_out: self.bytes_out.load(Relaxed),
             connections: self.connections.load(Relaxed),

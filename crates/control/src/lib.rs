@@ -38,6 +38,10 @@ pub struct Stats {
     pub errors: u64,
     /// Frames that could not be decoded.
     pub bad_frames: u64,
+    /// Messages with a tag kind no server receives, dropped (a peer that is not a madfs
+    /// client, or a hostile one).
+    #[serde(default)]
+    pub drained: u64,
     /// Bulk bytes received (writes).
     pub bytes_in: u64,
     /// Bulk bytes sent (reads).

@@ -159,10 +159,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 fn serde_json_line(s: &madfs_control::Stats) -> String {
     let reqs: Vec<String> = s.requests.iter().map(|(k, v)| format!("{k}={v}")).collect();
     format!(
-        "requests[{}] errors={} bad_frames={} in={}B out={}B conns={} live={} sync_batches={} sync_reqs={} rss={}B",
+        "requests[{}] errors={} bad_frames={} drained={} in={}B out={}B conns={} live={} sync_batches={} sync_reqs={} rss={}B",
         reqs.join(" "),
         s.errors,
         s.bad_frames,
+        s.drained,
         s.bytes_in,
         s.bytes_out,
         s.connections,

@@ -575,6 +575,21 @@ impl Transport {
         Ok(RawReply { buf })
     }
 
+    /// Sends one message of tag kind `kind` (with this connection's id and a fresh sequence
+    /// number) and expects no answer: what a peer that is not a madfs client might send, for
+    /// tests of what servers do with it. UCX only.
+    pub fn send_only(&self, server: u32, kind: u64, bytes: &[u8]) -> Result<(), Errno> {
+        self.ensure(server)?;
+        let (ep, conn) = self.endpoint(server)?;
+        let seq = self.next_seq();
+        self.wait(&[server], async move {
+            ep.tag_send(tag::request(kind, conn, seq), bytes)
+                .await
+                .map(drop)
+                .map_err(ucx_errno)
+        })
+    }
+
     /// Sends raw frame pieces with the tag of `kind` and receives the raw reply into `out`
     /// (used by `call` and by tests that send malformed frames).
     pub async fn exchange(
