@@ -524,6 +524,13 @@ impl Ops {
                 let t = (self.inline_max as usize).min(bulk.len());
                 self.meta
                     .attach(path, &attr, &bulk[..t], old.map(|o| o.id))?;
+                if !dir {
+                    // chunk 0 is exactly what came: bytes an earlier stay of this file on this
+                    // server left past the inline part go (other chunks share the file)
+                    let cs = attr.chunk_size.max(1) as u64;
+                    self.chunks
+                        .punch(attr.id, t as u64, cs.saturating_sub(t as u64))?;
+                }
                 if bulk.len() > t {
                     self.chunks.write(attr.id, t as u64, &bulk[t..])?;
                 }

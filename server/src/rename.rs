@@ -243,8 +243,10 @@ impl Ops {
             Ok(Reply::Replaced(old)) => {
                 fault("rename-after-attach");
                 self.meta.end_move(it, true)?;
-                // chunk 0's bytes past the inline part (other chunks may share the file)
-                self.chunks.punch(a.id, 0, a.chunk_size.max(1) as u64)?;
+                // Chunk 0's bytes past the inline part stay in this server's file of the id
+                // (a leak until the file is removed; fsck's to reclaim): punching them here
+                // could destroy the same file's chunk 0 if it came back to this server under
+                // another name meanwhile (docs/consistency.md, "rename", known limit).
                 Ok(old)
             }
             Ok(_) => Err(Errno::EPROTO),
