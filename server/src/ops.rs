@@ -524,9 +524,10 @@ impl Ops {
                 let t = (self.inline_max as usize).min(bulk.len());
                 self.meta
                     .attach(path, &attr, &bulk[..t], old.map(|o| o.id))?;
-                if !dir {
+                if !dir && !bulk.is_empty() {
                     // chunk 0 is exactly what came: bytes an earlier stay of this file on this
-                    // server left past the inline part go (other chunks share the file)
+                    // server left past the inline part go (other chunks share the file). No
+                    // bulk: a move within this server (a directory rename's), chunk 0 stays.
                     let cs = attr.chunk_size.max(1) as u64;
                     self.chunks
                         .punch(attr.id, t as u64, cs.saturating_sub(t as u64))?;
