@@ -79,7 +79,7 @@ case "$cmd" in
       # one control address at a time: the cluster file may have gaps in its ids
       if [ -f "$root/cluster" ]; then
         for a in $(awk '$1 ~ /^[0-9]+$/ && NF >= 3 {print $3}' "$root/cluster"); do
-          timeout 15 "$bin/madfs-ctl" stop "$a" >&2 || true
+          timeout 15 "$bin/madfs-ctl" stop "$a" --cluster "$root/cluster" >&2 || true
         done
       fi
       # our own children: SIGTERM after the control-port stop, SIGKILL after 10 s more

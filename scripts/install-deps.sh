@@ -5,7 +5,8 @@
 set -euo pipefail
 
 pkgs=(libucx-dev ucx-utils libclang-dev libcapstone-dev cmake pkg-config build-essential
-      openmpi-bin libopenmpi-dev fio python3 tar coreutils git fonts-dejavu-core)
+      openmpi-bin libopenmpi-dev fio python3 tar coreutils git fonts-dejavu-core
+      munge libmunge2)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -101,7 +101,7 @@ signal_server() {
 local_server_pids() {
   local a pid
   for a in $(control_addrs); do
-    pid="$(timeout 5 "$bin/madfs-ctl" status "$a" 2>/dev/null | sed -nE 's/.* pid=([0-9]+).*/\1/p' | head -n1)"
+    pid="$(timeout 5 "$bin/madfs-ctl" status "$a" --cluster "$cluster" 2>/dev/null | sed -nE 's/.* pid=([0-9]+).*/\1/p' | head -n1)"
     [ -n "$pid" ] && is_our_server "$pid" && echo "$pid"
   done
   return 0
@@ -114,7 +114,7 @@ teardown() {
   local mpipid="$1" start="$2" grace="$3" pids pid left=0 a
   pids="$(local_server_pids)"
   # one address at a time: a partly written cluster file (a gap in the ids) still stops
-  for a in $(control_addrs); do timeout 15 "$bin/madfs-ctl" stop "$a" >&2 || true; done
+  for a in $(control_addrs); do timeout 15 "$bin/madfs-ctl" stop "$a" --cluster "$cluster" >&2 || true; done
   for pid in $pids; do
     for _ in $(seq 100); do is_our_server "$pid" || break; sleep 0.1; done
     if is_our_server "$pid"; then
@@ -132,7 +132,7 @@ teardown() {
     fi
   fi
   for a in $(control_addrs); do
-    if timeout 5 "$bin/madfs-ctl" status "$a" >/dev/null 2>&1; then
+    if timeout 5 "$bin/madfs-ctl" status "$a" --cluster "$cluster" >/dev/null 2>&1; then
       echo "mpi-cluster.sh: the server at $a still answers (not on this machine?)" >&2
       left=1
     fi

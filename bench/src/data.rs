@@ -309,8 +309,17 @@ fn server_rss(cl: &LocalCluster, servers: usize) -> anyhow::Result<Vec<u64>> {
     rt.block_on(async {
         let mut v = vec![];
         for i in 0..servers {
-            let c = madfs_control::connect(cl.entry(i).control).await?;
-            v.push(c.stats(madfs_control::context(5)).await?.rss_bytes);
+            let c = madfs_control::connect(
+                cl.entry(i).control,
+                &madfs_control::Login::for_cluster(&cl.cluster_file())?,
+            )
+            .await?;
+            v.push(
+                c.stats(madfs_control::context(5))
+                    .await?
+                    .map_err(anyhow::Error::msg)?
+                    .rss_bytes,
+            );
         }
         Ok(v)
     })

@@ -7,7 +7,7 @@ use futures::future::join_all;
 use madfs_placement::{chunk_server, meta_server, normalize, split_parent};
 use madfs_proto::frame::{self, PREFIX};
 use madfs_proto::{
-    tag, Attr, Errno, FindFilter, FsResult, Reply, Request, SizeMode, StatFs, TimeSpec,
+    tag, Attr, Cap, Errno, FindFilter, FsResult, Reply, Request, SizeMode, StatFs, TimeSpec,
 };
 use madfs_rpc::{RawReply, Transport};
 use std::cell::RefCell;
@@ -33,6 +33,8 @@ pub struct OpenFile {
     pub path: String,
     /// Attributes when opened (size as published then).
     pub attr: Attr,
+    /// What the open was granted: every data request of the file carries it.
+    pub cap: Cap,
     meta: u32,
     /// Highest offset written through this handle.
     written: u64,
@@ -154,7 +156,15 @@ impl std::fmt::Debug for Client {
 
 fn attr_of(r: Reply<'_>) -> FsResult<Attr> {
     match r {
-        Reply::Attr(a) => Ok(a),
+        Reply::Attr(a) | Reply::Granted { attr: a, .. } => Ok(a),
+        _ => Err(Errno::EPROTO),
+    }
+}
+
+/// Attributes and the capability a reply granted.
+fn granted(r: Reply<'_>) -> FsResult<(Attr, Cap)> {
+    match r {
+        Reply::Granted { attr, cap } => Ok((attr, cap)),
         _ => Err(Errno::EPROTO),
     }
 }
@@ -199,6 +209,7 @@ impl Client {
         let t = Transport::new(ctx, cfg.servers.clone(), cfg.cluster_file.clone(), cfg.ucx)?;
         t.set_timeout(cfg.timeout);
         t.expect_cluster(cfg.identity.id.0, cfg.identity.servers);
+        t.set_credentials(cfg.credentials.clone());
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         Ok(Client {
@@ -221,6 +232,7 @@ impl Client {
         let t = Transport::new_tcp(addrs, cfg.cluster_file.clone());
         t.set_timeout(cfg.timeout);
         t.expect_cluster(cfg.identity.id.0, cfg.identity.servers);
+        t.set_credentials(cfg.credentials.clone());
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         Ok(Client {
@@ -271,8 +283,9 @@ impl Client {
         })
     }
 
-    /// One request to `server`. `EAGAIN` (a path whose rename is in flight on that server)
-    /// is retried until the call deadline, then answered `EIO`.
+    /// One request to `server`. `EAGAIN` (a path whose rename is in flight on that server, a
+    /// server still learning the directory table) is retried until the call deadline, then
+    /// answered `EIO`.
     fn call(&self, server: u32, req: &Request<'_>) -> FsResult<Reply<'static>> {
         mutating(req);
         let first = small_reply(self.t.call_sync(server, req, &[], SMALL_REPLY)?);
@@ -299,30 +312,115 @@ impl Client {
 
     /// [`Client::stat_normalized`] that runs `meanwhile` while the request is on its way
     /// (`Transport::call_sync_overlapped`): the preload's `open` makes its kernel fd there.
-    pub fn stat_normalized_overlapped<R>(
+    pub fn open_normalized_overlapped<R>(
         &self,
         path: &str,
+        access: u32,
         meanwhile: impl FnOnce() -> R,
-    ) -> (FsResult<Attr>, R) {
+    ) -> (FsResult<(Attr, Cap)>, R) {
         let (raw, r) = self.t.call_sync_overlapped(
             self.meta_of(path),
-            &Request::Stat(path),
+            &Request::Open { path, access },
             &[],
             SMALL_REPLY,
             meanwhile,
         );
         let res = match raw.and_then(small_reply) {
             Err(Errno::ENOENT) => Err(self.refine_enoent(path)),
+            // busy (a rename in flight, a server still learning the directories): as `call`
+            Err(Errno::EAGAIN) => self.call(self.meta_of(path), &Request::Open { path, access }),
             r => r,
         };
-        (res.and_then(attr_of), r)
+        (res.and_then(granted), r)
+    }
+
+    /// An open for reading of a path in normal form, for a handle ([`Client::handle`]): its
+    /// attributes and capability.
+    pub fn open_read(&self, path: &str) -> FsResult<(Attr, Cap)> {
+        granted(self.call_on(
+            path,
+            &Request::Open {
+                path,
+                access: madfs_proto::ACCESS_R,
+            },
+        )?)
+    }
+
+    /// `open` wanting `access` (`ACCESS_R` | `ACCESS_W`) of an existing file: the server
+    /// checks it against the file's mode for this connection's user (EACCES).
+    pub fn open_as(&self, path: &str, flags: OpenFlags, access: u32) -> FsResult<OpenFile> {
+        let path = normalize(path)?;
+
+        let meta = self.meta_of(&path);
+        let (attr, cap) = if flags.create {
+            if path == "/" {
+                return Err(Errno::EISDIR);
+            }
+            self.check_parent(&path)?;
+            let req = Request::Create {
+                path: &path,
+                mode: flags.mode,
+                uid: self.uid,
+                gid: self.gid,
+                excl: flags.excl,
+                trunc: flags.trunc,
+                access,
+            };
+            match self.call(meta, &req)? {
+                Reply::Created {
+                    attr,
+                    existed,
+                    old_size,
+                    cap,
+                } => {
+                    if existed && flags.trunc && old_size > attr.chunk_size as u64 {
+                        self.drop_chunks(attr.id, 0, attr.chunk_size, cap)?;
+                    }
+                    (attr, cap)
+                }
+                _ => return Err(Errno::EPROTO),
+            }
+        } else {
+            let (a, cap) = granted(self.call_on(
+                &path,
+                &Request::Open {
+                    path: &path,
+                    access,
+                },
+            )?)?;
+            if a.is_dir() {
+                return Err(Errno::EISDIR);
+            }
+            if flags.trunc && a.size > 0 {
+                self.truncate(&path, 0)?;
+                (Attr { size: 0, ..a }, cap)
+            } else {
+                (a, cap)
+            }
+        };
+        Ok(OpenFile {
+            path,
+            attr,
+            cap,
+            meta,
+            written: 0,
+            dirty: false,
+            touched: BTreeSet::new(),
+        })
+    }
+
+    /// `access(2)` of a path in normal form: may this connection's user do `mask`
+    /// (`ACCESS_*`; 0: does it exist)? A link answers for itself (the caller follows it).
+    pub fn access_normalized(&self, path: &str, mask: u32) -> FsResult<Attr> {
+        attr_of(self.call_on(path, &Request::Open { path, access: mask })?)
     }
 
     /// A handle for a file whose path (normalised) and attributes are already known, e.g. an
     /// open file inherited by another process.
-    pub fn handle(&self, path: String, attr: Attr) -> OpenFile {
+    pub fn handle(&self, path: String, attr: Attr, cap: Cap) -> OpenFile {
         let meta = self.meta_of(&path);
         OpenFile {
+            cap,
             path,
             attr,
             meta,
@@ -410,108 +508,11 @@ impl Client {
         Ok((paths, scanned))
     }
 
-    /// Puts `attr` (an existing entry) at `to`, carrying a file's chunk 0 to the new metadata
-    /// server, then removes it from `from`. Returns the file that `to` named before, if any.
-    fn move_file(&self, from: &str, to: &str, a: Attr, replace: bool) -> FsResult<Option<Attr>> {
-        let (src, dst) = (self.meta_of(from), self.meta_of(to));
-        let mut inline = Vec::new();
-        if src != dst && a.size > 0 {
-            inline.resize((a.chunk_size as u64).min(a.size) as usize, 0);
-            let req = Request::Read {
-                id: a.id,
-                chunk: 0,
-                offset: 0,
-                len: inline.len() as u32,
-                chunk_size: a.chunk_size,
-            };
-            self.t.ensure(src)?;
-            let n = self
-                .t
-                .wait(&[src], self.t.call_read(src, &req, &mut inline))?;
-            inline.truncate(n);
-        }
-        let replaced = self.attach(to, a, &inline, replace)?;
-        let req = Request::Detach {
-            path: from,
-            id: a.id,
-            drop_inline: src != dst,
-        };
-        self.call(src, &req)?;
-        Ok(replaced)
-    }
-
-    /// `Attach`: puts entry `a` at `path` (with a file's inline chunk 0).
-    fn attach(&self, path: &str, a: Attr, inline: &[u8], replace: bool) -> FsResult<Option<Attr>> {
-        let dst = self.meta_of(path);
-        let req = Request::Attach {
-            path,
-            attr: a,
-            replace,
-            durable: false,
-        };
-        self.t.ensure(dst)?;
-        mutating(&req);
-        let raw = self.t.wait(
-            &[dst],
-            self.t.call(dst, tag::REQUEST, &req, inline, SMALL_REPLY),
-        )?;
-        match raw.decode()?.0 {
-            Reply::Replaced(old) => Ok(old),
-            _ => Err(Errno::EPROTO),
-        }
-    }
-
     /// Does any server hold an entry inside `dir`?
     fn has_children(&self, dir: &str) -> FsResult<bool> {
         Ok(self
             .broadcast(&Request::HasChildren { dir })?
             .contains(&Reply::Bool(true)))
-    }
-
-    /// Directory rename. Keys hold full paths, so every descendant's entry moves (files with
-    /// their chunk 0; other chunks stay, placed by file id): one move per entry. The new tree
-    /// is built top-down before the old one is removed bottom-up, so a concurrent reader may
-    /// see an entry under both names for a moment, never under neither
-    /// (docs/consistency.md).
-    fn rename_dir(&self, from: &str, to: &str, a: Attr, noreplace: bool) -> FsResult<()> {
-        let replace = match self.stat_norm(to) {
-            Ok(t) if !t.is_dir() => return Err(Errno::ENOTDIR),
-            Ok(_) if noreplace => return Err(Errno::EEXIST),
-            Ok(_) if self.has_children(to)? => return Err(Errno::ENOTEMPTY),
-            Ok(_) => true,
-            Err(Errno::ENOENT) => {
-                self.check_parent(to)?;
-                false
-            }
-            Err(e) => return Err(e),
-        };
-        // every descendant, sorted: a directory comes before what it holds
-        let (subtree, _) = self.find(from, &FindFilter::default())?;
-        self.attach(to, a, &[], replace)?;
-        let mut dirs = vec![(from.to_string(), a.id)];
-        for old in &subtree {
-            let new = format!("{to}{}", &old[from.len()..]);
-            let attr = self.stat_norm(old)?;
-            if attr.is_dir() {
-                self.attach(&new, attr, &[], false)?;
-                dirs.push((old.clone(), attr.id));
-            } else {
-                self.move_file(old, &new, attr, false)?;
-            }
-        }
-        // the old directories go: no client of this process may trust them from here on
-        // (and none may learn them again while they are being taken away)
-        Self::dirs_gone();
-        let detached = dirs.iter().rev().try_for_each(|(d, id)| {
-            let req = Request::Detach {
-                path: d,
-                id: *id,
-                drop_inline: false,
-            };
-            self.call(self.meta_of(d), &req).map(drop)
-        });
-        Self::dirs_gone();
-        detached
     }
 
     /// A cursor over the entries of `dir` whose positions ([`dir_pos`]) lie in `[from, to)`,
@@ -804,11 +805,12 @@ impl Client {
         Ok(())
     }
 
-    fn drop_chunks(&self, id: u64, size: u64, chunk_size: u32) -> FsResult<()> {
+    fn drop_chunks(&self, id: u64, size: u64, chunk_size: u32, cap: Cap) -> FsResult<()> {
         let req = Request::TruncateChunks {
             id,
             size,
             chunk_size,
+            cap,
         };
         self.broadcast(&req).map(|_| ())
     }
@@ -830,57 +832,15 @@ impl FileSystem for Client {
         self.stat_normalized(&path)
     }
 
+    /// Opens for reading and writing where the user may, else (EACCES) for reading only;
+    /// [`Client::open_as`] asks for an exact access.
     fn open(&self, path: &str, flags: OpenFlags) -> FsResult<OpenFile> {
-        let path = normalize(path)?;
-        let meta = self.meta_of(&path);
-        let attr = if flags.create {
-            if path == "/" {
-                return Err(Errno::EISDIR);
-            }
-            self.check_parent(&path)?;
-            let req = Request::Create {
-                path: &path,
-                mode: flags.mode,
-                uid: self.uid,
-                gid: self.gid,
-                excl: flags.excl,
-                trunc: flags.trunc,
-            };
-            match self.call(meta, &req)? {
-                Reply::Created {
-                    attr,
-                    existed,
-                    old_size,
-                } => {
-                    if existed && flags.trunc && old_size > attr.chunk_size as u64 {
-                        self.drop_chunks(attr.id, 0, attr.chunk_size)?;
-                    }
-                    attr
-                }
-                _ => return Err(Errno::EPROTO),
-            }
-        } else {
-            let a = self.stat(&path)?;
-            if a.is_dir() {
-                return Err(Errno::EISDIR);
-            }
-            if flags.trunc && a.size > 0 {
-                self.truncate(&path, 0)?;
-                Attr { size: 0, ..a }
-            } else {
-                a
-            }
-        };
-        Ok(OpenFile {
-            path,
-            attr,
-            meta,
-            written: 0,
-            dirty: false,
-            touched: BTreeSet::new(),
-        })
+        let rw = madfs_proto::ACCESS_R | madfs_proto::ACCESS_W;
+        match self.open_as(path, flags, rw) {
+            Err(Errno::EACCES) if !flags.trunc => self.open_as(path, flags, madfs_proto::ACCESS_R),
+            r => r,
+        }
     }
-
     fn read(&self, f: &OpenFile, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
         let size = f.size();
         if offset >= size || buf.is_empty() {
@@ -916,6 +876,7 @@ impl FileSystem for Client {
                     offset: *in_chunk,
                     len: buf.len() as u32,
                     chunk_size: cs as u32,
+                    cap: f.cap,
                 };
                 let server = *server;
                 async move {
@@ -952,6 +913,7 @@ impl FileSystem for Client {
             calls.push((server, chunk, in_chunk, &data[range]));
         }
         let id = f.attr.id;
+        let cap = f.cap;
         // a write that stays in chunk 0 publishes the file's size in the same request
         let all_inline = calls.iter().all(|c| c.1 == 0);
         let path = f.path.clone();
@@ -970,6 +932,7 @@ impl FileSystem for Client {
                         len: bulk.len() as u32,
                         chunk_size: cs as u32,
                         size_of,
+                        cap,
                     }
                 } else {
                     Request::Write {
@@ -978,6 +941,7 @@ impl FileSystem for Client {
                         offset: *in_chunk,
                         chunk_size: cs as u32,
                         size_of,
+                        cap,
                     }
                 };
                 async move {
@@ -1029,11 +993,13 @@ impl FileSystem for Client {
             id: f.attr.id,
             size_of: None,
             size: 0,
+            cap: f.cap,
         };
         let publishing = Request::Fsync {
             id: f.attr.id,
             size_of: f.dirty.then_some(f.path.as_str()),
             size: f.written,
+            cap: f.cap,
         };
         let futs = involved.iter().map(|s| {
             let req = if *s == f.meta { &publishing } else { &plain };
@@ -1078,15 +1044,15 @@ impl FileSystem for Client {
             size,
             mode: SizeMode::Exact,
         };
-        let a = attr_of(self.call_on(&path, &req)?)?;
-        self.drop_chunks(a.id, size, a.chunk_size)
+        let (a, cap) = granted(self.call_on(&path, &req)?)?;
+        self.drop_chunks(a.id, size, a.chunk_size, cap)
     }
 
     fn unlink(&self, path: &str) -> FsResult<()> {
         let path = normalize(path)?;
-        let a = attr_of(self.call_on(&path, &Request::Unlink { path: &path })?)?;
+        let (a, cap) = granted(self.call_on(&path, &Request::Unlink { path: &path })?)?;
         if a.size > a.chunk_size as u64 {
-            self.drop_chunks(a.id, 0, a.chunk_size)?;
+            self.drop_chunks(a.id, 0, a.chunk_size, cap)?;
         }
         Ok(())
     }
@@ -1117,11 +1083,11 @@ impl FileSystem for Client {
 
     fn readlink(&self, path: &str) -> FsResult<String> {
         let path = normalize(path)?;
-        let a = self.stat(&path)?;
+        let (a, cap) = self.open_read(&path)?;
         if !a.is_link() {
             return Err(Errno::EINVAL);
         }
-        let f = self.handle(path, a);
+        let f = self.handle(path, a, cap);
         let mut buf = vec![0u8; a.size as usize];
         let n = self.read(&f, 0, &mut buf)?;
         buf.truncate(n);
@@ -1166,27 +1132,25 @@ impl FileSystem for Client {
         if from == to {
             return Ok(());
         }
-        if a.is_dir() {
-            return self.rename_dir(&from, &to, a, noreplace);
+        if !a.is_dir() {
+            self.check_parent(&to)?;
         }
-        self.check_parent(&to)?;
-        // the source's server moves the entry (docs/consistency.md, "rename")
+        // the source's server moves the entry, or a directory's whole subtree
+        // (docs/consistency.md, "rename")
         let req = Request::Rename {
             from: &from,
             to: &to,
             noreplace,
         };
-        match self.call(self.meta_of(&from), &req) {
-            Ok(Reply::Replaced(Some(old))) if old.size > old.chunk_size as u64 => {
-                self.drop_chunks(old.id, 0, old.chunk_size)
-            }
+        let r = self.call(self.meta_of(&from), &req);
+        if a.is_dir() {
+            // the old directories are gone: no client of this process may trust them
+            Self::dirs_gone();
+        }
+        match r {
+            // (the bytes of a replaced file are dropped by the servers)
             Ok(Reply::Replaced(_)) => Ok(()),
             Ok(_) => Err(Errno::EPROTO),
-            // it became a directory meanwhile
-            Err(Errno::ENOTSUP) => match self.stat_norm(&from)? {
-                d if d.is_dir() => self.rename_dir(&from, &to, d, noreplace),
-                _ => Err(Errno::EIO),
-            },
             Err(Errno::ENOENT) => Err(self.refine_enoent(&from)),
             Err(e) => Err(e),
         }
@@ -1236,19 +1200,23 @@ fn small_reply(raw: RawReply) -> FsResult<Reply<'static>> {
             attr,
             existed,
             old_size,
+            cap,
         } => Reply::Created {
             attr,
             existed,
             old_size,
+            cap,
         },
         Reply::Bool(b) => Reply::Bool(b),
         Reply::Written(n) => Reply::Written(n),
         Reply::Offset(o) => Reply::Offset(o),
         Reply::StatFs(s) => Reply::StatFs(s),
         Reply::Replaced(a) => Reply::Replaced(a),
-        Reply::Dirents { .. } | Reply::Found { .. } | Reply::Located { .. } => {
-            return Err(Errno::EPROTO)
-        }
+        Reply::Granted { attr, cap } => Reply::Granted { attr, cap },
+        Reply::Dirents { .. }
+        | Reply::Found { .. }
+        | Reply::Located { .. }
+        | Reply::Dirs { .. } => return Err(Errno::EPROTO),
     })
 }
 

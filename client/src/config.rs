@@ -1,5 +1,5 @@
 use madfs_rpc::cluster_file;
-use madfs_rpc::{ClusterIdentity, UcxSettings};
+use madfs_rpc::{ClusterIdentity, Credentials, UcxSettings};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -26,6 +26,9 @@ pub struct ClientConfig {
     /// Read the chunk files of servers on this host directly instead of asking them
     /// (docs/architecture.md, "Local reads"). `MADFS_LOCAL_READS=0` turns it off.
     pub local_reads: bool,
+    /// What the client proves to each server (from the identity record: the key beside the
+    /// cluster file, MUNGE, or nothing on an insecure cluster).
+    pub credentials: Credentials,
 }
 
 impl ClientConfig {
@@ -33,7 +36,9 @@ impl ClientConfig {
     pub fn from_cluster_file(path: impl Into<PathBuf>) -> std::io::Result<Self> {
         let path = path.into();
         let (identity, entries) = cluster_file::read(&path)?;
+        let credentials = Credentials::client(&identity, &path)?;
         Ok(ClientConfig {
+            credentials,
             identity,
             tcp_servers: entries.iter().map(|e| e.tcp).collect(),
             close_sync: true,

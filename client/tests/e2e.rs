@@ -554,19 +554,9 @@ fn reads_served(cl: &madfs_cluster::LocalCluster, n: usize) -> u64 {
 
 /// Requests named `name` answered by the first `n` servers so far.
 fn served(cl: &madfs_cluster::LocalCluster, n: usize, name: &str) -> u64 {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let mut total = 0;
-        for i in 0..n {
-            let ctl = madfs_control::connect(cl.entry(i).control).await.unwrap();
-            let s = ctl.stats(madfs_control::context(5)).await.unwrap();
-            total += s.requests.get(name).copied().unwrap_or(0);
-        }
-        total
-    })
+    (0..n)
+        .map(|i| stats(cl, i).requests.get(name).copied().unwrap_or(0))
+        .sum()
 }
 
 /// Descriptors of this process open on files under `dir`.

@@ -76,6 +76,12 @@ fn edited(cl: &madfs_cluster::LocalCluster, to: &Path, edit: impl Fn(&str) -> Op
     let text = std::fs::read_to_string(cl.cluster_file()).unwrap();
     let out: Vec<String> = text.lines().filter_map(&edit).collect();
     std::fs::write(to, out.join("\n") + "\n").unwrap();
+    // the cluster key goes with it (the client proves it before it learns anything)
+    std::fs::copy(
+        madfs_auth::key_path(&cl.cluster_file()),
+        madfs_auth::key_path(to),
+    )
+    .unwrap();
 }
 
 #[test]

@@ -18,7 +18,7 @@
 //! update is lost.
 
 use madfs_hookabi::raw;
-use madfs_proto::{Attr, Errno, FsResult};
+use madfs_proto::{Attr, Cap, Errno, FsResult};
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering::*};
@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 /// fds at or above this are never madfs fds (we refuse to create them there).
 pub use madfs_hookabi::MAX_FD;
-const MAGIC: u64 = u64::from_le_bytes(*b"MADFSFD2");
+const MAGIC: u64 = u64::from_le_bytes(*b"MADFSFD3");
 const PATH_CAP: usize = 4096;
 const MAP_BYTES: usize = 8192;
 /// Name of the backing memfds (`/proc/self/fd/N` → `/memfd:madfs (deleted)`).
@@ -56,6 +56,9 @@ pub struct Header {
     id: u64,
     chunk_size: u32,
     path_len: u32,
+    /// The capability the open was granted (`Cap::to_bytes`): data requests carry it, in
+    /// this process and in those that inherit the description.
+    cap: [u8; madfs_proto::CAP_BYTES],
     /// Size known when opened (or last truncated).
     pub size: AtomicU64,
     /// The first `path_len` bytes are the path; the rest is never read (left uninitialised
@@ -238,6 +241,10 @@ impl Desc {
             ..Default::default()
         }
     }
+    /// The capability of the open.
+    pub fn cap(&self) -> Cap {
+        Cap::from_bytes(&self.fixed().cap).unwrap_or_default()
+    }
     /// Open flags (access mode and status flags).
     pub fn flags(&self) -> i32 {
         self.h().flags.load(Relaxed) as i32
@@ -282,6 +289,7 @@ impl Desc {
         flags: i32,
         path: &str,
         attr: &Attr,
+        cap: &Cap,
         cloexec: bool,
         fresh: Option<Fresh>,
     ) -> FsResult<(i32, Arc<Desc>)> {
@@ -289,7 +297,10 @@ impl Desc {
             return Err(Errno::ENAMETOOLONG);
         }
         let k = new_kernel_fd(cloexec)?;
-        Ok((k.fd(), Desc::create_on(k, kind, flags, path, attr, fresh)?))
+        Ok((
+            k.fd(),
+            Desc::create_on(k, kind, flags, path, attr, cap, fresh)?,
+        ))
     }
 
     /// [`Desc::create`] on a kernel fd made beforehand ([`new_kernel_fd`]); closes it if
@@ -300,6 +311,7 @@ impl Desc {
         flags: i32,
         path: &str,
         attr: &Attr,
+        cap: &Cap,
         fresh: Option<Fresh>,
     ) -> FsResult<Arc<Desc>> {
         if path.len() > PATH_CAP {
@@ -328,6 +340,7 @@ impl Desc {
             (&raw mut (*p).id).write(attr.id);
             (&raw mut (*p).chunk_size).write(attr.chunk_size);
             (&raw mut (*p).path_len).write(path.len() as u32);
+            (&raw mut (*p).cap).write(cap.to_bytes());
             (&raw mut (*p).size).write(AtomicU64::new(attr.size));
             (&raw mut (*p).path)
                 .cast::<u8>()
@@ -968,7 +981,16 @@ mod tests {
             mode: libc::S_IFREG | 0o644,
             ..Default::default()
         };
-        let (fd, d) = Desc::create(KIND_FILE, libc::O_RDWR, "/x/y", &a, true, None).unwrap();
+        let (fd, d) = Desc::create(
+            KIND_FILE,
+            libc::O_RDWR,
+            "/x/y",
+            &a,
+            &Cap::default(),
+            true,
+            None,
+        )
+        .unwrap();
         assert_eq!(d.path(), "/x/y");
         d.wrote(100, false);
         assert_eq!(d.attr().size, 100);

@@ -272,7 +272,7 @@ fn empty_path(path: isize, flags: i64) -> bool {
 }
 
 fn file(c: &Client, d: &Desc) -> OpenFile {
-    c.handle(d.path().to_owned(), d.attr())
+    c.handle(d.path().to_owned(), d.attr(), d.cap())
 }
 
 fn acc(d: &Desc) -> i32 {
@@ -524,6 +524,16 @@ fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
     let excl = flags & libc::O_EXCL != 0;
     let trunc = flags & libc::O_TRUNC != 0 && access != libc::O_RDONLY;
     let mode = mode & !UMASK.load(Relaxed) & 0o7777;
+    // what the server checks against the file's mode bits
+    let want = if flags & libc::O_PATH != 0 {
+        0
+    } else {
+        match access {
+            libc::O_WRONLY => madfs_proto::ACCESS_W,
+            libc::O_RDWR => madfs_proto::ACCESS_R | madfs_proto::ACCESS_W,
+            _ => madfs_proto::ACCESS_R,
+        }
+    };
     let keep = !(libc::O_CREAT
         | libc::O_EXCL
         | libc::O_TRUNC
@@ -543,7 +553,7 @@ fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
             if flags & libc::O_DIRECTORY != 0 {
                 return Err(Errno::EINVAL);
             }
-            let f = c.open(
+            let f = c.open_as(
                 p,
                 OpenFlags {
                     create,
@@ -551,22 +561,23 @@ fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
                     trunc,
                     mode,
                 },
+                want,
             )?;
             if f.attr.is_link() {
                 return Err(Errno::ELOOP);
             }
-            return Ok((KIND_FILE, f.attr));
+            return Ok((KIND_FILE, f.attr, f.cap));
         }
-        let (a, k) = c.stat_normalized_overlapped(p, || fdtable::new_kernel_fd(cloexec));
+        let (a, k) = c.open_normalized_overlapped(p, want, || fdtable::new_kernel_fd(cloexec));
         // no fd (EMFILE) fails the open before anything else, as in the kernel, and so
         // before O_TRUNC changes the file
         early = Some(k?);
-        let a = a?;
+        let (a, cap) = a?;
         if a.is_link() {
             if flags & libc::O_PATH != 0 && flags & libc::O_NOFOLLOW != 0 {
                 // the link itself, for fstat and *at(fd, "", AT_EMPTY_PATH) (glibc's
                 // fchmodat(AT_SYMLINK_NOFOLLOW) opens it so to answer EOPNOTSUPP)
-                return Ok((KIND_FILE, a));
+                return Ok((KIND_FILE, a, cap));
             }
             return Err(Errno::ELOOP);
         }
@@ -574,18 +585,18 @@ fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
             if access != libc::O_RDONLY {
                 return Err(Errno::EISDIR);
             }
-            return Ok((KIND_DIR, a));
+            return Ok((KIND_DIR, a, cap));
         }
         if flags & libc::O_DIRECTORY != 0 {
             return Err(Errno::ENOTDIR);
         }
         if trunc && a.size > 0 {
             c.truncate(p, 0)?;
-            return Ok((KIND_FILE, Attr { size: 0, ..a }));
+            return Ok((KIND_FILE, Attr { size: 0, ..a }, cap));
         }
-        Ok((KIND_FILE, a))
+        Ok((KIND_FILE, a, cap))
     });
-    let (kind, attr) = looked_up?;
+    let (kind, attr, cap) = looked_up?;
     // fstat may use the answer of a lookup, or of a create whose request was the one change
     // any client of the process made meanwhile (a truncate makes several: no)
     let now = madfs_client::mutations();
@@ -604,7 +615,7 @@ fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
         None => fdtable::new_kernel_fd(cloexec)?,
     };
     let fd = k.fd();
-    let d = Desc::create_on(k, kind, status, p, &attr, fresh)?;
+    let d = Desc::create_on(k, kind, status, p, &attr, &cap, fresh)?;
     fdtable::insert(fd, d);
     Ok(fd)
 }
@@ -1220,9 +1231,19 @@ fn sys_access(dirfd: i64, path: isize, mode: i64, flags: i64) -> Ret {
         };
     }
     let p = ours!(target(dirfd, path));
+    let mask =
+        (mode as u32) & (madfs_proto::ACCESS_R | madfs_proto::ACCESS_W | madfs_proto::ACCESS_X);
     zero(
-        stat_links(&p, flags & libc::AT_SYMLINK_NOFOLLOW as i64 == 0).and_then(|r| match r {
-            Ok(_) => Ok(0),
+        stat_links_with(&p, flags & libc::AT_SYMLINK_NOFOLLOW as i64 == 0, |p, a| {
+            // the server answers with the same check as for the operation itself
+            if a.is_link() || mask == 0 {
+                Ok(0)
+            } else {
+                conn::with(|c| c.access_normalized(p, mask)).map(|_| 0)
+            }
+        })
+        .and_then(|r| match r {
+            Ok(v) => v,
             // SAFETY: faccessat of a host path.
             Err(h) => raw_res(unsafe { raw_at(libc::SYS_faccessat, &h, [mode as isize, 0, 0]) }),
         }),
@@ -1835,7 +1856,10 @@ unsafe fn exec_file(exe: &str, given: &[u8], argv: isize, envp: isize, depth: u3
         return neg(Errno::EACCES);
     }
     let mut head = [0u8; 256];
-    let n = match conn::with(|c| c.read(&c.handle(exe.clone(), attr), 0, &mut head)) {
+    let n = match conn::with(|c| {
+        let (a, cap) = c.open_read(&exe)?;
+        c.read(&c.handle(exe.clone(), a, cap), 0, &mut head)
+    }) {
         Ok(n) => n,
         Err(e) => return neg(e),
     };
@@ -1951,7 +1975,15 @@ fn fill_copy(fd: isize, exe: &str, attr: &Attr) -> FsResult<()> {
     // SAFETY: the `len` bytes just mapped.
     let buf = unsafe { slice_mut(m, len) };
     let read = conn::with(|c| {
-        let f = c.handle(exe.to_owned(), *attr);
+        let (a, cap) = c.open_read(exe)?;
+        let f = c.handle(
+            exe.to_owned(),
+            Attr {
+                size: attr.size,
+                ..a
+            },
+            cap,
+        );
         let mut done = 0;
         while done < len {
             match c.read(&f, done as u64, &mut buf[done..])? {

@@ -1,8 +1,10 @@
-//! The tarpc control port (TCP, JSON): `status`, `stats`, `shutdown`.
+//! The tarpc control port (TCP, JSON): `status`, `stats`, `shutdown`, after a login
+//! ([`crate::auth::Gate::control_login`]) on each connection.
 
+use crate::auth::Gate;
 use crate::stats::ServerStats;
 use futures::{future, StreamExt};
-use madfs_control::{Control, Stats, Status};
+use madfs_control::{Control, Hello, Proof, Stats, Status};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
@@ -16,25 +18,64 @@ struct ControlServer {
     start: Instant,
     stats: Arc<ServerStats>,
     stop: Arc<AtomicBool>,
+    gate: Arc<Gate>,
+    /// This connection's challenge, and whether it logged in.
+    session: Arc<(Hello, AtomicBool)>,
+}
+
+const NOT_LOGGED_IN: &str = "not logged in";
+
+impl ControlServer {
+    fn member(&self) -> Result<(), String> {
+        if self.session.1.load(Relaxed) {
+            Ok(())
+        } else {
+            Err(NOT_LOGGED_IN.into())
+        }
+    }
 }
 
 impl Control for ControlServer {
-    async fn status(self, _: tarpc::context::Context) -> Status {
-        Status {
+    async fn challenge(self, _: tarpc::context::Context) -> Hello {
+        self.session.0
+    }
+
+    async fn login(self, _: tarpc::context::Context, proof: Proof) -> Result<(), String> {
+        let gate = self.gate.clone();
+        let h = self.session.0;
+        // MUNGE asks munged: not on the runtime's thread
+        let r = tokio::task::spawn_blocking(move || gate.control_login(&h, &proof))
+            .await
+            .unwrap_or_else(|_| Err("login check failed".into()));
+        match &r {
+            Ok(()) => self.session.1.store(true, Relaxed),
+            Err(e) => {
+                tracing::warn!("control login refused: {e}");
+                self.stats.refused.fetch_add(1, Relaxed);
+            }
+        }
+        r
+    }
+
+    async fn status(self, _: tarpc::context::Context) -> Result<Status, String> {
+        self.member()?;
+        Ok(Status {
             uptime_s: self.start.elapsed().as_secs(),
             ucx_addr: self.ucx_addr.get().cloned().unwrap_or_default(),
             ..self.status.clone()
-        }
+        })
     }
 
-    async fn stats(self, _: tarpc::context::Context) -> Stats {
-        self.stats.snapshot()
+    async fn stats(self, _: tarpc::context::Context) -> Result<Stats, String> {
+        self.member()?;
+        Ok(self.stats.snapshot())
     }
 
-    async fn shutdown(self, _: tarpc::context::Context) -> bool {
+    async fn shutdown(self, _: tarpc::context::Context) -> Result<bool, String> {
+        self.member()?;
         tracing::info!("shutdown requested through the control port");
         self.stop.store(true, Relaxed);
-        true
+        Ok(true)
     }
 }
 
@@ -48,6 +89,7 @@ pub fn start(
     ucx_addr: Arc<OnceLock<String>>,
     stats: Arc<ServerStats>,
     stop: Arc<AtomicBool>,
+    gate: Arc<Gate>,
 ) -> anyhow::Result<SocketAddr> {
     let (tx, rx) = std::sync::mpsc::channel::<anyhow::Result<SocketAddr>>();
     std::thread::Builder::new()
@@ -86,18 +128,37 @@ pub fn start(
                         sig_stop.store(true, Relaxed);
                     }
                 });
+                let (cluster, server) = gate.cluster_and_server();
                 let srv = ControlServer {
                     status,
                     ucx_addr,
                     start: Instant::now(),
                     stats,
                     stop,
+                    gate,
+                    session: Arc::new((
+                        Hello {
+                            cluster,
+                            server,
+                            nonce: [0; 32],
+                        },
+                        AtomicBool::new(false),
+                    )),
                 };
                 listener
                     .filter_map(|r| future::ready(r.ok()))
                     .map(server::BaseChannel::with_defaults)
                     .map(|channel| {
-                        let s = srv.clone();
+                        let mut s = srv.clone();
+                        // a fresh challenge and login state per connection
+                        let nonce = madfs_auth::random::<32>().unwrap_or_default();
+                        s.session = Arc::new((
+                            Hello {
+                                nonce,
+                                ..s.session.0
+                            },
+                            AtomicBool::new(false),
+                        ));
                         channel.execute(s.serve()).for_each(|f| async move {
                             tokio::spawn(f);
                         })

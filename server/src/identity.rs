@@ -4,7 +4,7 @@
 //! of another cluster, another server, another format or other settings, and to join a cluster
 //! file of another cluster or size (docs/operations.md, "Cluster identity").
 
-use madfs_identity::{cluster_file, ClusterIdentity, FORMAT_VERSION};
+use madfs_identity::{cluster_file, AuthMode, ClusterIdentity, Owner, FORMAT_VERSION};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -36,6 +36,10 @@ pub struct Asked {
     pub chunk_size: Option<u32>,
     /// `--inline-max`.
     pub inline_max: Option<u32>,
+    /// `--auth` (`--insecure`: `insecure`). A new cluster uses `key`.
+    pub auth: Option<AuthMode>,
+    /// `--owner` (key mode). A new key-mode cluster is owned by the server's user.
+    pub owner: Option<Owner>,
 }
 
 /// Default chunk size of a new cluster (16 × 47,008, the ior-hard record).
@@ -77,6 +81,24 @@ fn write_record(path: &Path, r: &DataDirRecord) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The identity the server will run with, as far as it can be known before anything is
+/// opened: the data directory's record, else the cluster file's, else what is asked for a
+/// new cluster. `None` when none of them says (errors are left to [`settle`]).
+pub fn peek(
+    data_dir: &Path,
+    asked: &Asked,
+    cluster: Option<&Path>,
+) -> Option<(AuthMode, Option<Owner>)> {
+    if let Ok(Some(r)) = read_record(&data_dir.join(FILE)) {
+        return Some((r.cluster.auth, r.cluster.owner));
+    }
+    if let Some(i) = cluster.and_then(|f| cluster_file::read_partial(f).ok()?.identity) {
+        return Some((i.auth, i.owner));
+    }
+    let auth = asked.auth.unwrap_or(AuthMode::Key);
+    Some((auth, asked.owner))
+}
+
 /// Settles the identity of server `id` on `data_dir`: from its record, else from the cluster
 /// file (the first server to start writes it there), else a new cluster made with the asked
 /// settings; then checks that record, cluster file and command line agree, and writes the
@@ -115,11 +137,20 @@ pub fn settle(
     }
     let proposed = match &record {
         Some(r) => r.cluster,
-        None => ClusterIdentity::new(
-            asked.servers.or(asked.new_servers).unwrap_or(1),
-            asked.chunk_size.unwrap_or(DEFAULT_CHUNK_SIZE),
-            asked.inline_max.unwrap_or(DEFAULT_INLINE_MAX),
-        )?,
+        None => {
+            let mut c = ClusterIdentity::new(
+                asked.servers.or(asked.new_servers).unwrap_or(1),
+                asked.chunk_size.unwrap_or(DEFAULT_CHUNK_SIZE),
+                asked.inline_max.unwrap_or(DEFAULT_INLINE_MAX),
+            )?;
+            c.auth = asked.auth.unwrap_or(AuthMode::Key);
+            if c.auth == AuthMode::Key {
+                // SAFETY: plain getters.
+                let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+                c.owner = Some(asked.owner.unwrap_or(Owner { uid, gid }));
+            }
+            c
+        }
     };
     let identity = match cluster {
         Some(f) => cluster_file::settle(f, &proposed)?,
@@ -154,6 +185,19 @@ pub fn settle(
                  settings of a cluster are fixed (leave the flag out to use the recorded value)"
             );
         }
+    }
+    if let Some(a) = asked.auth.filter(|a| *a != identity.auth) {
+        anyhow::bail!(
+            "authentication {a} differs from {}, which {from} was made with; \
+             settings of a cluster are fixed",
+            identity.auth
+        );
+    }
+    if let Some(o) = asked.owner.filter(|o| Some(*o) != identity.owner) {
+        anyhow::bail!(
+            "--owner {o} differs from {}, which {from} was made with; settings of a cluster are fixed",
+            identity.owner.map_or("none".into(), |o| o.to_string())
+        );
     }
     if id >= identity.servers {
         anyhow::bail!(

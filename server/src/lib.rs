@@ -3,11 +3,14 @@
 //! Request path in three hops: [`net`] (receive frame, pick inline or IO thread) →
 //! [`ops`] (what the request does, errnos) → [`store`] (RocksDB / chunk files).
 
+pub mod auth;
+pub mod cap;
 pub mod control;
 pub mod identity;
 pub mod net;
 pub mod ops;
 pub mod peer;
+pub mod perm;
 pub mod rename;
 pub mod stats;
 pub mod store;
@@ -102,12 +105,26 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         cfg.asked,
         cfg.cluster_file.as_deref(),
     )?;
+    let base = auth::key_base(cfg.cluster_file.as_deref(), &cfg.data_dir);
+    let gate = Arc::new(auth::Gate::open(&ident, cfg.id, &base)?);
+    if ident.auth == madfs_identity::AuthMode::Insecure {
+        tracing::warn!(
+            "cluster {} runs WITHOUT AUTHENTICATION (made --insecure): anyone who reaches its \
+             ports can read, change and delete everything, as any user (docs/security.md)",
+            ident.id
+        );
+    }
     let chunk_size = ident.chunk_size;
     let stats = Arc::new(stats::ServerStats::default());
     let max_frame = chunk_size.max(1 << 20) as usize + net::HEADER_ROOM;
     let ops = Arc::new(ops::Ops {
         id: cfg.id,
-        peers: peer::Peers::new(ident, cfg.cluster_file.clone(), cfg.ucx),
+        peers: peer::Peers::new(
+            ident,
+            cfg.cluster_file.clone(),
+            cfg.ucx,
+            gate.peer_key().clone(),
+        ),
         moving: rename::Moving::default(),
         meta: store::rocks::RocksMeta::open(&cfg.data_dir.join("db"), cfg.id)?,
         chunks: store::chunks::FsChunks::open(&cfg.data_dir.join("data"))?,
@@ -115,6 +132,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         max_list_bytes: net::HEADER_ROOM / 2,
         inline_max: ident.inline_max as u64,
         stats: stats.clone(),
+        dirs: Default::default(),
     });
     // every port that is not UCX's first: a port taken by someone else stops the server
     // before UCX exists (one line, no UCX teardown on the way out)
@@ -137,9 +155,22 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         },
     };
     let ucx_shown = Arc::new(std::sync::OnceLock::new());
-    let control_addr = control::start(cfg.control, status, ucx_shown.clone(), stats, stop.clone())?;
+    let control_addr = control::start(
+        cfg.control,
+        status,
+        ucx_shown.clone(),
+        stats,
+        stop.clone(),
+        gate.clone(),
+    )?;
     let ctx = madfs_rpc::new_context()?;
     ops.peers.set_context(ctx.clone());
+    {
+        let ops = ops.clone();
+        std::thread::Builder::new()
+            .name("madfs-dirs".into())
+            .spawn(move || ops.learn_dirs())?;
+    }
     let pending = ops.park_intents()?;
     if pending > 0 {
         tracing::info!("{pending} rename(s) left pending by the last run: finishing them");
@@ -163,11 +194,23 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     if let Some(f) = &cfg.cluster_file {
         cluster_file::register(f, entry)?;
     }
-    // the address file is the readiness signal (tests, scripts): written last
-    std::fs::write(
-        cfg.data_dir.join("address"),
-        format!("{}\n", cluster_file::line(&entry)),
-    )?;
+    // the address file is the readiness signal (tests, scripts): written last, once the
+    // directory table is learnt (or given up on: `perm::Ops::learn_dirs`), so that no client
+    // of a started cluster is asked to wait (EAGAIN) for it
+    {
+        let (ops, path) = (ops.clone(), cfg.data_dir.join("address"));
+        let line = format!("{}\n", cluster_file::line(&entry));
+        std::thread::Builder::new()
+            .name("madfs-ready".into())
+            .spawn(move || {
+                while !ops.dirs.ready() {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                if let Err(e) = std::fs::write(&path, line) {
+                    tracing::error!("{}: {e}", path.display());
+                }
+            })?;
+    }
     println!(
         "madfs-server {} ucx={ucx_addr} control={control_addr} tcp={tcp_addr} data={}",
         cfg.id,
@@ -189,6 +232,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         meta_inline: cfg.meta_inline,
         ucx: cfg.ucx,
         send_timeout: cfg.send_timeout,
+        gate: gate.clone(),
     };
     rename::start_mover(ops.clone(), stop.clone(), Duration::from_millis(500))?;
     local.block_on(

@@ -39,6 +39,19 @@ struct Args {
     /// (default: the recorded value; for a new cluster 16 × 47,008, the ior-hard record).
     #[arg(long)]
     chunk_size: Option<u32>,
+    /// How peers prove who they are, fixed when the cluster is made: `key` (default: a
+    /// random key beside the cluster file; its owner is the one user served) or `munge`
+    /// (each process's MUNGE credential). docs/security.md.
+    #[arg(long, value_parser = parse_auth)]
+    auth: Option<madfs_identity::AuthMode>,
+    /// Make (or run) a cluster without authentication: anyone who reaches a port is served as
+    /// whoever it claims to be. For throw-away tests on a closed machine only.
+    #[arg(long, conflicts_with = "auth")]
+    insecure: bool,
+    /// Key mode: the user served (UID:GID), who owns the key file; default: the server's
+    /// own user. A launcher running as root for a job gives the job's user.
+    #[arg(long)]
+    owner: Option<madfs_identity::Owner>,
     /// Request handlers (each owns preallocated buffers).
     #[arg(long, default_value_t = 16)]
     handlers: usize,
@@ -65,6 +78,15 @@ struct Args {
     /// Milliseconds to wait for a reply to go out before dropping the connection.
     #[arg(long, default_value_t = 5000)]
     send_timeout_ms: u64,
+}
+
+fn parse_auth(s: &str) -> Result<madfs_identity::AuthMode, String> {
+    match s.parse()? {
+        madfs_identity::AuthMode::Insecure => {
+            Err("use --insecure for a cluster without authentication".into())
+        }
+        m => Ok(m),
+    }
 }
 
 fn main() {
@@ -125,6 +147,35 @@ fn main() {
             .to_string_lossy()
             .replace("{id}", &id.to_string()),
     );
+    let asked = madfs_server::identity::Asked {
+        servers: a.servers,
+        new_servers: size_env,
+        chunk_size: a.chunk_size,
+        inline_max: a.inline_max,
+        auth: if a.insecure {
+            Some(madfs_identity::AuthMode::Insecure)
+        } else {
+            a.auth
+        },
+        owner: a.owner,
+    };
+    // UCX shared memory and cross-memory attach work only between processes of one user:
+    // a server that serves other users (MUNGE, or a key owned by someone else) must not
+    // offer them, or those users' connections fail (the operator's UCX_TLS wins)
+    if std::env::var_os("UCX_TLS").is_none() {
+        // SAFETY: plain getter.
+        let me = unsafe { libc::geteuid() };
+        let other_users =
+            match madfs_server::identity::peek(&data_dir, &asked, a.cluster_file.as_deref()) {
+                Some((madfs_identity::AuthMode::Key, Some(o))) => o.uid != me,
+                Some((madfs_identity::AuthMode::Key, None)) => false,
+                _ => true,
+            };
+        if other_users {
+            // SAFETY: no other thread exists yet.
+            unsafe { std::env::set_var("UCX_TLS", "^sysv,posix,cma") };
+        }
+    }
     let cfg = madfs_server::Config {
         id,
         listen: a.listen,
@@ -132,12 +183,7 @@ fn main() {
         tcp: a.tcp.unwrap_or_else(|| SocketAddr::new(a.listen.ip(), 0)),
         data_dir,
         cluster_file: a.cluster_file,
-        asked: madfs_server::identity::Asked {
-            servers: a.servers,
-            new_servers: size_env,
-            chunk_size: a.chunk_size,
-            inline_max: a.inline_max,
-        },
+        asked,
         handlers: a.handlers,
         io_threads: a.io_threads,
         ucx: UcxSettings {

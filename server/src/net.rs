@@ -8,11 +8,17 @@
 //! → the reply (prefix, header, data) goes back in one vectored send on `tag::reply(seq)`, or,
 //! for a large read, the data alone in one contiguous send on `tag::reply_data(seq)`.
 //! fsync requests arrive on their own tag and are queued for the sync threads (`sync.rs`).
+//!
+//! A connection is served only after its [`Hello`] proved who it is ([`crate::auth`]); every
+//! request then starts with the secret the server gave it, and one whose secret is not its
+//! connection's is dropped unanswered (counted as `forged`).
 
+use crate::auth::{Gate, Who};
 use crate::ops::{read_span, runs_inline, Answer, Ops};
 use crate::sync::SyncSender;
+use madfs_proto::frame::CONN_WORD;
 use madfs_proto::frame::{self, Encoder, PREFIX};
-use madfs_proto::{tag, Dirent, Errno, Reply, Request, Welcome};
+use madfs_proto::{tag, Admission, Dirent, Errno, Hello, Reply, Request, Welcome};
 use madfs_rpc::{progress, Endpoint, Listener, UcxSettings, Worker};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -50,12 +56,15 @@ pub struct NetConfig {
     pub cluster: u64,
     /// Number of servers of the cluster, told to clients.
     pub servers: u32,
+    /// Checks every connection's hello.
+    pub gate: Arc<Gate>,
 }
 
 impl NetConfig {
-    /// What a new connection `conn` is told first.
-    fn welcome(&self, conn: u32) -> Welcome {
+    /// What a new connection `conn` is told first (`nonce`: its challenge).
+    fn welcome(&self, conn: u32, nonce: [u8; 32]) -> Welcome {
         Welcome {
+            nonce,
             protocol: madfs_proto::PROTOCOL_VERSION,
             cluster: self.cluster,
             servers: self.servers,
@@ -67,43 +76,94 @@ impl NetConfig {
     }
 }
 
+/// An admitted connection.
+struct Conn {
+    ep: Rc<Endpoint>,
+    /// The word every request of this connection starts with.
+    secret: u64,
+    /// Who it is served as.
+    who: Arc<Who>,
+}
+
+/// A connection welcomed but not admitted yet.
+struct Waiting {
+    ep: Rc<Endpoint>,
+    nonce: [u8; 32],
+}
+
 /// Connections by id. Endpoints are shared through `Rc`: async-ucx closes an endpoint when
 /// any `Endpoint` value of it is dropped.
 struct Conns {
     next: Cell<u32>,
-    map: RefCell<HashMap<u32, Rc<Endpoint>>>,
+    map: RefCell<HashMap<u32, Rc<Conn>>>,
+    waiting: RefCell<HashMap<u32, Waiting>>,
     stats: Arc<crate::stats::ServerStats>,
 }
 
+/// A connection that has not proved who it is within this time is dropped.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl Conns {
-    fn insert(&self, ep: Rc<Endpoint>) -> u32 {
+    /// A new connection, waiting for its hello: its id.
+    fn insert(&self, ep: Rc<Endpoint>, nonce: [u8; 32]) -> u32 {
         loop {
             let id = self.next.get() % tag::MAX_CONN + 1;
             self.next.set(id);
-            let mut map = self.map.borrow_mut();
-            if let std::collections::hash_map::Entry::Vacant(v) = map.entry(id) {
-                v.insert(ep);
-                self.stats.live_connections.store(map.len() as u64, Relaxed);
+            if self.map.borrow().contains_key(&id) {
+                continue;
+            }
+            if let std::collections::hash_map::Entry::Vacant(v) =
+                self.waiting.borrow_mut().entry(id)
+            {
+                v.insert(Waiting { ep, nonce });
                 return id;
             }
         }
     }
-    fn get(&self, id: u32) -> Option<Rc<Endpoint>> {
-        self.map.borrow().get(&id).cloned()
+
+    /// Admits waiting connection `id`.
+    fn admit(&self, id: u32, ep: Rc<Endpoint>, secret: u64, who: Who) {
+        let mut map = self.map.borrow_mut();
+        map.insert(
+            id,
+            Rc::new(Conn {
+                ep,
+                secret,
+                who: Arc::new(who),
+            }),
+        );
+        self.stats.live_connections.store(map.len() as u64, Relaxed);
     }
+
+    /// Admitted connection `id`, if `secret` is its secret (else counted as forged).
+    fn check(&self, id: u32, secret: u64) -> Option<Rc<Conn>> {
+        match self.map.borrow().get(&id) {
+            Some(c) if c.secret == secret => Some(c.clone()),
+            _ => {
+                self.stats.forged.fetch_add(1, Relaxed);
+                None
+            }
+        }
+    }
+
+    fn get(&self, id: u32) -> Option<Rc<Endpoint>> {
+        self.map.borrow().get(&id).map(|c| c.ep.clone())
+    }
+
     fn new(stats: Arc<crate::stats::ServerStats>) -> Conns {
         Conns {
             next: Cell::new(0),
             map: RefCell::default(),
+            waiting: RefCell::default(),
             stats,
         }
     }
 
     fn remove(&self, id: u32) -> Option<Rc<Endpoint>> {
         let mut map = self.map.borrow_mut();
-        let ep = map.remove(&id);
+        let c = map.remove(&id);
         self.stats.live_connections.store(map.len() as u64, Relaxed);
-        ep
+        c.map(|c| c.ep.clone())
     }
 
     /// A client said goodbye: forget it and close the endpoint with a flush (a forced close
@@ -143,9 +203,9 @@ fn read_nowait(ops: &Ops, b: &mut Bufs, span: (u64, u64, usize)) -> Option<([u8;
 /// Returns the reply prefix and the length of read data in `b.data`. `data`: the length of
 /// the data of a `WriteData` request, already received into `b.data`. A panic while serving
 /// becomes an `EIO` reply (logged, counted as an error): the handler lives on.
-fn serve_frame(ops: &Ops, b: &mut Bufs, data: Option<usize>) -> ([u8; PREFIX], usize) {
+fn serve_frame(ops: &Ops, b: &mut Bufs, data: Option<usize>, who: &Who) -> ([u8; PREFIX], usize) {
     let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        serve_frame_unguarded(ops, b, data)
+        serve_frame_unguarded(ops, b, data, who)
     }));
     served.unwrap_or_else(|_| {
         tracing::error!("a request panicked; answered EIO");
@@ -155,8 +215,18 @@ fn serve_frame(ops: &Ops, b: &mut Bufs, data: Option<usize>) -> ([u8; PREFIX], u
     })
 }
 
-fn serve_frame_unguarded(ops: &Ops, b: &mut Bufs, data: Option<usize>) -> ([u8; PREFIX], usize) {
-    let result = match frame::decode_request(&b.recv) {
+/// The request frame of a received message (after its connection word).
+fn frame_of(msg: &[u8]) -> &[u8] {
+    msg.get(CONN_WORD..).unwrap_or(&[])
+}
+
+fn serve_frame_unguarded(
+    ops: &Ops,
+    b: &mut Bufs,
+    data: Option<usize>,
+    who: &Who,
+) -> ([u8; PREFIX], usize) {
+    let result = match frame::decode_request(frame_of(&b.recv)) {
         Err(e) => {
             ops.stats.bad_frames.fetch_add(1, Relaxed);
             Err(e)
@@ -169,6 +239,7 @@ fn serve_frame_unguarded(ops: &Ops, b: &mut Bufs, data: Option<usize>) -> ([u8; 
                 len,
                 chunk_size,
                 size_of,
+                cap,
             },
             _,
         )) => {
@@ -182,8 +253,9 @@ fn serve_frame_unguarded(ops: &Ops, b: &mut Bufs, data: Option<usize>) -> ([u8; 
                         offset,
                         chunk_size,
                         size_of,
+                        cap,
                     };
-                    ops.execute(&w, &b.data[..n], &mut Vec::new())
+                    ops.execute_as(who, &w, &b.data[..n], &mut Vec::new())
                 }
                 // the data did not arrive whole (or not over UCX: the TCP transport has none)
                 Some(_) if len as usize > b.data.len() => Err(Errno::EFBIG),
@@ -193,7 +265,7 @@ fn serve_frame_unguarded(ops: &Ops, b: &mut Bufs, data: Option<usize>) -> ([u8; 
         Ok((req, bulk)) => {
             ops.stats.request(req.name());
             ops.stats.bytes_in.fetch_add(bulk.len() as u64, Relaxed);
-            ops.execute(&req, bulk, &mut b.data)
+            ops.execute_as(who, &req, bulk, &mut b.data)
         }
     };
     b.hdr.clear();
@@ -215,10 +287,16 @@ fn serve_frame_unguarded(ops: &Ops, b: &mut Bufs, data: Option<usize>) -> ([u8; 
                     attr,
                     existed,
                     old_size,
+                    cap,
                 } => Reply::Created {
                     attr: *attr,
                     existed: *existed,
                     old_size: *old_size,
+                    cap: *cap,
+                },
+                Answer::Granted(attr, cap) => Reply::Granted {
+                    attr: *attr,
+                    cap: *cap,
                 },
                 Answer::Bool(v) => Reply::Bool(*v),
                 Answer::Replaced(a) => Reply::Replaced(*a),
@@ -230,6 +308,13 @@ fn serve_frame_unguarded(ops: &Ops, b: &mut Bufs, data: Option<usize>) -> ([u8; 
                     next: next.as_deref(),
                 },
                 Answer::StatFs(s) => Reply::StatFs(*s),
+                Answer::Dirs(v, next) => Reply::Dirs {
+                    entries: v
+                        .iter()
+                        .map(|(p, m, u, g, ver)| (p.as_str(), *m, *u, *g, *ver))
+                        .collect(),
+                    next: next.as_deref(),
+                },
                 Answer::Located(l) => Reply::Located {
                     boot: &l.boot,
                     dir: &l.dir,
@@ -309,6 +394,12 @@ pub async fn run(
         ops.clone(),
         sync_tx.clone(),
     )));
+    tasks.push(tokio::task::spawn_local(hello_loop(
+        worker.clone(),
+        conns.clone(),
+        cfg.clone(),
+        ops.clone(),
+    )));
     for _ in 0..cfg.handlers {
         tasks.push(tokio::task::spawn_local(handler(
             worker.clone(),
@@ -344,14 +435,13 @@ pub async fn run(
     Ok(())
 }
 
-/// Tag kinds no server receives (everything but `REQUEST`, `FSYNC` and `REQUEST_DATA`), as
-/// four (kind, mask) receives over the kind bits: 0; 3, 7, 11, 15 (`x011`); 4, 6, 12, 14
-/// (`x1x0`); 8–15 (`1xxx`). A message of such a kind would otherwise wait in UCX's
+/// Tag kinds no server receives (everything but `REQUEST`, `FSYNC`, `REQUEST_DATA` and
+/// `HELLO`), as three (kind, mask) receives over the kind bits: 0 and 4 (`0x00`); 3 and 7
+/// (`0x11`); 8–15 (`1xxx`). A message of such a kind would otherwise wait in UCX's
 /// unexpected queue for ever, holding its memory.
-const DRAINED_KINDS: [(u64, u64); 4] = [
-    (0, tag::KIND_MASK),
-    (0b0011 << 60, 0b0011 << 60),
-    (0b0100 << 60, 0b0101 << 60),
+const DRAINED_KINDS: [(u64, u64); 3] = [
+    (0, 0b1011 << 60),
+    (0b0011 << 60, 0b1011 << 60),
     (0b1000 << 60, 0b1000 << 60),
 ];
 
@@ -386,9 +476,12 @@ async fn accept_loop(
                 Ok(Err(e)) => return tracing::warn!("accept failed: {e}"),
                 Err(_) => return tracing::warn!("accept timed out"),
             };
-            let id = conns.insert(ep.clone());
+            let Ok(nonce) = madfs_auth::random::<32>() else {
+                return tracing::error!("getrandom failed: connection dropped");
+            };
+            let id = conns.insert(ep.clone(), nonce);
             ops.stats.connections.fetch_add(1, Relaxed);
-            let bytes = flexbuffers::to_vec(cfg.welcome(id)).unwrap_or_default();
+            let bytes = flexbuffers::to_vec(cfg.welcome(id, nonce)).unwrap_or_default();
             match tokio::time::timeout(
                 cfg.send_timeout,
                 ep.tag_send(tag::welcome(cfg.server_id), &bytes),
@@ -398,11 +491,105 @@ async fn accept_loop(
                 Ok(Ok(_)) => tracing::debug!("connection {id} accepted"),
                 _ => {
                     tracing::warn!("welcome to connection {id} failed");
-                    conns.remove(id);
+                    conns.waiting.borrow_mut().remove(&id);
+                    return;
                 }
+            }
+            // no hello in time: forget it
+            tokio::time::sleep(HELLO_TIMEOUT).await;
+            if let Some(w) = conns.waiting.borrow_mut().remove(&id) {
+                tracing::warn!("connection {id} sent no hello within {HELLO_TIMEOUT:?}; dropped");
+                ops.stats.refused.fetch_add(1, Relaxed);
+                drop(w);
             }
         });
     }
+}
+
+/// Receives hellos: a waiting connection that proves who it is is admitted with a fresh
+/// secret; one that does not is told why and closed.
+async fn hello_loop(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: Arc<Ops>) {
+    let mut buf = Vec::<u8>::with_capacity(8192);
+    loop {
+        buf.clear();
+        let Ok((t, len)) = worker
+            .tag_recv_mask(tag::HELLO, tag::KIND_MASK, buf.spare_capacity_mut())
+            .await
+        else {
+            ops.stats.bad_frames.fetch_add(1, Relaxed);
+            continue;
+        };
+        // SAFETY: UCX wrote `len` bytes into the spare capacity.
+        unsafe { buf.set_len(len) };
+        let (_, conn, _) = tag::split(t);
+        let Some(w) = conns.waiting.borrow_mut().remove(&conn) else {
+            ops.stats.forged.fetch_add(1, Relaxed);
+            continue;
+        };
+        let verdict = check_hello(&cfg, &buf, conn, &w.nonce).await;
+        let (answer, admitted) = match verdict {
+            Ok((who, proof)) => {
+                let Ok(secret) = madfs_auth::random_u64() else {
+                    continue;
+                };
+                tracing::debug!(
+                    "connection {conn} admitted as uid {} ({:?})",
+                    who.uid,
+                    who.role
+                );
+                let a = Admission::Admitted {
+                    secret,
+                    uid: who.uid,
+                    gid: who.gid,
+                    proof,
+                };
+                (a, Some((secret, who)))
+            }
+            Err(reason) => {
+                tracing::warn!("connection {conn} refused: {reason}");
+                ops.stats.refused.fetch_add(1, Relaxed);
+                (Admission::Refused { reason }, None)
+            }
+        };
+        let bytes = flexbuffers::to_vec(&answer).unwrap_or_default();
+        let ep = w.ep.clone();
+        if let Some((secret, who)) = admitted {
+            conns.admit(conn, w.ep, secret, who);
+        }
+        let (conns, cfg) = (conns.clone(), cfg.clone());
+        tokio::task::spawn_local(async move {
+            let sent = tokio::time::timeout(
+                cfg.send_timeout,
+                ep.tag_send(tag::admit(cfg.server_id), &bytes),
+            )
+            .await;
+            if !matches!(sent, Ok(Ok(_))) {
+                conns.remove(conn);
+            }
+            if matches!(answer, Admission::Refused { .. }) {
+                let _ = tokio::time::timeout(cfg.send_timeout, ep.close(false)).await;
+            }
+        });
+    }
+}
+
+/// Decodes and checks a hello (on an IO thread: MUNGE asks munged).
+async fn check_hello(
+    cfg: &NetConfig,
+    msg: &[u8],
+    conn: u32,
+    nonce: &[u8; 32],
+) -> Result<(Who, Vec<u8>), String> {
+    let gate = cfg.gate.clone();
+    let (msg, nonce) = (msg.to_vec(), *nonce);
+    tokio::task::spawn_blocking(move || {
+        let hello: Hello<'_> = std::panic::catch_unwind(|| flexbuffers::from_slice(&msg))
+            .map_err(|_| "malformed hello".to_string())?
+            .map_err(|_| "malformed hello".to_string())?;
+        gate.admit(&hello, conn, &nonce)
+    })
+    .await
+    .unwrap_or_else(|_| Err("hello check failed".into()))
 }
 
 async fn send_reply(
@@ -464,44 +651,66 @@ async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: 
         // SAFETY: UCX wrote `len` bytes into the spare capacity.
         unsafe { b.recv.set_len(len) };
         let (_, conn, seq) = tag::split(t);
-        let (inline, raw, span, data_len, small_write) = match frame::decode_request(&b.recv) {
-            Ok((Request::Bye, _)) => {
-                ops.stats.request("bye");
-                conns.close(conn, cfg.send_timeout);
-                bufs = Some(b);
-                continue;
-            }
-            Ok((req, _)) => {
-                let raw = matches!(req, Request::Read { len, .. } if len >= frame::RAW_READ_MIN);
-                // where a read of a chunk is in the local file (chunk 0 starts in RocksDB)
-                let span = match req {
-                    Request::Read {
-                        id,
-                        chunk,
-                        offset,
-                        len,
-                        chunk_size,
-                    } if chunk != 0 => read_span(chunk, offset, len, chunk_size)
-                        .ok()
-                        .map(|(pos, len)| (id, pos, len)),
-                    _ => None,
-                };
-                let data_len = match req {
-                    Request::WriteData { len, .. } => Some(len as usize),
-                    _ => None,
-                };
-                // a write whose bytes came in the frame (< RAW_WRITE_MIN) into an open file
-                let small_write = match req {
-                    Request::Write { id, chunk, .. } if chunk != 0 => {
-                        small_writes_inline() && ops.chunks.is_open(id)
-                    }
-                    _ => false,
-                };
-                let inline = runs_inline(&req, cfg.meta_inline) || small_write;
-                (inline, raw, span, data_len, small_write)
-            }
-            Err(_) => (true, false, None, None, false),
+        let word = frame::split_conn_word(&b.recv).map_or(0, |(w, _)| w);
+        let Some(c) = conns.check(conn, word) else {
+            // not this connection's secret: neither served nor answered (and a write's data
+            // message is not taken: its tag could only be the connection's owner's)
+            bufs = Some(b);
+            continue;
         };
+        let who = c.who.clone();
+        // a request naming a file id without a good capability is answered EACCES, nothing
+        // else (its data message, if any, is still taken off the queue)
+        let mut denied = None;
+        let (inline, raw, span, data_len, small_write) =
+            match frame::decode_request(frame_of(&b.recv)) {
+                Ok((Request::Bye, _)) => {
+                    ops.stats.request("bye");
+                    conns.close(conn, cfg.send_timeout);
+                    bufs = Some(b);
+                    continue;
+                }
+                Ok((req, _)) if ops.cap_check(&who, &req).is_err() => {
+                    denied = Some(Errno::EACCES);
+                    let data_len = match req {
+                        Request::WriteData { len, .. } => Some(len as usize),
+                        _ => None,
+                    };
+                    (true, false, None, data_len, false)
+                }
+                Ok((req, _)) => {
+                    let raw =
+                        matches!(req, Request::Read { len, .. } if len >= frame::RAW_READ_MIN);
+                    // where a read of a chunk is in the local file (chunk 0 starts in RocksDB)
+                    let span = match req {
+                        Request::Read {
+                            id,
+                            chunk,
+                            offset,
+                            len,
+                            chunk_size,
+                            ..
+                        } if chunk != 0 => read_span(chunk, offset, len, chunk_size)
+                            .ok()
+                            .map(|(pos, len)| (id, pos, len)),
+                        _ => None,
+                    };
+                    let data_len = match req {
+                        Request::WriteData { len, .. } => Some(len as usize),
+                        _ => None,
+                    };
+                    // a write whose bytes came in the frame (< RAW_WRITE_MIN) into an open file
+                    let small_write = match req {
+                        Request::Write { id, chunk, .. } if chunk != 0 => {
+                            small_writes_inline() && ops.chunks.is_open(id)
+                        }
+                        _ => false,
+                    };
+                    let inline = runs_inline(&req, cfg.meta_inline) || small_write;
+                    (inline, raw, span, data_len, small_write)
+                }
+                Err(_) => (true, false, None, None, false),
+            };
         // a WriteData's bytes follow as their own message: always take it (a message nobody
         // receives would stay queued in UCX), straight into the data buffer
         let data = match data_len {
@@ -515,7 +724,7 @@ async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: 
                         room,
                     )
                 };
-                let recv = worker.tag_recv(tag::request(tag::REQUEST_DATA, conn, seq), out);
+                let recv = worker.tag_recv(tag::request_data(conn, seq, c.secret), out);
                 // (a receive that times out is cancelled; one whose transfer already began
                 // cannot be, but a client that stalls mid-transfer fails it long before this)
                 match tokio::time::timeout(cfg.send_timeout, recv).await {
@@ -525,6 +734,17 @@ async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: 
                 }
             }
         };
+        if let Some(e) = denied {
+            ops.stats.errors.fetch_add(1, Relaxed);
+            if let Some(ep) = conns.get(conn) {
+                let p = frame::error_prefix(e);
+                if !send_reply(&ep, seq, &p, &[], &[], cfg.send_timeout).await {
+                    conns.remove(conn);
+                }
+            }
+            bufs = Some(b);
+            continue;
+        }
         // a large read of a chunk: sent from a mapping of the local file, no copy
         if let Some((id, pos, len)) = span.filter(|_| raw) {
             // the pieces of a streaming read are mapped here; a file not open yet is opened
@@ -569,7 +789,7 @@ async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: 
             (b, p, n)
         } else if inline {
             let started = small_write.then(std::time::Instant::now);
-            let (p, n) = serve_frame(&ops, &mut b, data);
+            let (p, n) = serve_frame(&ops, &mut b, data, &who);
             if let Some(t) = started {
                 small_write_took(t.elapsed());
             }
@@ -577,7 +797,7 @@ async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: 
         } else {
             let ops2 = ops.clone();
             match tokio::task::spawn_blocking(move || {
-                let (p, n) = serve_frame(&ops2, &mut b, data);
+                let (p, n) = serve_frame(&ops2, &mut b, data, &who);
                 (b, p, n)
             })
             .await
@@ -672,15 +892,22 @@ async fn fsync_handler(
         // SAFETY: UCX wrote `len` bytes into the spare capacity.
         unsafe { recv.set_len(len) };
         let (_, conn, seq) = tag::split(t);
-        let waiter = match frame::decode_request(&recv) {
+        let word = frame::split_conn_word(&recv).map_or(0, |(w, _)| w);
+        let Some(c) = conns.check(conn, word) else {
+            continue;
+        };
+        let waiter = match frame::decode_request(frame_of(&recv)) {
             Ok((req @ Request::Fsync { id, .. }, _)) => {
                 ops.stats.request("fsync");
-                Some(sync_tx.submit(&ops, &req, id))
+                match ops.cap_check(&c.who, &req) {
+                    Ok(()) => Ok(sync_tx.submit(&ops, &req, id)),
+                    Err(e) => Err(e),
+                }
             }
-            Ok(_) => None,
+            Ok(_) => Err(Errno::EINVAL),
             Err(_) => {
                 ops.stats.bad_frames.fetch_add(1, Relaxed);
-                None
+                Err(Errno::EINVAL)
             }
         };
         let Ok(permit) = pending.clone().acquire_owned().await else {
@@ -690,8 +917,8 @@ async fn fsync_handler(
         tokio::task::spawn_local(async move {
             let _permit = permit;
             let result = match waiter {
-                Some(rx) => rx.await.unwrap_or(Err(Errno::EIO)),
-                None => Err(Errno::EINVAL),
+                Ok(rx) => rx.await.unwrap_or(Err(Errno::EIO)),
+                Err(e) => Err(e),
             };
             let (prefix, hdr): ([u8; PREFIX], Vec<u8>) = match result {
                 Ok(()) => {
@@ -744,9 +971,49 @@ async fn tcp_conn(
     pool: &Rc<RefCell<Vec<Bufs>>>,
 ) -> std::io::Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let bytes = flexbuffers::to_vec(cfg.welcome(0)).unwrap_or_default();
+    let nonce = madfs_auth::random::<32>()?;
+    let bytes = flexbuffers::to_vec(cfg.welcome(0, nonce)).unwrap_or_default();
     s.write_all(&(bytes.len() as u32).to_le_bytes()).await?;
     s.write_all(&bytes).await?;
+    // the hello: `[u32 LE len][3][Hello]`, within the hello deadline
+    let hello = tokio::time::timeout(HELLO_TIMEOUT, async {
+        let len = s.read_u32_le().await? as usize;
+        if !(2..=8192).contains(&len) {
+            return Err(std::io::Error::other("bad hello"));
+        }
+        let mut m = vec![0u8; len];
+        s.read_exact(&mut m).await?;
+        if m[0] != 3 {
+            return Err(std::io::Error::other("no hello"));
+        }
+        m.remove(0);
+        Ok(m)
+    })
+    .await
+    .map_err(|_| std::io::Error::other("no hello in time"))??;
+    let (answer, admitted) = match check_hello(cfg, &hello, 0, &nonce).await {
+        Ok((who, proof)) => {
+            let secret = madfs_auth::random_u64()?;
+            let a = Admission::Admitted {
+                secret,
+                uid: who.uid,
+                gid: who.gid,
+                proof,
+            };
+            (a, Some((secret, Arc::new(who))))
+        }
+        Err(reason) => {
+            tracing::warn!("TCP connection refused: {reason}");
+            ops.stats.refused.fetch_add(1, Relaxed);
+            (Admission::Refused { reason }, None)
+        }
+    };
+    let bytes = flexbuffers::to_vec(&answer).unwrap_or_default();
+    s.write_all(&(bytes.len() as u32).to_le_bytes()).await?;
+    s.write_all(&bytes).await?;
+    let Some((secret, who)) = admitted else {
+        return Ok(());
+    };
     loop {
         let len = match s.read_u32_le().await {
             Ok(l) => l as usize,
@@ -765,14 +1032,21 @@ async fn tcp_conn(
         });
         b.recv.resize(len - 1, 0);
         s.read_exact(&mut b.recv).await?;
+        if frame::split_conn_word(&b.recv).map(|(w, _)| w) != Some(secret) {
+            ops.stats.forged.fetch_add(1, Relaxed);
+            return Ok(());
+        }
         let (b, prefix, n) = if kind == 2 {
-            let result = match frame::decode_request(&b.recv) {
+            let result = match frame::decode_request(frame_of(&b.recv)) {
                 Ok((req @ Request::Fsync { id, .. }, _)) => {
                     ops.stats.request("fsync");
-                    sync_tx
-                        .submit(ops, &req, id)
-                        .await
-                        .unwrap_or(Err(Errno::EIO))
+                    match ops.cap_check(&who, &req) {
+                        Ok(()) => sync_tx
+                            .submit(ops, &req, id)
+                            .await
+                            .unwrap_or(Err(Errno::EIO)),
+                        Err(e) => Err(e),
+                    }
                 }
                 _ => Err(Errno::EINVAL),
             };
@@ -789,19 +1063,26 @@ async fn tcp_conn(
             };
             (b, prefix, 0)
         } else {
-            let inline = match frame::decode_request(&b.recv) {
-                Ok((req, _)) => runs_inline(&req, cfg.meta_inline),
-                Err(_) => true,
+            let (inline, denied) = match frame::decode_request(frame_of(&b.recv)) {
+                Ok((req, _)) => (
+                    runs_inline(&req, cfg.meta_inline),
+                    ops.cap_check(&who, &req).err(),
+                ),
+                Err(_) => (true, None),
             };
-            if inline {
+            if let Some(e) = denied {
                 let mut b = b;
-                let (p, n) = serve_frame(ops, &mut b, None);
+                b.hdr.clear();
+                (b, frame::error_prefix(e), 0)
+            } else if inline {
+                let mut b = b;
+                let (p, n) = serve_frame(ops, &mut b, None, &who);
                 (b, p, n)
             } else {
-                let ops2 = ops.clone();
+                let (ops2, who) = (ops.clone(), who.clone());
                 let mut b = b;
                 tokio::task::spawn_blocking(move || {
-                    let (p, n) = serve_frame(&ops2, &mut b, None);
+                    let (p, n) = serve_frame(&ops2, &mut b, None, &who);
                     (b, p, n)
                 })
                 .await

@@ -27,12 +27,15 @@ pub enum Answer {
     Unit,
     /// Attributes.
     Attr(Attr),
-    /// Create result.
+    /// Create result (the capability is filled in by [`Ops::execute_as`]).
     Created {
         attr: Attr,
         existed: bool,
         old_size: u64,
+        cap: madfs_proto::Cap,
     },
+    /// Attributes with a capability for that file.
+    Granted(Attr, madfs_proto::Cap),
     /// Yes/no.
     Bool(bool),
     /// Entry replaced by `Attach`.
@@ -43,6 +46,9 @@ pub enum Answer {
     Offset(u64),
     /// Find results, entries examined, and the key to continue after.
     Found(Vec<String>, u64, Option<Vec<u8>>),
+    /// Directories (path, mode, uid, gid, version) and the key to continue after.
+    #[allow(clippy::type_complexity)]
+    Dirs(Vec<(String, u32, u32, u32, i64)>, Option<Vec<u8>>),
     /// Totals.
     StatFs(StatFs),
     /// Directory slice.
@@ -75,6 +81,8 @@ pub struct Ops {
     pub inline_max: u64,
     /// Counters.
     pub stats: Arc<ServerStats>,
+    /// Every directory's mode and owner (ancestor checks, [`crate::perm`]).
+    pub dirs: crate::perm::DirTable,
 }
 
 /// Nanoseconds since the epoch.
@@ -102,20 +110,24 @@ pub fn runs_inline(req: &Request<'_>, meta_inline: bool) -> bool {
         | Request::Bye
         | Request::Locate
         | Request::Stat(_)
+        | Request::Open { .. }
+        | Request::DirSet { .. }
         | Request::Statfs
         | Request::HasChildren { .. } => true,
         Request::Create { .. }
         | Request::Symlink { .. }
-        | Request::Mkdir { .. }
         | Request::Unlink { .. }
+        | Request::Utimens { .. }
+        | Request::Append { .. } => meta_inline,
+        // a change of a directory is told to every other server before it is answered
+        // (`perm::DirTable`); a durable attach waits for a WAL sync: never on the net thread
+        Request::Mkdir { .. }
         | Request::Rmdir { .. }
         | Request::Chmod { .. }
-        | Request::Utimens { .. }
         | Request::Chown { .. }
-        | Request::Append { .. }
-        | Request::Detach { .. } => meta_inline,
-        // a durable attach waits for a WAL sync: never on the net thread
-        Request::Attach { durable, .. } => meta_inline && !durable,
+        | Request::Detach { .. }
+        | Request::Attach { .. }
+        | Request::DirList { .. } => false,
         // a move to another server waits for that server
         Request::Rename { .. } => false,
         // chunk 0 starts inline in RocksDB; deep into chunk 0 it is a chunk file: IO thread
@@ -160,7 +172,7 @@ pub fn read_span(chunk: u64, offset: u32, len: u32, cs: u32) -> FsResult<(u64, u
     ))
 }
 
-fn path_ok(p: &str) -> FsResult<()> {
+pub(crate) fn path_ok(p: &str) -> FsResult<()> {
     check_normalized(p)
 }
 
@@ -248,7 +260,7 @@ impl Ops {
         })
     }
 
-    fn get(&self, path: &str) -> FsResult<Attr> {
+    pub(crate) fn get(&self, path: &str) -> FsResult<Attr> {
         if path == "/" {
             return Ok(root_attr());
         }
@@ -307,9 +319,30 @@ impl Ops {
         }
         match *req {
             Request::Ping => Ok(Answer::Unit),
-            Request::Stat(path) => {
+            Request::Stat(path) | Request::Open { path, .. } => {
                 path_ok(path)?;
                 self.get(path).map(Answer::Attr)
+            }
+            Request::DirSet {
+                path,
+                mode,
+                uid,
+                gid,
+                version,
+                gone,
+            } => {
+                path_ok(path)?;
+                let p = crate::perm::DirPerm {
+                    mode,
+                    uid,
+                    gid,
+                    version,
+                };
+                self.dir_set(path, p, gone)
+            }
+            Request::DirList { after } => {
+                let (v, next) = self.dir_page(after)?;
+                Ok(Answer::Dirs(v, next))
             }
             Request::Create {
                 path,
@@ -318,6 +351,7 @@ impl Ops {
                 gid,
                 excl,
                 trunc,
+                ..
             } => {
                 not_root(path, Errno::EISDIR)?;
                 let make = &mut || self.new_attr(S_IFREG | (mode & 0o7777), 1, uid, gid, 0);
@@ -335,6 +369,7 @@ impl Ops {
                         attr,
                         existed: false,
                         old_size: 0,
+                        cap: Default::default(),
                     }),
                     Created::Existed(a) if a.is_dir() => Err(Errno::EISDIR),
                     // a link: the client follows it (never truncate its target string)
@@ -342,6 +377,7 @@ impl Ops {
                         attr: a,
                         existed: true,
                         old_size: a.size,
+                        cap: Default::default(),
                     }),
                     Created::Existed(mut a) => {
                         let old_size = a.size;
@@ -357,6 +393,7 @@ impl Ops {
                             attr: a,
                             existed: true,
                             old_size,
+                            cap: Default::default(),
                         })
                     }
                 }
@@ -381,6 +418,7 @@ impl Ops {
                     attr: a,
                     existed: false,
                     old_size: 0,
+                    cap: Default::default(),
                 })
             }
             Request::Mkdir {
@@ -392,6 +430,7 @@ impl Ops {
                 not_root(path, Errno::EEXIST)?;
                 let a = self.new_attr(S_IFDIR | (mode & 0o7777), 2, uid, gid, 0)?;
                 self.meta.insert(path, &a, &[])?;
+                self.dir_changed(path, Some(&a));
                 Ok(Answer::Attr(a))
             }
             Request::Unlink { path } => {
@@ -414,6 +453,7 @@ impl Ops {
                     return Err(Errno::ENOTEMPTY);
                 }
                 self.meta.remove(path, a.id)?;
+                self.dir_changed(path, None);
                 Ok(Answer::Attr(a))
             }
             Request::HasChildren { dir } => {
@@ -443,6 +483,9 @@ impl Ops {
                 a.mode = (a.mode & S_IFMT) | (mode & 0o7777);
                 a.ctime = now_ns();
                 self.meta.put(path, &a)?;
+                if a.is_dir() {
+                    self.dir_changed(path, Some(&a));
+                }
                 Ok(Answer::Attr(a))
             }
             Request::Utimens {
@@ -483,6 +526,7 @@ impl Ops {
                 if a.is_link() && !link {
                     return Err(Errno::ELOOP); // the client follows the link
                 }
+                a.mode = Self::chown_mode(&a, uid, gid);
                 if uid != u32::MAX {
                     a.uid = uid;
                 }
@@ -491,6 +535,9 @@ impl Ops {
                 }
                 a.ctime = now_ns();
                 self.meta.put(path, &a)?;
+                if a.is_dir() {
+                    self.dir_changed(path, Some(&a));
+                }
                 Ok(Answer::Attr(a))
             }
             Request::Rename {
@@ -546,6 +593,9 @@ impl Ops {
                     }
                     self.meta.sync(self.meta.mark())?;
                 }
+                if dir {
+                    self.dir_changed(path, Some(&attr));
+                }
                 Ok(Answer::Replaced(old))
             }
             Request::Detach {
@@ -565,6 +615,9 @@ impl Ops {
                 } else {
                     self.meta.remove_entry(path)?;
                 }
+                if a.is_dir() {
+                    self.dir_changed(path, None);
+                }
                 Ok(Answer::Unit)
             }
             Request::Read {
@@ -573,6 +626,7 @@ impl Ops {
                 offset,
                 len,
                 chunk_size,
+                ..
             } => {
                 // a read past the end of the chunk is cut there
                 let (pos, len) = read_span(chunk, offset, len, chunk_size)?;
@@ -591,6 +645,7 @@ impl Ops {
                 offset,
                 chunk_size,
                 size_of,
+                ..
             } => {
                 let pos = chunk_pos(chunk, offset, bulk.len() as u64, chunk_size, Errno::EFBIG)?;
                 if chunk == 0 {
@@ -607,6 +662,7 @@ impl Ops {
                 id,
                 size,
                 chunk_size,
+                ..
             } => {
                 if chunk_size == 0 {
                     return Err(Errno::EINVAL);
@@ -677,6 +733,7 @@ pub(crate) mod tests {
             gid: 0,
             excl: true,
             trunc: false,
+            access: 0,
         }
     }
 
@@ -684,7 +741,13 @@ pub(crate) mod tests {
         let one = madfs_rpc::ClusterIdentity::new(1, 4096, 1024).unwrap();
         Ops {
             id: 0,
-            peers: crate::peer::Peers::new(one, None, madfs_rpc::UcxSettings::default()),
+            peers: crate::peer::Peers::new(
+                one,
+                None,
+                madfs_rpc::UcxSettings::default(),
+                madfs_auth::Key::from_bytes([7; 32]),
+            ),
+            dirs: Default::default(),
             moving: Default::default(),
             meta: RocksMeta::open(&dir.join("db"), 0).unwrap(),
             chunks: FsChunks::open(&dir.join("data")).unwrap(),
@@ -703,6 +766,7 @@ pub(crate) mod tests {
             gid: 0,
             excl,
             trunc: false,
+            access: 0,
         }
     }
 
@@ -802,7 +866,8 @@ pub(crate) mod tests {
                 chunk: 0,
                 offset: u32::MAX,
                 chunk_size: 4096,
-                size_of: None
+                size_of: None,
+                cap: Default::default(),
             }),
             Err(Errno::EFBIG)
         );
@@ -810,7 +875,8 @@ pub(crate) mod tests {
             run(Request::TruncateChunks {
                 id: 1,
                 size: 0,
-                chunk_size: 0
+                chunk_size: 0,
+                cap: Default::default(),
             }),
             Err(Errno::EINVAL)
         );
@@ -832,6 +898,7 @@ pub(crate) mod tests {
                 offset: 2,
                 chunk_size: attr.chunk_size,
                 size_of: None,
+                cap: Default::default(),
             },
             b"hey",
             &mut d,
@@ -869,6 +936,7 @@ pub(crate) mod tests {
                     offset: 0,
                     len: 16,
                     chunk_size: attr.chunk_size,
+                    cap: Default::default(),
                 },
                 b"",
                 &mut d,
@@ -885,11 +953,13 @@ pub(crate) mod tests {
             gid: 0,
             excl: false,
             trunc: true,
+            access: 0,
         };
         let Answer::Created {
             attr,
             existed,
             old_size,
+            ..
         } = o.execute(&trunc, b"", &mut d).unwrap()
         else {
             panic!()

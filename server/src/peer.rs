@@ -4,7 +4,7 @@
 //! the cluster's identity like any client's; every call has the client deadline.
 
 use madfs_proto::{Errno, FsResult, Reply, Request};
-use madfs_rpc::{cluster_file, ClusterIdentity, Context, Transport, UcxSettings};
+use madfs_rpc::{cluster_file, ClusterIdentity, Context, Credentials, Transport, UcxSettings};
 use std::cell::RefCell;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -15,6 +15,8 @@ pub struct Peers {
     cluster_file: Option<PathBuf>,
     ucx: UcxSettings,
     ctx: OnceLock<Arc<Context>>,
+    /// What this server proves to its peers.
+    key: madfs_auth::Key,
 }
 
 thread_local! {
@@ -23,22 +25,35 @@ thread_local! {
 
 /// Largest reply a peer call expects (an `Attr`-sized answer).
 const REPLY_CAP: usize = 512;
+/// Bytes of paths asked for per `Find` page.
+const FIND_PAGE: usize = 16 << 10;
 
 impl Peers {
     /// Peers of a cluster with `identity`, listed in `cluster_file` (none: a one-server
     /// cluster has no peers).
-    pub fn new(identity: ClusterIdentity, cluster_file: Option<PathBuf>, ucx: UcxSettings) -> Self {
+    pub fn new(
+        identity: ClusterIdentity,
+        cluster_file: Option<PathBuf>,
+        ucx: UcxSettings,
+        key: madfs_auth::Key,
+    ) -> Self {
         Peers {
             identity,
             cluster_file,
             ucx,
             ctx: OnceLock::new(),
+            key,
         }
     }
 
     /// The UCX context peer transports are made in (the server's own).
     pub fn set_context(&self, ctx: Arc<Context>) {
         let _ = self.ctx.set(ctx);
+    }
+
+    /// The peer key (what capabilities are signed with).
+    pub fn key(&self) -> &madfs_auth::Key {
+        &self.key
     }
 
     /// Number of servers in the cluster.
@@ -49,20 +64,77 @@ impl Peers {
     /// One call to server `server`: the reply (owned), or the peer's errno; `EIO` when it
     /// cannot be reached within the deadline.
     pub fn call(&self, server: u32, req: &Request<'_>, bulk: &[u8]) -> FsResult<Reply<'static>> {
+        self.call_with(server, req, bulk, REPLY_CAP, |reply| {
+            Ok(match reply {
+                Reply::Replaced(a) => Reply::Replaced(a),
+                Reply::Unit => Reply::Unit,
+                Reply::Attr(a) => Reply::Attr(a),
+                Reply::Bool(b) => Reply::Bool(b),
+                _ => return Err(Errno::EPROTO),
+            })
+        })
+    }
+
+    /// One page of `Find` of every entry under `dir` on `server`, after key `after`: the
+    /// paths (relative to `dir`) and the key to go on after, `None` at the end.
+    pub fn find_page(
+        &self,
+        server: u32,
+        dir: &str,
+        after: &[u8],
+    ) -> FsResult<(Vec<String>, Option<Vec<u8>>)> {
+        let req = Request::Find {
+            dir,
+            filter: Default::default(),
+            after,
+            max_bytes: FIND_PAGE as u32,
+        };
+        self.call_with(server, &req, &[], 2 * FIND_PAGE, |reply| match reply {
+            Reply::Found { paths, next, .. } => Ok((
+                paths.into_iter().map(str::to_owned).collect(),
+                next.map(<[u8]>::to_vec),
+            )),
+            _ => Err(Errno::EPROTO),
+        })
+    }
+
+    /// One page of `DirList` from `server`.
+    #[allow(clippy::type_complexity)]
+    pub fn dir_page(
+        &self,
+        server: u32,
+        after: &[u8],
+    ) -> FsResult<(Vec<(String, u32, u32, u32, i64)>, Option<Vec<u8>>)> {
+        let req = Request::DirList { after };
+        self.call_with(server, &req, &[], 4 * FIND_PAGE, |reply| match reply {
+            Reply::Dirs { entries, next } => Ok((
+                entries
+                    .into_iter()
+                    .map(|(p, m, u, g, v)| (p.to_owned(), m, u, g, v))
+                    .collect(),
+                next.map(<[u8]>::to_vec),
+            )),
+            _ => Err(Errno::EPROTO),
+        })
+    }
+
+    fn call_with<T>(
+        &self,
+        server: u32,
+        req: &Request<'_>,
+        bulk: &[u8],
+        cap: usize,
+        take: impl FnOnce(Reply<'_>) -> FsResult<T>,
+    ) -> FsResult<T> {
         TRANSPORT.with(|slot| {
             let mut slot = slot.borrow_mut();
             if slot.is_none() {
                 *slot = Some(self.transport()?);
             }
             let t = slot.as_ref().ok_or(Errno::EIO)?;
-            let raw = t.call_sync(server, req, bulk, REPLY_CAP)?;
+            let raw = t.call_sync(server, req, bulk, cap)?;
             let (reply, _) = raw.decode()?;
-            Ok(match reply {
-                Reply::Replaced(a) => Reply::Replaced(a),
-                Reply::Unit => Reply::Unit,
-                Reply::Attr(a) => Reply::Attr(a),
-                _ => return Err(Errno::EPROTO),
-            })
+            take(reply)
         })
     }
 
@@ -90,6 +162,7 @@ impl Peers {
             Errno::EIO
         })?;
         t.expect_cluster(identity.id.0, identity.servers);
+        t.set_credentials(Credentials::Peer(self.key.clone()));
         Ok(t)
     }
 }

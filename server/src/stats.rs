@@ -15,6 +15,10 @@ pub struct ServerStats {
     pub bad_frames: AtomicU64,
     /// Messages with a tag kind no server receives, taken off UCX's queue and dropped.
     pub drained: AtomicU64,
+    /// Requests whose connection word was not their connection's secret (dropped unanswered).
+    pub forged: AtomicU64,
+    /// Connections refused at their hello (or that sent none in time).
+    pub refused: AtomicU64,
     /// Write payload bytes.
     pub bytes_in: AtomicU64,
     /// Read payload bytes.
@@ -53,6 +57,8 @@ impl ServerStats {
             errors: self.errors.load(Relaxed),
             bad_frames: self.bad_frames.load(Relaxed),
             drained: self.drained.load(Relaxed),
+            forged: self.forged.load(Relaxed),
+            refused: self.refused.load(Relaxed),
             bytes_in: self.bytes_in.load(Relaxed),
             bytes_out: self.bytes_out.load(Relaxed),
             connections: self.connections.load(Relaxed),

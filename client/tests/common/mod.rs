@@ -79,3 +79,18 @@ pub fn get(c: &Client, path: &str) -> Vec<u8> {
 pub fn sum(b: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(b)
 }
+
+/// Counters of server `i` (its control port, logged in with the cluster's keys).
+pub fn stats(cl: &LocalCluster, i: usize) -> madfs_control::Stats {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let login = madfs_control::Login::for_cluster(&cl.cluster_file()).unwrap();
+        let c = madfs_control::connect(cl.entry(i).control, &login)
+            .await
+            .unwrap();
+        c.stats(madfs_control::context(5)).await.unwrap().unwrap()
+    })
+}

@@ -8,6 +8,7 @@
 //! nothing re-binds a port that the kernel handed out as port 0.
 
 use madfs_rpc::cluster_file::{self, ServerEntry};
+use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -369,6 +370,73 @@ impl Drop for LocalCluster {
     fn drop(&mut self) {
         for i in 0..self.servers.len() {
             self.kill(i);
+        }
+    }
+}
+
+/// A throw-away `munged` for tests of MUNGE authentication: its own random key, socket and
+/// files in a temporary directory; stopped when dropped. Point libmunge at it with
+/// `MADFS_MUNGE_SOCKET` = [`Munged::socket`].
+pub struct Munged {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+}
+
+impl Munged {
+    /// Starts one (needs `munged` from the `munge` package).
+    pub fn start() -> std::io::Result<Munged> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = tempfile::tempdir()?;
+        let mut key = [0u8; 1024];
+        std::fs::File::open("/dev/urandom")?.read_exact(&mut key)?;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(dir.path().join("munge.key"))?
+            .write_all(&key)?;
+        let p = |n: &str| dir.path().join(n);
+        let child = Command::new("munged")
+            .arg("--foreground")
+            .arg("--force")
+            .arg("--num-threads=2")
+            .arg(format!("--socket={}", p("munge.sock").display()))
+            .arg(format!("--key-file={}", p("munge.key").display()))
+            .arg(format!("--pid-file={}", p("munged.pid").display()))
+            .arg(format!("--seed-file={}", p("munged.seed").display()))
+            .arg(format!("--log-file={}", p("munged.log").display()))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(p("munged.err"))?)
+            .spawn()?;
+        let err = p("munged.err");
+        let m = Munged {
+            child: Some(child),
+            dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !m.socket().exists() {
+            if Instant::now() > deadline {
+                return Err(std::io::Error::other(format!(
+                    "munged did not start: {}",
+                    std::fs::read_to_string(&err).unwrap_or_default()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(m)
+    }
+
+    /// Its socket.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("munge.sock")
+    }
+}
+
+impl Drop for Munged {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
         }
     }
 }

@@ -1,9 +1,16 @@
 //! The control port of a madfs server: a tarpc service over TCP (JSON codec) with `status`,
 //! `stats` and `shutdown`. Launch scripts wait on `status`; `madfs-ctl stop` stops cleanly.
+//!
+//! Every connection logs in first (`challenge`, then `login` with a proof): the peer key
+//! (the servers' user), the cluster key (key mode: its owner) or a MUNGE credential of root or
+//! the servers' user (MUNGE mode). Anything else is answered "not logged in".
 
+use madfs_auth::{Challenge, Key, Purpose};
+use madfs_identity::AuthMode;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::time::Duration;
 
 /// What `status` answers.
@@ -42,6 +49,12 @@ pub struct Stats {
     /// client, or a hostile one).
     #[serde(default)]
     pub drained: u64,
+    /// Requests that carried another connection's id without its secret: dropped unanswered.
+    #[serde(default)]
+    pub forged: u64,
+    /// Connections refused at their hello (wrong key, bad credential, none in time).
+    #[serde(default)]
+    pub refused: u64,
     /// Bulk bytes received (writes).
     pub bytes_in: u64,
     /// Bulk bytes sent (reads).
@@ -58,23 +71,126 @@ pub struct Stats {
     pub rss_bytes: u64,
 }
 
+/// What a control port says first: the challenge a login proves itself against.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hello {
+    /// The cluster's id.
+    pub cluster: u64,
+    /// The server's index.
+    pub server: u32,
+    /// A fresh nonce for this connection.
+    pub nonce: [u8; 32],
+}
+
+/// A login's proof.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum Proof {
+    /// Nothing: an insecure cluster's control port takes it.
+    Insecure,
+    /// HMAC of the challenge (purpose `Control`) under the peer key (`peer`) or the
+    /// cluster key; `nonce` is the client's.
+    Key {
+        peer: bool,
+        nonce: [u8; 32],
+        mac: Vec<u8>,
+    },
+    /// A MUNGE credential whose payload is the challenge.
+    Munge(String),
+}
+
 /// The control service.
 #[tarpc::service]
 pub trait Control {
+    /// This connection's challenge.
+    async fn challenge() -> Hello;
+    /// Proves who the caller is; every other call needs it.
+    async fn login(proof: Proof) -> Result<(), String>;
     /// Identity and settings of the server.
-    async fn status() -> Status;
+    async fn status() -> Result<Status, String>;
     /// Counters.
-    async fn stats() -> Stats;
+    async fn stats() -> Result<Stats, String>;
     /// Stop the server cleanly (flushes RocksDB); answers before it exits.
-    async fn shutdown() -> bool;
+    async fn shutdown() -> Result<bool, String>;
 }
 
-/// Connects to a control port.
-pub async fn connect(addr: SocketAddr) -> anyhow::Result<ControlClient> {
+/// The challenge of a control login (`client_nonce`: the caller's).
+pub fn challenge_of(h: &Hello, client_nonce: [u8; 32]) -> Challenge {
+    Challenge {
+        cluster: h.cluster,
+        server: h.server,
+        conn: u32::MAX,
+        server_nonce: h.nonce,
+        client_nonce,
+    }
+}
+
+/// What a control client can prove.
+#[derive(Debug, Clone)]
+pub enum Login {
+    /// Nothing (insecure clusters only).
+    Insecure,
+    /// A key: the peer key (`true`) or the cluster key.
+    Key(Key, bool),
+    /// MUNGE.
+    Munge,
+}
+
+impl Login {
+    /// The best this process can prove to the cluster of `cluster_file`: the peer key if it
+    /// can read it, else the cluster key (key mode), else MUNGE (MUNGE mode).
+    pub fn for_cluster(cluster_file: &Path) -> anyhow::Result<Login> {
+        let f = madfs_identity::cluster_file::read_partial(cluster_file)?;
+        let mode = f.identity.map(|i| i.auth);
+        if mode == Some(AuthMode::Insecure) {
+            return Ok(Login::Insecure);
+        }
+        if let Ok(k) = Key::load(&madfs_auth::peer_key_path(cluster_file)) {
+            return Ok(Login::Key(k, true));
+        }
+        match mode {
+            Some(AuthMode::Key) => {
+                let p = madfs_auth::key_path(cluster_file);
+                let k = Key::load(&p).map_err(|e| {
+                    anyhow::anyhow!(
+                        "cluster key {}: {e} (only its owner may control this cluster)",
+                        p.display()
+                    )
+                })?;
+                Ok(Login::Key(k, false))
+            }
+            Some(AuthMode::Munge) => Ok(Login::Munge),
+            _ => Ok(Login::Insecure),
+        }
+    }
+
+    fn proof(&self, h: &Hello) -> anyhow::Result<Proof> {
+        let nonce = madfs_auth::random::<32>()?;
+        let c = challenge_of(h, nonce);
+        Ok(match self {
+            Login::Insecure => Proof::Insecure,
+            Login::Key(k, peer) => Proof::Key {
+                peer: *peer,
+                nonce,
+                mac: k.prove(Purpose::Control, &c).to_vec(),
+            },
+            Login::Munge => Proof::Munge(
+                madfs_auth::munge::encode(&c.munge_payload()).map_err(anyhow::Error::msg)?,
+            ),
+        })
+    }
+}
+
+/// Connects to a control port and logs in with `login`.
+pub async fn connect(addr: SocketAddr, login: &Login) -> anyhow::Result<ControlClient> {
     let transport =
         tarpc::serde_transport::tcp::connect(addr, tarpc::tokio_serde::formats::Json::default);
     let transport = tokio::time::timeout(Duration::from_secs(5), transport).await??;
-    Ok(ControlClient::new(tarpc::client::Config::default(), transport).spawn())
+    let c = ControlClient::new(tarpc::client::Config::default(), transport).spawn();
+    let h = c.challenge(context(5)).await?;
+    c.login(context(5), login.proof(&h)?)
+        .await?
+        .map_err(|e| anyhow::anyhow!("control port {addr} refused the login: {e}"))?;
+    Ok(c)
 }
 
 /// A tarpc context with a deadline `secs` seconds away.

@@ -1,14 +1,17 @@
 //! `madfs-ctl`: talks to the control port of madfs servers.
 //!
 //! ```text
-//! madfs-ctl status  ADDR|--cluster FILE [--wait SECS]
-//! madfs-ctl stats   ADDR|--cluster FILE
-//! madfs-ctl stop    ADDR|--cluster FILE
+//! madfs-ctl status  [ADDR] [--cluster FILE] [--wait SECS]
+//! madfs-ctl stats   [ADDR] [--cluster FILE]
+//! madfs-ctl stop    [ADDR] [--cluster FILE]
 //! ```
+//! Without ADDR, every server of the cluster file. The cluster file (`--cluster`, else
+//! `MADFS_CLUSTER`) also says how to log in: with the peer key or the cluster key beside it,
+//! or MUNGE (docs/security.md).
 
 use anyhow::{bail, Context as _};
 use clap::{Parser, Subcommand};
-use madfs_control::{connect, context};
+use madfs_control::{connect, context, Login};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -25,11 +28,18 @@ struct Cli {
 
 #[derive(clap::Args)]
 struct Target {
-    /// Control address of one server (host:port).
+    /// Control address of one server (host:port); default: every server of the cluster file.
     addr: Option<SocketAddr>,
-    /// Every server of a cluster file (the third column).
-    #[arg(long)]
+    /// The cluster file: its servers (the third column) and how to log in.
+    #[arg(long, env = "MADFS_CLUSTER")]
     cluster: Option<PathBuf>,
+}
+
+fn login(t: &Target) -> anyhow::Result<Login> {
+    match &t.cluster {
+        Some(f) => Login::for_cluster(f),
+        None => Ok(Login::Insecure),
+    }
 }
 
 #[derive(Subcommand)]
@@ -59,7 +69,7 @@ enum Cmd {
 
 fn control_addrs(t: &Target) -> anyhow::Result<Vec<SocketAddr>> {
     match (&t.addr, &t.cluster) {
-        (Some(a), None) => Ok(vec![*a]),
+        (Some(a), _) => Ok(vec![*a]),
         (None, Some(f)) => Ok(madfs_identity::cluster_file::read_partial(f)?
             .servers
             .iter()
@@ -95,13 +105,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     }
                     let mut lines = vec![];
                     for a in addrs {
-                        let c = connect(a)
+                        let c = connect(a, &login(&target)?)
                             .await
                             .with_context(|| format!("control port {a}"))?;
                         let s = c
                             .status(context(5))
                             .await
-                            .with_context(|| format!("status from {a}"))?;
+                            .with_context(|| format!("status from {a}"))?
+                            .map_err(|e| anyhow::anyhow!("status from {a}: {e}"))?;
                         lines.push(format!(
                             "server {} of {} cluster={} ucx={} control={a} pid={} chunk_size={} err_mode={} uptime={}s data={}",
                             s.id, s.servers, s.cluster, s.ucx_addr, s.pid, s.chunk_size, s.err_mode, s.uptime_s, s.data_dir
@@ -123,20 +134,28 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Cmd::Stats { target } => {
             for a in control_addrs(&target)? {
-                let c = connect(a)
+                let c = connect(a, &login(&target)?)
                     .await
                     .with_context(|| format!("control port {a}"))?;
-                let s = c.stats(context(5)).await?;
+                let s = c
+                    .stats(context(5))
+                    .await?
+                    .map_err(|e| anyhow::anyhow!("stats from {a}: {e}"))?;
                 println!("{a}: {}", serde_json_line(&s));
             }
             Ok(())
         }
         Cmd::Stop { target } => {
             let mut failed = 0;
+            let login = login(&target)?;
             for a in control_addrs(&target)? {
-                match connect(a).await {
+                match connect(a, &login).await {
                     Ok(c) => match c.shutdown(context(10)).await {
-                        Ok(_) => println!("stopped {a}"),
+                        Ok(Ok(_)) => println!("stopped {a}"),
+                        Ok(Err(e)) => {
+                            eprintln!("madfs-ctl: stop {a}: {e}");
+                            failed += 1;
+                        }
                         Err(e) => {
                             eprintln!("madfs-ctl: stop {a}: {e}");
                             failed += 1;
@@ -159,11 +178,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 fn serde_json_line(s: &madfs_control::Stats) -> String {
     let reqs: Vec<String> = s.requests.iter().map(|(k, v)| format!("{k}={v}")).collect();
     format!(
-        "requests[{}] errors={} bad_frames={} drained={} in={}B out={}B conns={} live={} sync_batches={} sync_reqs={} rss={}B",
+        "requests[{}] errors={} bad_frames={} drained={} forged={} refused={} in={}B out={}B conns={} live={} sync_batches={} sync_reqs={} rss={}B",
         reqs.join(" "),
         s.errors,
         s.bad_frames,
         s.drained,
+        s.forged,
+        s.refused,
         s.bytes_in,
         s.bytes_out,
         s.connections,

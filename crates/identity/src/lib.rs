@@ -3,7 +3,7 @@
 //! read by a client that belongs to another cluster, another size or another data format.
 //!
 //! ```text
-//! cluster = { id = "5f0c…", format = 1, servers = 3, chunk_size = 752128, inline_max = 65536, auth = "none", replication = 1 }
+//! cluster = { id = "5f0c…", format = 1, servers = 3, chunk_size = 752128, inline_max = 65536, auth = "key", owner = "1000:1000", replication = 1 }
 //! ```
 //! - `id`: random, made when the cluster's first server starts on an empty data directory;
 //!   kept in every data directory (`identity.toml`) and in the cluster file's first line, and
@@ -91,19 +91,81 @@ impl<'de> Deserialize<'de> for ClusterId {
     }
 }
 
-/// How peers prove who they are.
+/// How peers prove who they are (docs/security.md).
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum AuthMode {
-    /// No authentication: whoever reaches a port is served (docs/security.md).
-    None,
+    /// No authentication: whoever reaches a port is served as whoever it says it is. Only
+    /// with `--insecure`, and every server start says so.
+    #[serde(alias = "none")]
+    Insecure,
+    /// A random key beside the cluster file (`<cluster>.key`, 0600): whoever proves it holds
+    /// the key is served as the key's [`Owner`].
+    Key,
+    /// MUNGE credentials: each client process is served as the uid/gid munged vouches for.
+    Munge,
 }
 
 impl fmt::Display for AuthMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            AuthMode::None => "none",
+            AuthMode::Insecure => "insecure",
+            AuthMode::Key => "key",
+            AuthMode::Munge => "munge",
         })
+    }
+}
+
+impl std::str::FromStr for AuthMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<AuthMode, String> {
+        match s {
+            "insecure" => Ok(AuthMode::Insecure),
+            "key" => Ok(AuthMode::Key),
+            "munge" => Ok(AuthMode::Munge),
+            _ => Err(format!("auth mode {s:?}: expected key, munge or insecure")),
+        }
+    }
+}
+
+/// The user a key-mode cluster serves (written `"uid:gid"`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct Owner {
+    /// User id.
+    pub uid: u32,
+    /// Primary group id.
+    pub gid: u32,
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.uid, self.gid)
+    }
+}
+
+impl std::str::FromStr for Owner {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Owner, String> {
+        let bad = || format!("owner {s:?}: expected UID:GID");
+        let (u, g) = s.split_once(':').ok_or_else(bad)?;
+        Ok(Owner {
+            uid: u.parse().map_err(|_| bad())?,
+            gid: g.parse().map_err(|_| bad())?,
+        })
+    }
+}
+
+impl Serialize for Owner {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Owner {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Owner, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -123,13 +185,16 @@ pub struct ClusterIdentity {
     pub inline_max: u32,
     /// Authentication mode.
     pub auth: AuthMode,
+    /// Key mode: the user every connection that proves the key is served as.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<Owner>,
     /// Copies of every entry and chunk.
     pub replication: u32,
 }
 
 impl ClusterIdentity {
-    /// A new cluster's identity with a fresh id, this build's format, no authentication and
-    /// one copy of everything.
+    /// A new cluster's identity with a fresh id, this build's format, no authentication
+    /// (callers set [`Self::auth`] and [`Self::owner`]) and one copy of everything.
     pub fn new(servers: u32, chunk_size: u32, inline_max: u32) -> std::io::Result<Self> {
         Ok(ClusterIdentity {
             id: ClusterId::random()?,
@@ -137,15 +202,20 @@ impl ClusterIdentity {
             servers,
             chunk_size,
             inline_max,
-            auth: AuthMode::None,
+            auth: AuthMode::Insecure,
+            owner: None,
             replication: 1,
         })
     }
 
     /// The record as one line of a cluster file (a TOML inline table).
     pub fn to_line(&self) -> String {
+        let owner = match self.owner {
+            Some(o) => format!(", owner = \"{o}\""),
+            None => String::new(),
+        };
         format!(
-            "cluster = {{ id = \"{}\", format = {}, servers = {}, chunk_size = {}, inline_max = {}, auth = \"{}\", replication = {} }}",
+            "cluster = {{ id = \"{}\", format = {}, servers = {}, chunk_size = {}, inline_max = {}, auth = \"{}\"{owner}, replication = {} }}",
             self.id, self.format, self.servers, self.chunk_size, self.inline_max, self.auth,
             self.replication
         )
@@ -173,7 +243,8 @@ impl ClusterIdentity {
     /// The first field in which `other` differs from `self`, as a phrase: `what (self vs
     /// other)`; `None` when they are the same record.
     pub fn difference(&self, other: &ClusterIdentity) -> Option<String> {
-        let fields: [(&str, String, String); 7] = [
+        let show = |o: Option<Owner>| o.map_or("none".to_string(), |o| o.to_string());
+        let fields: [(&str, String, String); 8] = [
             ("cluster id", self.id.to_string(), other.id.to_string()),
             ("format", self.format.to_string(), other.format.to_string()),
             (
@@ -192,6 +263,7 @@ impl ClusterIdentity {
                 other.inline_max.to_string(),
             ),
             ("auth", self.auth.to_string(), other.auth.to_string()),
+            ("owner", show(self.owner), show(other.owner)),
             (
                 "replication",
                 self.replication.to_string(),
@@ -216,7 +288,8 @@ mod tests {
             servers: 3,
             chunk_size: 752128,
             inline_max: 65536,
-            auth: AuthMode::None,
+            auth: AuthMode::Insecure,
+            owner: None,
             replication: 1,
         }
     }
@@ -231,13 +304,31 @@ mod tests {
         // any TOML spelling of the same table
         let spaced = "cluster={id='5f0c00001234abcd',format=1,servers=3,chunk_size=752128,inline_max=65536,auth='none',replication=1}";
         assert_eq!(ClusterIdentity::from_line(spaced).unwrap(), a);
+        let k = ClusterIdentity {
+            auth: AuthMode::Key,
+            owner: Some(Owner {
+                uid: 1000,
+                gid: 100,
+            }),
+            ..a
+        };
+        let line = k.to_line();
+        assert!(
+            line.contains("auth = \"key\", owner = \"1000:100\""),
+            "{line}"
+        );
+        assert_eq!(ClusterIdentity::from_line(&line).unwrap(), k);
+        assert_eq!(a.difference(&k).as_deref(), Some("auth insecure vs key"));
     }
 
     #[test]
     fn bad_lines_are_refused_with_a_reason() {
         let line = sample().to_line();
         for (bad, why) in [
-            (line.replace("auth = \"none\"", "auth = \"magic\""), "magic"),
+            (
+                line.replace("auth = \"insecure\"", "auth = \"magic\""),
+                "magic",
+            ),
             (line.replace("servers = 3, ", ""), "servers"),
             (line.replace(" }", ", colour = 1 }"), "colour"),
             (line.replace("5f0c00001234abcd", "xyz"), "16 hex digits"),

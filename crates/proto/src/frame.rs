@@ -1,13 +1,19 @@
 //! Frames: what one UCX tag message carries.
 //!
 //! ```text
-//! request:  u32 LE header length | u32 LE MAGIC | flexbuffers(Request) | bulk data
+//! request:  u64 LE secret | u32 LE header length | u32 LE MAGIC | flexbuffers(Request) | bulk
+//! data
 //! reply:    i32 LE status (0 or errno) | u32 LE header length | flexbuffers(Reply) | bulk
 //! ```
 //! The prefix, the header and the bulk data are three slices of one vectored send, so bulk data
 //! (a write's payload, a read's result) is never copied into a frame buffer. A read reply has
 //! an empty header, so a client can receive its data straight into the caller's buffer with a
 //! two-element scatter list (prefix, buffer).
+//!
+//! The first word of a request, the *connection word*, is the secret the server gave the
+//! connection when it admitted it ([`crate::Admission`]); the transport puts it in front of
+//! what [`Encoder::request`] makes, and the server takes it off ([`split_conn_word`]) and
+//! drops, unanswered, a request whose word is not its connection's.
 
 use crate::{Errno, Reply, Request};
 use flexbuffers::FlexbufferSerializer;
@@ -17,6 +23,15 @@ use serde::Serialize;
 pub const PREFIX: usize = 8;
 /// Second word of a request prefix ("mdfs"): catches frames that are not ours.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"mdfs");
+
+/// Bytes of the connection word that starts every request message.
+pub const CONN_WORD: usize = 8;
+
+/// Splits a request message into its connection word and the frame that follows.
+pub fn split_conn_word(msg: &[u8]) -> Option<(u64, &[u8])> {
+    let (w, rest) = msg.split_at_checked(CONN_WORD)?;
+    Some((u64::from_le_bytes(w.try_into().ok()?), rest))
+}
 
 /// A reusable encoder (keeps its flexbuffers buffer between calls).
 pub struct Encoder {
@@ -163,6 +178,7 @@ mod tests {
                 gid: 2,
                 excl: true,
                 trunc: false,
+                access: 0,
             },
             Request::Write {
                 id: 42,
@@ -170,6 +186,7 @@ mod tests {
                 offset: 17,
                 chunk_size: 4096,
                 size_of: Some("/f"),
+                cap: Default::default(),
             },
             Request::SetSize {
                 path: "/x",
@@ -230,6 +247,7 @@ mod tests {
                 attr: a,
                 existed: true,
                 old_size: 9,
+                cap: Default::default(),
             },
             Reply::Replaced(Some(a)),
         ] {

@@ -1,10 +1,14 @@
 //! Layout of the 64-bit UCX tags.
 //!
 //! ```text
-//!  63..60  kind      REQUEST | FSYNC | REPLY | WELCOME
+//!  63..60  kind      REQUEST | FSYNC | REPLY | WELCOME | REQUEST_DATA | HELLO | ADMIT
 //!  59..32  conn      connection id the server gave the client (requests)
 //!  31..0   seq       per-client call number; the reply comes back with the same seq
 //! ```
+//! A tag proves nothing: every request frame starts with the connection's secret (see
+//! [`crate::frame::CONN_WORD`]), and the tag of a write's data message hides its sequence
+//! number under that secret ([`request_data`]), so another peer can neither make the server
+//! act or answer for a connection nor slip bytes into its writes.
 //! Servers post receives on `kind` only (mask [`KIND_MASK`]); the connection id in the tag
 //! tells the handler which endpoint to answer on. Clients post one exact-tag receive per call
 //! (`reply(seq)`), so replies never need a lookup. `fsync` has its own kind so that durable
@@ -29,6 +33,10 @@ pub const REPLY_DATA: u64 = 7 << 60;
 pub const REPLY_DATA_BIT: u64 = 4 << 60;
 /// Receive mask matching `reply(seq)` and `reply_data(seq)`.
 pub const REPLY_ANY_MASK: u64 = !REPLY_DATA_BIT;
+/// A client's [`crate::Hello`] (its proof of who it is), on `hello(conn)`.
+pub const HELLO: u64 = 6 << 60;
+/// A server's [`crate::Admission`], on `admit(server)`.
+pub const ADMIT: u64 = 8 << 60;
 /// Largest connection id.
 pub const MAX_CONN: u32 = (1 << 28) - 1;
 
@@ -42,14 +50,31 @@ pub fn reply(seq: u32) -> u64 {
     REPLY | seq as u64
 }
 
-/// Tag of the welcome message from server `server`.
 /// Tag of the raw-data reply to request `seq`.
 pub fn reply_data(seq: u32) -> u64 {
     REPLY_DATA | seq as u64
 }
 
+/// Tag of the welcome message from server `server`.
 pub fn welcome(server: u32) -> u64 {
     WELCOME | server as u64
+}
+
+/// Tag of the data message of `Request::WriteData` call `seq` on connection `conn` whose
+/// secret is `secret`: the sequence number is masked with the secret's high half, so only
+/// the connection's owner can make a tag the server will take data from.
+pub fn request_data(conn: u32, seq: u32, secret: u64) -> u64 {
+    request(REQUEST_DATA, conn, seq ^ (secret >> 32) as u32)
+}
+
+/// Tag of a client's hello on connection `conn`.
+pub fn hello(conn: u32) -> u64 {
+    request(HELLO, conn, 0)
+}
+
+/// Tag of server `server`'s answer to a hello.
+pub fn admit(server: u32) -> u64 {
+    ADMIT | server as u64
 }
 
 /// Splits a request tag into (kind, conn, seq).

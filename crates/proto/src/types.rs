@@ -103,6 +103,82 @@ impl<'de> Deserialize<'de> for Attr {
     }
 }
 
+/// A capability: what an open (or create, unlink, truncate) of file `id` granted the
+/// connection's user `uid` — `access` ([`ACCESS_R`] | [`ACCESS_W`]) until `expires` (seconds
+/// since the epoch) — with a MAC under the servers' shared key. Every request that names a
+/// file by id carries one, which the data server checks without asking anyone
+/// (docs/security.md). 40 bytes on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct Cap {
+    /// File id.
+    pub id: u64,
+    /// What it allows.
+    pub access: u32,
+    /// Whom (the connection's user when granted).
+    pub uid: u32,
+    /// Until when, seconds since the epoch.
+    pub expires: i64,
+    /// HMAC-SHA256 (first 16 bytes) of the other fields under the servers' key.
+    pub mac: [u8; 16],
+}
+
+/// Size of [`Cap::to_bytes`].
+pub const CAP_BYTES: usize = 40;
+
+impl Cap {
+    /// The fields the MAC covers, in wire order.
+    pub fn signed(&self) -> [u8; 24] {
+        let mut b = [0u8; 24];
+        b[0..8].copy_from_slice(&self.id.to_le_bytes());
+        b[8..12].copy_from_slice(&self.access.to_le_bytes());
+        b[12..16].copy_from_slice(&self.uid.to_le_bytes());
+        b[16..24].copy_from_slice(&self.expires.to_le_bytes());
+        b
+    }
+
+    /// Wire form: the signed fields, then the MAC.
+    pub fn to_bytes(&self) -> [u8; CAP_BYTES] {
+        let mut b = [0u8; CAP_BYTES];
+        b[..24].copy_from_slice(&self.signed());
+        b[24..].copy_from_slice(&self.mac);
+        b
+    }
+
+    /// The inverse of [`Cap::to_bytes`]; `None` unless `b` is exactly that long.
+    pub fn from_bytes(b: &[u8]) -> Option<Cap> {
+        let b: &[u8; CAP_BYTES] = b.try_into().ok()?;
+        Some(Cap {
+            id: u64::from_le_bytes(b[0..8].try_into().ok()?),
+            access: u32::from_le_bytes(b[8..12].try_into().ok()?),
+            uid: u32::from_le_bytes(b[12..16].try_into().ok()?),
+            expires: i64::from_le_bytes(b[16..24].try_into().ok()?),
+            mac: b[24..].try_into().ok()?,
+        })
+    }
+}
+
+impl Serialize for Cap {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(&self.to_bytes())
+    }
+}
+
+impl<'de> Deserialize<'de> for Cap {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Cap, D::Error> {
+        struct Blob;
+        impl serde::de::Visitor<'_> for Blob {
+            type Value = Cap;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{CAP_BYTES} bytes of capability")
+            }
+            fn visit_bytes<E: serde::de::Error>(self, b: &[u8]) -> Result<Cap, E> {
+                Cap::from_bytes(b).ok_or_else(|| E::invalid_length(b.len(), &self))
+            }
+        }
+        d.deserialize_bytes(Blob)
+    }
+}
+
 impl Attr {
     /// Is this a directory?
     pub fn is_dir(&self) -> bool {
@@ -244,6 +320,32 @@ pub enum Request<'a> {
         excl: bool,
         /// `O_TRUNC`: size becomes 0 if it exists.
         trunc: bool,
+        /// What the open wants of an existing file ([`ACCESS_R`] | [`ACCESS_W`]), checked
+        /// against its mode bits.
+        access: u32,
+    },
+    /// Look up `path` to open it (or for `access(2)`) wanting `access` ([`ACCESS_R`],
+    /// [`ACCESS_W`], [`ACCESS_X`]; 0: exists). Reply: `Attr`; EACCES when the connection's
+    /// user may not. A symbolic link answers its own attributes, unchecked (the client
+    /// follows it).
+    Open { path: &'a str, access: u32 },
+    /// Another server's directory changed (made, its mode or owner changed, or gone when
+    /// `gone`): every server keeps every directory's mode and owner to check search
+    /// permission on a path's ancestors locally. Servers only. `version`: the directory's
+    /// ctime at its server (an older update never overwrites a newer one).
+    DirSet {
+        path: &'a str,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        version: i64,
+        gone: bool,
+    },
+    /// The directories this server holds, in key order after `after` (empty: from the
+    /// start): what a starting server learns its table from. Servers only. Reply: `Dirs`.
+    DirList {
+        #[serde(with = "serde_bytes")]
+        after: &'a [u8],
     },
     /// Create a symbolic link at `path` to `target` (stored as the link's data); EEXIST if
     /// `path` exists. Reply: `Created`.
@@ -337,6 +439,7 @@ pub enum Request<'a> {
         offset: u32,
         len: u32,
         chunk_size: u32,
+        cap: Cap,
     },
     /// Write the request's bulk data into chunk `chunk` at `offset`. For chunk 0 (inline on
     /// the metadata server) `size_of` may name the file's path: the end of the write is then
@@ -347,9 +450,15 @@ pub enum Request<'a> {
         offset: u32,
         chunk_size: u32,
         size_of: Option<&'a str>,
+        cap: Cap,
     },
     /// Drop every byte at or past `size` of file `id` held by this server.
-    TruncateChunks { id: u64, size: u64, chunk_size: u32 },
+    TruncateChunks {
+        id: u64,
+        size: u64,
+        chunk_size: u32,
+        cap: Cap,
+    },
     /// Make every acknowledged write of file `id` on this server durable (WAL + chunk files).
     /// Sent on the fsync tag. With `size_of` (to the metadata server), `size` is first
     /// published as a lower bound of that path's size, as `SetSize` `Max` does: a writer's
@@ -358,6 +467,7 @@ pub enum Request<'a> {
         id: u64,
         size_of: Option<&'a str>,
         size: u64,
+        cap: Cap,
     },
     /// File-system totals of this server.
     Statfs,
@@ -390,8 +500,19 @@ pub enum Request<'a> {
         len: u32,
         chunk_size: u32,
         size_of: Option<&'a str>,
+        cap: Cap,
     },
 }
+
+/// Read permission (`R_OK`).
+pub const ACCESS_R: u32 = 4;
+/// Write permission (`W_OK`).
+pub const ACCESS_W: u32 = 2;
+/// Execute / search permission (`X_OK`).
+pub const ACCESS_X: u32 = 1;
+
+/// One directory of a `Dirs` reply: path, mode, uid, gid, version (ctime).
+pub type DirInfo<'a> = (&'a str, u32, u32, u32, i64);
 
 /// What `Find` keeps (all conditions must hold).
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -421,6 +542,8 @@ impl Request<'_> {
                 | Request::Bye
                 | Request::Find { .. }
                 | Request::Locate
+                | Request::Open { .. }
+                | Request::DirList { .. }
         )
     }
 
@@ -453,6 +576,9 @@ impl Request<'_> {
             Request::Find { .. } => "find",
             Request::WriteData { .. } => "write",
             Request::Locate => "locate",
+            Request::Open { .. } => "open",
+            Request::DirSet { .. } => "dir_set",
+            Request::DirList { .. } => "dir_list",
         }
     }
 }
@@ -491,7 +617,7 @@ pub struct StatFs {
 
 /// Version of the wire protocol: bumped whenever a request, reply, frame or tag changes
 /// meaning. A client refuses a server whose welcome names another version.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// What a server says to a client right after accepting its connection.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
@@ -511,6 +637,73 @@ pub struct Welcome {
     pub max_frame: u32,
     /// The server's default chunk size for new files.
     pub chunk_size: u32,
+    /// A fresh random challenge: the client's [`Hello`] proves who it is for this one
+    /// connection (docs/security.md).
+    pub nonce: [u8; 32],
+}
+
+/// What a connection claims to be.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// A client process: served as the user its proof names.
+    Client,
+    /// Another server of the cluster (proved with the peer key): may move entries between
+    /// servers (`Attach` of files, `Detach` of moved files).
+    Peer,
+}
+
+/// How a [`Hello`] proves its identity.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum Proof<'a> {
+    /// None: only an `--insecure` cluster accepts it (and believes `uid`/`gid`).
+    Insecure,
+    /// HMAC-SHA256 of the challenge under the client key (role `Client`) or the peer key
+    /// (role `Peer`).
+    Key(#[serde(with = "serde_bytes")] &'a [u8]),
+    /// A MUNGE credential whose payload is the challenge.
+    Munge(&'a str),
+}
+
+/// A client's answer to a [`Welcome`], on `tag::hello(conn)`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Hello<'a> {
+    /// The connection id from the welcome.
+    pub conn: u32,
+    /// What the peer claims to be.
+    pub role: Role,
+    /// The client's fresh nonce (part of the challenge both proofs cover).
+    #[serde(with = "serde_bytes")]
+    pub nonce: &'a [u8],
+    /// The proof.
+    #[serde(borrow)]
+    pub proof: Proof<'a>,
+    /// The user and group the process runs as: believed only on an insecure cluster;
+    /// elsewhere the proof decides.
+    pub uid: u32,
+    /// See `uid`.
+    pub gid: u32,
+}
+
+/// The server's answer to a [`Hello`], on `tag::admit(server)`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum Admission {
+    /// Served from now on.
+    Admitted {
+        /// The connection word of every request of this connection (`frame::CONN_WORD`).
+        secret: u64,
+        /// The user and group the connection is served as.
+        uid: u32,
+        /// See `uid`.
+        gid: u32,
+        /// Key modes: the server's proof that it holds the key too (empty otherwise).
+        #[serde(with = "serde_bytes")]
+        proof: Vec<u8>,
+    },
+    /// Refused; the connection is closed.
+    Refused {
+        /// Why, in words (also in the server's log).
+        reason: String,
+    },
 }
 
 /// Successful reply body.
@@ -526,7 +719,12 @@ pub enum Reply<'a> {
         attr: Attr,
         existed: bool,
         old_size: u64,
+        /// The capability of the open.
+        cap: Cap,
     },
+    /// Attributes and a capability for the file they describe (`Open`, and `Unlink` and an
+    /// exact `SetSize`, whose client then drops the file's bytes on other servers).
+    Granted { attr: Attr, cap: Cap },
     /// A directory slice; `next` is the hash to continue from, `None` at the end.
     Dirents {
         #[serde(borrow)]
@@ -553,6 +751,13 @@ pub enum Reply<'a> {
     },
     /// File-system totals.
     StatFs(StatFs),
+    /// Answer to `DirList`: directories and the key to go on after (`None`: done).
+    Dirs {
+        #[serde(borrow)]
+        entries: Vec<DirInfo<'a>>,
+        #[serde(borrow, with = "serde_bytes")]
+        next: Option<&'a [u8]>,
+    },
     /// Answer to `Locate`: the kernel the server runs on (`/proc/sys/kernel/random/boot_id`),
     /// the absolute path of its chunk-file directory, and the random number it wrote into
     /// `token` there at start (a client that reads the same number from that path sees the

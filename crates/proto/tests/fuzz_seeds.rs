@@ -27,6 +27,7 @@ fn requests() -> Vec<(&'static str, Request<'static>, &'static [u8])> {
         gid: 1,
         excl: true,
         trunc: false,
+        access: 0,
     };
     let symlink = Request::Symlink {
         path: "/l",
@@ -84,6 +85,7 @@ fn requests() -> Vec<(&'static str, Request<'static>, &'static [u8])> {
         offset: 0,
         len: 4096,
         chunk_size: 752128,
+        cap: Default::default(),
     };
     let write = Request::Write {
         id: 7,
@@ -91,16 +93,19 @@ fn requests() -> Vec<(&'static str, Request<'static>, &'static [u8])> {
         offset: 3,
         chunk_size: 752128,
         size_of: Some("/a/f"),
+        cap: Default::default(),
     };
     let truncate = Request::TruncateChunks {
         id: 7,
         size: 0,
         chunk_size: 4096,
+        cap: Default::default(),
     };
     let fsync = Request::Fsync {
         id: 7,
         size_of: Some("/a/f"),
         size: 3901,
+        cap: Default::default(),
     };
     let find = Request::Find {
         dir: "/",
@@ -115,6 +120,7 @@ fn requests() -> Vec<(&'static str, Request<'static>, &'static [u8])> {
         len: 65536,
         chunk_size: 752128,
         size_of: None,
+        cap: Default::default(),
     };
     vec![
         ("ping", Request::Ping, b""),
@@ -211,8 +217,52 @@ fn write_fuzz_seeds() {
         server: 2,
         max_frame: 1 << 20,
         chunk_size: 752128,
+        nonce: [0x5a; 32],
     };
     std::fs::write(dir.join("welcome"), flexbuffers::to_vec(w).unwrap()).unwrap();
+    let nonce = [0xa5u8; 32];
+    for (name, proof) in [
+        ("key", madfs_proto::Proof::Key(&[1u8; 32])),
+        ("munge", madfs_proto::Proof::Munge("MUNGE:AwQFAAB...:")),
+        ("insecure", madfs_proto::Proof::Insecure),
+    ] {
+        let h = madfs_proto::Hello {
+            conn: 7,
+            role: madfs_proto::Role::Client,
+            nonce: &nonce,
+            proof,
+            uid: 1000,
+            gid: 1000,
+        };
+        std::fs::write(
+            dir.join(format!("hello-{name}")),
+            flexbuffers::to_vec(&h).unwrap(),
+        )
+        .unwrap();
+    }
+    for (name, a) in [
+        (
+            "admitted",
+            madfs_proto::Admission::Admitted {
+                secret: 0x1234_5678_9abc_def0,
+                uid: 1000,
+                gid: 1000,
+                proof: vec![2; 32],
+            },
+        ),
+        (
+            "refused",
+            madfs_proto::Admission::Refused {
+                reason: "wrong cluster key".into(),
+            },
+        ),
+    ] {
+        std::fs::write(
+            dir.join(format!("admit-{name}")),
+            flexbuffers::to_vec(&a).unwrap(),
+        )
+        .unwrap();
+    }
 }
 
 /// Every input that ever crashed or hung a decoder (`crates/proto/fuzz/crashes`) is now

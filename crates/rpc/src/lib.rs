@@ -8,12 +8,14 @@
 //!   servers of a cluster, and the identity record it starts with.
 
 pub use madfs_identity::{cluster_file, ClusterId, ClusterIdentity};
+mod credentials;
 pub mod progress;
 mod settings;
 mod transport;
 
 pub use async_ucx::ucp::{Context, Endpoint, ErrorMode, Listener, Worker};
 pub use async_ucx::Error as UcxError;
+pub use credentials::Credentials;
 pub use settings::UcxSettings;
 pub use transport::{RawReply, Transport, DEFAULT_TIMEOUT};
 

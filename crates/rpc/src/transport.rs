@@ -7,6 +7,7 @@
 //! hang, and the connection is dropped so the next call reconnects.
 
 use crate::cluster_file;
+use crate::credentials::Credentials;
 use crate::progress::block_on;
 use crate::UcxSettings;
 use async_ucx::ucp::{Context, Endpoint, Worker};
@@ -34,6 +35,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15);
 struct Conn {
     ep: Rc<Endpoint>,
     welcome: Welcome,
+    /// The connection word of every request (`frame::CONN_WORD`).
+    secret: u64,
 }
 
 /// A decoded-on-demand reply frame.
@@ -53,6 +56,7 @@ impl RawReply {
 struct TcpConn {
     stream: RefCell<TcpStream>,
     welcome: Welcome,
+    secret: u64,
 }
 
 /// What the transport talks over.
@@ -84,7 +88,12 @@ pub struct Transport {
     cluster: Cell<Option<(u64, u32)>>,
     /// Name of the request encoded last (what a timeout names).
     last_op: Cell<&'static str>,
+    /// What this transport proves to each server.
+    creds: RefCell<Credentials>,
 }
+
+/// Kind byte of a TCP message carrying a [`madfs_proto::Hello`] (requests are 1, fsyncs 2).
+const TCP_HELLO: u8 = 3;
 
 /// Writes `[u32 LE length][kind][pieces…]` (requests) on a TCP stream.
 fn tcp_send(s: &mut TcpStream, kind: u8, pieces: &[&[u8]]) -> std::io::Result<()> {
@@ -210,7 +219,14 @@ impl Transport {
             enc: RefCell::new(Encoder::default()),
             cluster: Cell::new(None),
             last_op: Cell::new("connect"),
+            creds: RefCell::new(Credentials::Insecure),
         }
+    }
+
+    /// What to prove to each server when connecting (default: nothing, which only an
+    /// insecure cluster accepts).
+    pub fn set_credentials(&self, creds: Credentials) {
+        *self.creds.borrow_mut() = creds;
     }
 
     /// Serve only servers of cluster `id` with `servers` servers (the cluster file's identity
@@ -350,9 +366,15 @@ impl Transport {
         let welcome: Welcome =
             flexbuffers::from_slice(&buf[..n.min(buf.len())]).map_err(|_| Errno::EPROTO)?;
         self.check_welcome(server, &welcome)?;
+        let creds = self.creds.borrow().clone();
+        let pending = creds.hello(welcome.cluster, server, &welcome)?;
+        tcp_send(&mut s, TCP_HELLO, &[pending.bytes()]).map_err(|_| Errno::EIO)?;
+        let n = tcp_recv(&mut s, &mut buf).map_err(|_| Errno::EIO)?;
+        let secret = creds.admitted(server, &pending, &buf[..n.min(buf.len())])?;
         let c = Rc::new(TcpConn {
             stream: RefCell::new(s),
             welcome,
+            secret,
         });
         conns.borrow_mut()[idx] = Some(c.clone());
         Ok(c)
@@ -393,17 +415,44 @@ impl Transport {
             Ok::<_, Errno>(Conn {
                 ep: Rc::new(ep),
                 welcome,
+                secret: 0,
             })
         };
-        let conn = {
+        let timed_out = || {
+            tracing::warn!("madfs: connect to server {server} at {addr} timed out");
+            Errno::EIO
+        };
+        let mut conn = {
             let _one = lifecycle();
             block_on(worker_ref(&self.net), fut, self.settings.spin, deadline)
         }
-        .ok_or_else(|| {
-            tracing::warn!("madfs: connect to server {server} at {addr} timed out");
-            Errno::EIO
-        })??;
+        .ok_or_else(timed_out)??;
         self.check_welcome(server, &conn.welcome)?;
+        // prove who we are; the server answers with the connection's secret
+        let creds = self.creds.borrow().clone();
+        let pending = creds.hello(conn.welcome.cluster, server, &conn.welcome)?;
+        let (ep, w) = (conn.ep.clone(), conn.welcome);
+        let worker2 = worker_ref(&self.net);
+        let answer = async {
+            let mut buf = Vec::<u8>::with_capacity(4096);
+            let n = {
+                let mut recv = pin!(worker2.tag_recv(tag::admit(server), buf.spare_capacity_mut()));
+                if let Poll::Ready(r) = futures::poll!(recv.as_mut()) {
+                    r.map_err(ucx_errno)?;
+                    return Err(Errno::EPROTO);
+                }
+                ep.tag_send(tag::hello(w.conn), pending.bytes())
+                    .await
+                    .map_err(ucx_errno)?;
+                recv.await.map_err(ucx_errno)?
+            };
+            // SAFETY: UCX wrote `n` bytes into the spare capacity.
+            unsafe { buf.set_len(n) };
+            Ok::<_, Errno>(buf)
+        };
+        let answer = block_on(worker_ref(&self.net), answer, self.settings.spin, deadline)
+            .ok_or_else(timed_out)??;
+        conn.secret = creds.admitted(server, &pending, &answer)?;
         conns.borrow_mut()[idx] = Some(conn.clone());
         Ok(conn)
     }
@@ -514,12 +563,12 @@ impl Transport {
         (p, h.to_vec())
     }
 
-    fn endpoint(&self, server: u32) -> Result<(Rc<Endpoint>, u32), Errno> {
+    fn endpoint(&self, server: u32) -> Result<(Rc<Endpoint>, u32, u64), Errno> {
         let Net::Ucx { conns, .. } = &self.net else {
             return Err(Errno::EINVAL);
         };
         match conns.borrow().get(server as usize) {
-            Some(Some(c)) => Ok((c.ep.clone(), c.welcome.conn)),
+            Some(Some(c)) => Ok((c.ep.clone(), c.welcome.conn, c.secret)),
             _ => Err(Errno::ENOTCONN),
         }
     }
@@ -542,7 +591,13 @@ impl Transport {
         };
         let mut s = c.stream.borrow_mut();
         let k = if kind == tag::FSYNC { 2 } else { 1 };
-        tcp_send(&mut s, k, pieces).map_err(|_| Errno::EIO)?;
+        let word = c.secret.to_le_bytes();
+        let mut all = [&[][..]; 5];
+        all[0] = &word;
+        for (slot, p) in all[1..].iter_mut().zip(pieces) {
+            *slot = p;
+        }
+        tcp_send(&mut s, k, &all[..1 + pieces.len().min(4)]).map_err(|_| Errno::EIO)?;
         let n = tcp_recv(&mut s, out).map_err(|_| Errno::EIO)?;
         if n > out.len() {
             return Err(Errno::EMSGSIZE);
@@ -575,12 +630,27 @@ impl Transport {
         Ok(RawReply { buf })
     }
 
+    /// Sends `pieces` as one message with exactly tag `tag`, expecting no answer: what a
+    /// hostile peer does when it puts another connection's id in its tags (tests of what
+    /// servers do with it). UCX only.
+    pub fn send_tagged(&self, server: u32, tag: u64, pieces: &[&[u8]]) -> Result<(), Errno> {
+        self.ensure(server)?;
+        let (ep, _, _) = self.endpoint(server)?;
+        let iov: Vec<IoSlice<'_>> = pieces.iter().map(|p| IoSlice::new(p)).collect();
+        self.wait(&[server], async move {
+            ep.tag_send_vectored(tag, &iov)
+                .await
+                .map(drop)
+                .map_err(ucx_errno)
+        })
+    }
+
     /// Sends one message of tag kind `kind` (with this connection's id and a fresh sequence
     /// number) and expects no answer: what a peer that is not a madfs client might send, for
     /// tests of what servers do with it. UCX only.
     pub fn send_only(&self, server: u32, kind: u64, bytes: &[u8]) -> Result<(), Errno> {
         self.ensure(server)?;
-        let (ep, conn) = self.endpoint(server)?;
+        let (ep, conn, _) = self.endpoint(server)?;
         let seq = self.next_seq();
         self.wait(&[server], async move {
             ep.tag_send(tag::request(kind, conn, seq), bytes)
@@ -605,17 +675,28 @@ impl Transport {
             let out = unsafe { &mut *(out as *mut [std::mem::MaybeUninit<u8>] as *mut [u8]) };
             return self.tcp_exchange(server, kind, pieces, out);
         }
-        let (ep, conn) = self.endpoint(server)?;
+        let (ep, conn, secret) = self.endpoint(server)?;
         let seq = self.next_seq();
         let mut recv = pin!(worker_ref(&self.net).tag_recv(tag::reply(seq), out));
         if let Poll::Ready(r) = futures::poll!(recv.as_mut()) {
             r.map_err(ucx_errno)?;
             return Err(Errno::EPROTO);
         }
-        // at most prefix, header and bulk: no allocation for the scatter list
-        let mut iov = [IoSlice::new(&[]); 4];
-        let mut k = 0;
-        for p in pieces.iter().filter(|p| !p.is_empty()).take(iov.len()) {
+        // connection word, prefix, header and bulk: no allocation for the scatter list; a
+        // frame's prefix shares one piece with the word (a piece more costs UCX a copy step)
+        let word = secret.to_le_bytes();
+        let framed = pieces.first().filter(|p| p.len() == PREFIX);
+        let head = framed.map_or([0u8; 16], |prefix| head16(&word, prefix));
+        let mut iov = [IoSlice::new(&[]); 5];
+        let mut rest = pieces;
+        if framed.is_some() {
+            iov[0] = IoSlice::new(&head);
+            rest = &pieces[1..];
+        } else {
+            iov[0] = IoSlice::new(&word);
+        }
+        let mut k = 1;
+        for p in rest.iter().filter(|p| !p.is_empty()).take(iov.len() - 1) {
             iov[k] = IoSlice::new(p);
             k += 1;
         }
@@ -636,8 +717,9 @@ impl Transport {
         reply_cap: usize,
     ) -> Result<RawReply, Errno> {
         let (prefix, hdr) = self.encode(req);
-        let (ep, conn) = self.endpoint(server)?;
+        let (ep, conn, secret) = self.endpoint(server)?;
         let seq = self.next_seq();
+        let word = secret.to_le_bytes();
         let mut buf = Vec::<u8>::with_capacity(PREFIX + reply_cap);
         let n = {
             let mut recv =
@@ -646,11 +728,12 @@ impl Transport {
                 r.map_err(ucx_errno)?;
                 return Err(Errno::EPROTO);
             }
-            let head = [IoSlice::new(&prefix), IoSlice::new(&hdr)];
+            let h16 = head16(&word, &prefix);
+            let head = [IoSlice::new(&h16), IoSlice::new(&hdr)];
             ep.tag_send_vectored(tag::request(tag::REQUEST, conn, seq), &head)
                 .await
                 .map_err(ucx_errno)?;
-            ep.tag_send(tag::request(tag::REQUEST_DATA, conn, seq), data)
+            ep.tag_send(tag::request_data(conn, seq, secret), data)
                 .await
                 .map_err(ucx_errno)?;
             recv.await.map_err(ucx_errno)?
@@ -682,11 +765,14 @@ impl Transport {
             buf[..n - PREFIX].copy_from_slice(&frame[PREFIX..n]);
             return Ok(n - PREFIX);
         }
-        let (ep, conn) = self.endpoint(server)?;
+        let (ep, conn, secret) = self.endpoint(server)?;
         let seq = self.next_seq();
+        let word = secret.to_le_bytes();
         if let Request::Read { len, .. } = req {
             if *len >= frame::RAW_READ_MIN {
-                return self.read_raw(&ep, conn, seq, (&prefix, &hdr), buf).await;
+                return self
+                    .read_raw(&ep, conn, seq, (&word, &prefix, &hdr), buf)
+                    .await;
             }
         }
         let mut rprefix = [0u8; PREFIX];
@@ -697,7 +783,8 @@ impl Transport {
                 r.map_err(ucx_errno)?;
                 return Err(Errno::EPROTO);
             }
-            let send = [IoSlice::new(&prefix), IoSlice::new(&hdr)];
+            let h16 = head16(&word, &prefix);
+            let send = [IoSlice::new(&h16), IoSlice::new(&hdr)];
             ep.tag_send_vectored(tag::request(tag::REQUEST, conn, seq), &send)
                 .await
                 .map_err(ucx_errno)?;
@@ -720,7 +807,7 @@ impl Transport {
         ep: &Endpoint,
         conn: u32,
         seq: u32,
-        (prefix, hdr): (&[u8], &[u8]),
+        (word, prefix, hdr): (&[u8], &[u8], &[u8]),
         buf: &mut [u8],
     ) -> Result<usize, Errno> {
         // SAFETY: u8 and MaybeUninit<u8> have the same layout; UCX only writes into it.
@@ -733,7 +820,8 @@ impl Transport {
             r.map_err(ucx_errno)?;
             return Err(Errno::EPROTO);
         }
-        let send = [IoSlice::new(prefix), IoSlice::new(hdr)];
+        let h16 = head16(word, prefix);
+        let send = [IoSlice::new(&h16), IoSlice::new(hdr)];
         ep.tag_send_vectored(tag::request(tag::REQUEST, conn, seq), &send)
             .await
             .map_err(ucx_errno)?;
@@ -777,7 +865,8 @@ impl Drop for Transport {
         let seqs: Vec<u32> = live.iter().map(|_| self.next_seq()).collect();
         let fut = async {
             for (c, seq) in live.iter().zip(&seqs) {
-                let iov = [IoSlice::new(&prefix), IoSlice::new(&hdr)];
+                let h16 = head16(&c.secret.to_le_bytes(), &prefix);
+                let iov = [IoSlice::new(&h16), IoSlice::new(&hdr)];
                 let _ =
                     c.ep.tag_send_vectored(tag::request(tag::REQUEST, c.welcome.conn, *seq), &iov)
                         .await;
@@ -797,6 +886,14 @@ impl Drop for Transport {
             conns: RefCell::new(Vec::new()),
         };
     }
+}
+
+/// The connection word and a frame's prefix as one piece of a vectored send.
+fn head16(word: &[u8], prefix: &[u8]) -> [u8; 16] {
+    let mut h = [0u8; 16];
+    h[..8].copy_from_slice(&word[..8]);
+    h[8..].copy_from_slice(&prefix[..8]);
+    h
 }
 
 /// The open connection in slot `idx`, `None` if not connected yet, EINVAL past the cluster.

@@ -1,5 +1,5 @@
 //! Every decoder a server or client runs on bytes from the network: request frames, reply
-//! frames and the welcome. None may panic (libFuzzer turns a panic into a crash, before the
+//! frames, the welcome, a hello and an admission. None may panic (libFuzzer turns a panic into a crash, before the
 //! `catch_unwind` of `decode_request` could contain it), whatever the input.
 #![no_main]
 
@@ -10,4 +10,6 @@ fuzz_target!(|data: &[u8]| {
     let _ = decode_request(data);
     let _ = decode_reply(data);
     let _ = flexbuffers::from_slice::<madfs_proto::Welcome>(data);
+    let _ = flexbuffers::from_slice::<madfs_proto::Hello>(data);
+    let _ = flexbuffers::from_slice::<madfs_proto::Admission>(data);
 });

@@ -1,0 +1,384 @@
+//! Authentication of madfs peers (docs/security.md).
+//!
+//! - [`Key`]: 32 random bytes in a 0600 file. A cluster has two: the *client key*
+//!   (`<cluster file>.key`, key mode: whoever holds it acts as the key owner) and the *peer
+//!   key* (`<cluster file>.peer-key`, every mode: servers prove to each other, and to the
+//!   control port, that they are servers). Proofs are HMAC-SHA256 (the `hmac` and `sha2`
+//!   crates) over a [`Challenge`]: both nonces, the cluster, the server, the connection and
+//!   the role, so a proof is good for one connection only.
+//! - [`munge`]: MUNGE credentials through the system's libmunge, loaded at run time.
+//! - [`groups_of`]: supplementary groups from the server's own group database (NSS).
+
+pub mod munge;
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// Bytes of a key, a nonce and a proof.
+pub const LEN: usize = 32;
+
+/// What a proof is for: the same key never proves one thing for another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Purpose {
+    /// A client process (key mode).
+    Client = 1,
+    /// A server connecting to another server.
+    Peer = 2,
+    /// The server's answer: it holds the key too (mutual authentication).
+    Server = 3,
+    /// A login on a control port.
+    Control = 4,
+}
+
+/// What a proof binds: a proof made for one connection is worthless for any other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Challenge {
+    /// The cluster's id.
+    pub cluster: u64,
+    /// The server's index.
+    pub server: u32,
+    /// The connection id the server gave.
+    pub conn: u32,
+    /// The server's fresh nonce (sent in its welcome).
+    pub server_nonce: [u8; LEN],
+    /// The client's fresh nonce (sent with its proof).
+    pub client_nonce: [u8; LEN],
+}
+
+impl Challenge {
+    fn bytes(&self, p: Purpose) -> Vec<u8> {
+        let mut m = Vec::with_capacity(16 + 1 + 8 + 4 + 4 + 2 * LEN);
+        m.extend_from_slice(b"madfs-auth-v1\0\0\0");
+        m.push(p as u8);
+        m.extend_from_slice(&self.cluster.to_le_bytes());
+        m.extend_from_slice(&self.server.to_le_bytes());
+        m.extend_from_slice(&self.conn.to_le_bytes());
+        m.extend_from_slice(&self.server_nonce);
+        m.extend_from_slice(&self.client_nonce);
+        m
+    }
+
+    /// The payload a MUNGE credential for this challenge carries (the client nonce is not
+    /// part of it: MUNGE itself refuses a replayed credential).
+    pub fn munge_payload(&self) -> Vec<u8> {
+        let mut c = *self;
+        c.client_nonce = [0; LEN];
+        c.bytes(Purpose::Client)
+    }
+}
+
+/// A secret key (with its HMAC state keyed once: a MAC then costs the message's blocks only).
+#[derive(Clone)]
+pub struct Key([u8; LEN], Hmac<Sha256>);
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Key(…)")
+    }
+}
+
+impl Key {
+    /// A fresh random key.
+    pub fn generate() -> io::Result<Key> {
+        Ok(Key::from_bytes(random()?))
+    }
+
+    /// A key from its bytes.
+    pub fn from_bytes(b: [u8; LEN]) -> Key {
+        // HMAC takes keys of any length
+        let mac = <Hmac<Sha256> as Mac>::new_from_slice(&b).expect("HMAC key");
+        Key(b, mac)
+    }
+
+    /// Reads a key file (64 hex digits). A file that others may read or write is refused:
+    /// the key would not be a secret.
+    pub fn load(path: &Path) -> io::Result<Key> {
+        let mut f = std::fs::File::open(path)?;
+        let meta = f.metadata()?;
+        if meta.mode() & 0o077 != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "key file {} has mode {:o}: it must be readable by its owner only (chmod 600)",
+                    path.display(),
+                    meta.mode() & 0o777
+                ),
+            ));
+        }
+        let mut text = String::new();
+        f.read_to_string(&mut text)?;
+        parse_hex(text.trim()).map(Key::from_bytes).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("key file {}: expected 64 hex digits", path.display()),
+            )
+        })
+    }
+
+    /// Writes a new key file (0600; an existing file is an error, `AlreadyExists`) and gives
+    /// it to `owner` (uid, gid) when set. The file appears whole: it is written under a
+    /// temporary name and linked into place, so a server starting beside this one never reads
+    /// half a key. Returns the key.
+    pub fn create(path: &Path, owner: Option<(u32, u32)>) -> io::Result<Key> {
+        let key = Key::generate()?;
+        let tmp = with_suffix(path, &format!(".tmp{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        let written = (|| {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&tmp)?;
+            let hex: String = key.0.iter().map(|b| format!("{b:02x}")).collect();
+            writeln!(f, "{hex}")?;
+            f.sync_all()?;
+            if let Some((uid, gid)) = owner {
+                std::os::unix::fs::fchown(&f, Some(uid), Some(gid))?;
+            }
+            std::fs::hard_link(&tmp, path)
+        })();
+        let _ = std::fs::remove_file(&tmp);
+        written.map(|_| key)
+    }
+
+    /// The key at `path`, made there first if there is none (`owner` as in [`Key::create`]).
+    pub fn load_or_create(path: &Path, owner: Option<(u32, u32)>) -> io::Result<Key> {
+        match Key::create(path, owner) {
+            Ok(k) => Ok(k),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Key::load(path),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn mac(&self) -> Hmac<Sha256> {
+        self.1.clone()
+    }
+
+    /// The proof of `purpose` for challenge `c`.
+    pub fn prove(&self, purpose: Purpose, c: &Challenge) -> [u8; LEN] {
+        let mut m = self.mac();
+        m.update(&c.bytes(purpose));
+        m.finalize().into_bytes().into()
+    }
+
+    /// Is `proof` this key's proof of `purpose` for `c`? (Constant-time comparison.)
+    pub fn verify(&self, purpose: Purpose, c: &Challenge, proof: &[u8]) -> bool {
+        let mut m = self.mac();
+        m.update(&c.bytes(purpose));
+        m.verify_slice(proof).is_ok()
+    }
+
+    /// A MAC of `data` under this key (capabilities and other tokens servers check).
+    pub fn sign(&self, data: &[u8]) -> [u8; LEN] {
+        let mut m = self.mac();
+        m.update(data);
+        m.finalize().into_bytes().into()
+    }
+
+    /// Is `mac` the first `mac.len()` (at least 16) bytes of [`Key::sign`] of `data`?
+    /// (Constant-time comparison.)
+    pub fn verify_signed(&self, data: &[u8], mac: &[u8]) -> bool {
+        if mac.len() < 16 {
+            return false;
+        }
+        let mut m = self.mac();
+        m.update(data);
+        m.verify_truncated_left(mac).is_ok()
+    }
+}
+
+fn parse_hex(s: &str) -> Option<[u8; LEN]> {
+    if s.len() != 2 * LEN {
+        return None;
+    }
+    let mut out = [0u8; LEN];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// The client key of the cluster whose cluster file is `cluster_file`.
+pub fn key_path(cluster_file: &Path) -> PathBuf {
+    with_suffix(cluster_file, ".key")
+}
+
+/// The peer key of the cluster whose cluster file is `cluster_file`.
+pub fn peer_key_path(cluster_file: &Path) -> PathBuf {
+    with_suffix(cluster_file, ".peer-key")
+}
+
+fn with_suffix(p: &Path, s: &str) -> PathBuf {
+    let mut o = p.as_os_str().to_os_string();
+    o.push(s);
+    PathBuf::from(o)
+}
+
+/// `N` random bytes from getrandom(2).
+pub fn random<const N: usize>() -> io::Result<[u8; N]> {
+    let mut b = [0u8; N];
+    let mut got = 0;
+    while got < N {
+        // SAFETY: writes at most `N - got` bytes into `b[got..]`.
+        let n = unsafe { libc::getrandom(b[got..].as_mut_ptr().cast(), N - got, 0) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        got += n as usize;
+    }
+    Ok(b)
+}
+
+/// A random non-zero 64-bit number (connection secrets).
+pub fn random_u64() -> io::Result<u64> {
+    loop {
+        let v = u64::from_le_bytes(random()?);
+        if v != 0 {
+            return Ok(v);
+        }
+    }
+}
+
+/// The primary group of `uid` in this host's user database, if it has an entry.
+pub fn primary_gid(uid: u32) -> Option<u32> {
+    passwd(uid).map(|(_, gid)| gid)
+}
+
+fn passwd(uid: u32) -> Option<(std::ffi::CString, u32)> {
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: zeroed passwd is a valid out-parameter for getpwuid_r.
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut res: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call; `buf` outlives the use of `pw`'s strings.
+    let rc =
+        unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr().cast(), buf.len(), &mut res) };
+    if rc != 0 || res.is_null() {
+        return None;
+    }
+    // SAFETY: getpwuid_r succeeded: pw_name is a NUL-terminated string inside `buf`.
+    let name = unsafe { std::ffi::CStr::from_ptr(pw.pw_name) }.to_owned();
+    Some((name, pw.pw_gid))
+}
+
+/// The groups of `uid` (primary group `gid` first) in this host's group database
+/// (getgrouplist(3), through NSS): what a server believes, never what a client says. A uid
+/// without a passwd entry has only `gid`.
+pub fn groups_of(uid: u32, gid: u32) -> Vec<u32> {
+    let Some((name, _)) = passwd(uid) else {
+        return vec![gid];
+    };
+    let mut n: libc::c_int = 64;
+    loop {
+        let mut groups = vec![0 as libc::gid_t; n as usize];
+        let want = n;
+        // SAFETY: `groups` holds `n` entries; getgrouplist writes at most that many and
+        // stores the number it has in `n`.
+        let rc = unsafe { libc::getgrouplist(name.as_ptr(), gid, groups.as_mut_ptr(), &mut n) };
+        if rc >= 0 {
+            groups.truncate(n as usize);
+            if let Some(p) = groups.iter().position(|g| *g == gid) {
+                groups.remove(p);
+            }
+            groups.insert(0, gid);
+            return groups;
+        }
+        if n <= want {
+            n = want * 2;
+        }
+        if n > 65536 {
+            return vec![gid];
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn challenge() -> Challenge {
+        Challenge {
+            cluster: 7,
+            server: 1,
+            conn: 3,
+            server_nonce: [1; LEN],
+            client_nonce: [2; LEN],
+        }
+    }
+
+    #[test]
+    fn proofs_bind_purpose_and_challenge() {
+        let k = Key::generate().unwrap();
+        let c = challenge();
+        let p = k.prove(Purpose::Client, &c);
+        assert!(k.verify(Purpose::Client, &c, &p));
+        assert!(!k.verify(Purpose::Peer, &c, &p));
+        assert!(!k.verify(Purpose::Server, &c, &p));
+        for other in [
+            Challenge { conn: 4, ..c },
+            Challenge { server: 2, ..c },
+            Challenge { cluster: 8, ..c },
+            Challenge {
+                server_nonce: [9; LEN],
+                ..c
+            },
+            Challenge {
+                client_nonce: [9; LEN],
+                ..c
+            },
+        ] {
+            assert!(!k.verify(Purpose::Client, &other, &p));
+        }
+        assert!(!Key::generate().unwrap().verify(Purpose::Client, &c, &p));
+        assert!(!k.verify(Purpose::Client, &c, &p[..31]));
+    }
+
+    #[test]
+    fn key_files_are_private() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("c.key");
+        let k = Key::create(&p, None).unwrap();
+        assert_eq!(std::fs::metadata(&p).unwrap().mode() & 0o777, 0o600);
+        let c = challenge();
+        assert!(Key::load(&p)
+            .unwrap()
+            .verify(Purpose::Client, &c, &k.prove(Purpose::Client, &c)));
+        assert_eq!(
+            Key::create(&p, None).unwrap_err().kind(),
+            io::ErrorKind::AlreadyExists
+        );
+        let again = Key::load_or_create(&p, None).unwrap();
+        assert_eq!(again.0, k.0);
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o640)).unwrap();
+        let e = Key::load(&p).unwrap_err();
+        assert!(e.to_string().contains("chmod 600"), "{e}");
+        std::fs::write(d.path().join("bad"), "zz").unwrap();
+        std::fs::set_permissions(
+            d.path().join("bad"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .unwrap();
+        assert!(Key::load(&d.path().join("bad")).is_err());
+        assert_eq!(
+            key_path(Path::new("/a/cluster")),
+            PathBuf::from("/a/cluster.key")
+        );
+        assert_eq!(
+            peer_key_path(Path::new("/a/cluster")),
+            PathBuf::from("/a/cluster.peer-key")
+        );
+    }
+
+    #[test]
+    fn root_has_group_zero() {
+        assert_eq!(groups_of(0, 0)[0], 0);
+        assert_eq!(groups_of(4_000_000_000, 77), vec![77]);
+    }
+}

@@ -1,0 +1,133 @@
+//! What a transport proves to each server when it connects (docs/security.md): the
+//! [`Hello`] answering a server's [`Welcome`], and the check of the server's
+//! [`Admission`].
+
+use madfs_auth::{munge, Challenge, Key, Purpose};
+use madfs_identity::{AuthMode, ClusterIdentity};
+use madfs_proto::{Admission, Errno, Hello, Proof, Role, Welcome};
+use std::path::Path;
+
+/// How a transport authenticates.
+#[derive(Debug, Clone)]
+pub enum Credentials {
+    /// Nothing (a cluster made `--insecure`): the process's uid/gid are stated, believed.
+    Insecure,
+    /// Key mode: proves the cluster key (served as the key's owner).
+    Key(Key),
+    /// A server of the cluster: proves the peer key.
+    Peer(Key),
+    /// MUNGE: a credential of this process per connection.
+    Munge,
+}
+
+/// What a hello needs kept until the admission arrives.
+#[derive(Debug)]
+pub struct Pending {
+    challenge: Challenge,
+    bytes: Vec<u8>,
+}
+
+impl Pending {
+    /// The encoded hello.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl Credentials {
+    /// A client's credentials for the cluster of `identity`, whose cluster file is
+    /// `cluster_file` (key mode reads the key beside it: only its owner can).
+    pub fn client(identity: &ClusterIdentity, cluster_file: &Path) -> std::io::Result<Self> {
+        match identity.auth {
+            AuthMode::Insecure => Ok(Credentials::Insecure),
+            AuthMode::Munge => Ok(Credentials::Munge),
+            AuthMode::Key => {
+                let path = madfs_auth::key_path(cluster_file);
+                Key::load(&path).map(Credentials::Key).map_err(|e| {
+                    std::io::Error::new(
+                        e.kind(),
+                        format!(
+                            "cluster key {}: {e} (a key-mode cluster serves only its key's owner)",
+                            path.display()
+                        ),
+                    )
+                })
+            }
+        }
+    }
+
+    /// A server's credentials towards its peers.
+    pub fn peer(cluster_file: &Path) -> std::io::Result<Self> {
+        Key::load(&madfs_auth::peer_key_path(cluster_file)).map(Credentials::Peer)
+    }
+
+    /// The hello answering `w` (from server `server`).
+    pub fn hello(&self, cluster: u64, server: u32, w: &Welcome) -> Result<Pending, Errno> {
+        let challenge = Challenge {
+            cluster,
+            server,
+            conn: w.conn,
+            server_nonce: w.nonce,
+            client_nonce: madfs_auth::random().map_err(|_| Errno::EIO)?,
+        };
+        let (mac, cred);
+        let (role, proof) = match self {
+            Credentials::Insecure => (Role::Client, Proof::Insecure),
+            Credentials::Key(k) => {
+                mac = k.prove(Purpose::Client, &challenge);
+                (Role::Client, Proof::Key(&mac))
+            }
+            Credentials::Peer(k) => {
+                mac = k.prove(Purpose::Peer, &challenge);
+                (Role::Peer, Proof::Key(&mac))
+            }
+            Credentials::Munge => {
+                cred = munge::encode(&challenge.munge_payload()).map_err(|e| {
+                    tracing::error!("madfs: {e}");
+                    Errno::EACCES
+                })?;
+                (Role::Client, Proof::Munge(&cred))
+            }
+        };
+        // SAFETY: plain getters.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let hello = Hello {
+            conn: w.conn,
+            role,
+            nonce: &challenge.client_nonce,
+            proof,
+            uid,
+            gid,
+        };
+        let bytes = flexbuffers::to_vec(&hello).map_err(|_| Errno::EIO)?;
+        Ok(Pending { challenge, bytes })
+    }
+
+    /// Checks server `server`'s answer to `pending`: the connection's secret, or the errno
+    /// of a refusal (logged with the server's reason). In key modes the server must prove it
+    /// holds the key too.
+    pub fn admitted(&self, server: u32, pending: &Pending, answer: &[u8]) -> Result<u64, Errno> {
+        let a: Admission = flexbuffers::from_slice(answer).map_err(|_| Errno::EPROTO)?;
+        match a {
+            Admission::Refused { reason } => {
+                tracing::error!("madfs: server {server} refused this client: {reason}");
+                Err(Errno::EACCES)
+            }
+            Admission::Admitted { secret, proof, .. } => {
+                let key = match self {
+                    Credentials::Key(k) | Credentials::Peer(k) => Some(k),
+                    _ => None,
+                };
+                if let Some(k) = key {
+                    if !k.verify(Purpose::Server, &pending.challenge, &proof) {
+                        tracing::error!(
+                            "madfs: server {server} does not hold the cluster key: refusing it"
+                        );
+                        return Err(Errno::EACCES);
+                    }
+                }
+                Ok(secret)
+            }
+        }
+    }
+}

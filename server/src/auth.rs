@@ -1,0 +1,455 @@
+//! Who a connection is (docs/security.md): every connection proves it in its [`Hello`]
+//! before its first request, and is served as the identity proved here, whatever its
+//! requests say. The keys live beside the cluster file (`madfs_auth::key_path`,
+//! `madfs_auth::peer_key_path`); the first server of a new cluster makes them.
+
+use crate::ops::Answer;
+use madfs_auth::{munge, Challenge, Key, Purpose};
+use madfs_identity::{AuthMode, ClusterIdentity, Owner};
+use madfs_proto::{Errno, FsResult, Hello, Proof, Request, Role};
+use std::path::{Path, PathBuf};
+
+/// The identity a connection is served as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Who {
+    /// User id.
+    pub uid: u32,
+    /// Primary group id.
+    pub gid: u32,
+    /// Every group (primary first), from this server's group database.
+    pub groups: Vec<u32>,
+    /// A client, or another server of the cluster.
+    pub role: Role,
+}
+
+impl Who {
+    /// This server itself (its own user, role `Peer`): work a server does on its own behalf.
+    pub fn server() -> Who {
+        // SAFETY: plain getters.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        Who {
+            uid,
+            gid,
+            groups: vec![gid],
+            role: Role::Peer,
+        }
+    }
+}
+
+/// Checks hellos and control logins.
+#[derive(Debug)]
+pub struct Gate {
+    mode: AuthMode,
+    owner: Option<Owner>,
+    cluster: u64,
+    server: u32,
+    client_key: Option<Key>,
+    peer_key: Key,
+}
+
+/// Where a cluster's keys live: beside its cluster file, or in the data directory of a
+/// server started without one.
+pub fn key_base(cluster_file: Option<&Path>, data_dir: &Path) -> PathBuf {
+    cluster_file
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| data_dir.join("cluster"))
+}
+
+impl Gate {
+    /// The gate of server `server` of cluster `ident`, with the keys beside `base` (made
+    /// there if they are not yet: the first server of a new cluster).
+    pub fn open(ident: &ClusterIdentity, server: u32, base: &Path) -> anyhow::Result<Gate> {
+        let peer_path = madfs_auth::peer_key_path(base);
+        let peer_key = Key::load_or_create(&peer_path, None)
+            .map_err(|e| anyhow::anyhow!("peer key {}: {e}", peer_path.display()))?;
+        let client_key = match ident.auth {
+            AuthMode::Key => {
+                let path = madfs_auth::key_path(base);
+                let owner = ident.owner.map(|o| (o.uid, o.gid));
+                Some(
+                    Key::load_or_create(&path, owner)
+                        .map_err(|e| anyhow::anyhow!("cluster key {}: {e}", path.display()))?,
+                )
+            }
+            _ => None,
+        };
+        if ident.auth == AuthMode::Munge && !munge::available() {
+            anyhow::bail!(
+                "the cluster uses MUNGE authentication but libmunge.so.2 is not installed"
+            );
+        }
+        Ok(Gate {
+            mode: ident.auth,
+            owner: ident.owner,
+            cluster: ident.id.0,
+            server,
+            client_key,
+            peer_key,
+        })
+    }
+
+    /// The cluster's authentication mode.
+    pub fn mode(&self) -> AuthMode {
+        self.mode
+    }
+
+    /// The peer key (servers' shared secret: also what capabilities are signed with).
+    pub fn peer_key(&self) -> &Key {
+        &self.peer_key
+    }
+
+    fn challenge(
+        &self,
+        conn: u32,
+        server_nonce: &[u8; 32],
+        client_nonce: &[u8],
+    ) -> Option<Challenge> {
+        Some(Challenge {
+            cluster: self.cluster,
+            server: self.server,
+            conn,
+            server_nonce: *server_nonce,
+            client_nonce: client_nonce.try_into().ok()?,
+        })
+    }
+
+    /// Checks `hello` on connection `conn`, which was sent `nonce`: the identity to serve it
+    /// as and the server's own proof (key modes), or why it is refused.
+    pub fn admit(
+        &self,
+        hello: &Hello<'_>,
+        conn: u32,
+        nonce: &[u8; 32],
+    ) -> Result<(Who, Vec<u8>), String> {
+        if hello.conn != conn {
+            return Err(format!("hello names connection {}, not {conn}", hello.conn));
+        }
+        let c = self
+            .challenge(conn, nonce, hello.nonce)
+            .ok_or("malformed hello (nonce)")?;
+        match (hello.role, &hello.proof, self.mode) {
+            (_, Proof::Insecure, AuthMode::Insecure) => Ok((
+                Who {
+                    uid: hello.uid,
+                    gid: hello.gid,
+                    groups: madfs_auth::groups_of(hello.uid, hello.gid),
+                    role: hello.role,
+                },
+                Vec::new(),
+            )),
+            (Role::Peer, Proof::Key(p), _) => {
+                if !self.peer_key.verify(Purpose::Peer, &c, p) {
+                    return Err("wrong peer key".into());
+                }
+                let mut who = Who::server();
+                who.role = Role::Peer;
+                Ok((who, self.peer_key.prove(Purpose::Server, &c).to_vec()))
+            }
+            (Role::Client, Proof::Key(p), AuthMode::Key) => {
+                let key = self.client_key.as_ref().ok_or("no cluster key")?;
+                if !key.verify(Purpose::Client, &c, p) {
+                    return Err("wrong cluster key".into());
+                }
+                let o = self.owner.unwrap_or_default();
+                Ok((
+                    Who {
+                        uid: o.uid,
+                        gid: o.gid,
+                        groups: madfs_auth::groups_of(o.uid, o.gid),
+                        role: Role::Client,
+                    },
+                    key.prove(Purpose::Server, &c).to_vec(),
+                ))
+            }
+            (Role::Client, Proof::Munge(cred), AuthMode::Munge) => {
+                let d = munge::decode(cred).map_err(|e| e.to_string())?;
+                if d.payload != c.munge_payload() {
+                    return Err("MUNGE credential made for another connection".into());
+                }
+                Ok((
+                    Who {
+                        uid: d.uid,
+                        gid: d.gid,
+                        groups: madfs_auth::groups_of(d.uid, d.gid),
+                        role: Role::Client,
+                    },
+                    Vec::new(),
+                ))
+            }
+            (_, proof, mode) => Err(format!(
+                "the cluster authenticates with {mode}, the client offered {}",
+                match proof {
+                    Proof::Insecure => "nothing",
+                    Proof::Key(_) => "a key proof",
+                    Proof::Munge(_) => "a MUNGE credential",
+                }
+            )),
+        }
+    }
+}
+
+impl Gate {
+    /// Checks a control-port login against the connection's challenge `h`: the peer key, the
+    /// cluster key (key mode), a MUNGE credential of root or of this server's user (MUNGE
+    /// mode), anything on an insecure cluster.
+    pub fn control_login(
+        &self,
+        h: &madfs_control::Hello,
+        proof: &madfs_control::Proof,
+    ) -> Result<(), String> {
+        use madfs_control::Proof as P;
+        match (proof, self.mode) {
+            (_, AuthMode::Insecure) => Ok(()),
+            (P::Key { peer, nonce, mac }, mode) => {
+                let c = madfs_control::challenge_of(h, *nonce);
+                let key = match (peer, mode) {
+                    (true, _) => Some(&self.peer_key),
+                    (false, AuthMode::Key) => self.client_key.as_ref(),
+                    _ => None,
+                };
+                match key {
+                    Some(k) if k.verify(Purpose::Control, &c, mac) => Ok(()),
+                    _ => Err("wrong key".into()),
+                }
+            }
+            (P::Munge(cred), AuthMode::Munge) => {
+                let c = madfs_control::challenge_of(h, [0; 32]);
+                let d = munge::decode(cred).map_err(|e| e.to_string())?;
+                if d.payload != c.munge_payload() {
+                    return Err("MUNGE credential made for another connection".into());
+                }
+                // SAFETY: plain getter.
+                let me = unsafe { libc::geteuid() };
+                if d.uid == 0 || d.uid == me {
+                    Ok(())
+                } else {
+                    Err(format!("uid {} may not control this server", d.uid))
+                }
+            }
+            _ => Err(format!("the cluster authenticates with {}", self.mode)),
+        }
+    }
+
+    /// The challenge fields of this server (cluster id, server index).
+    pub fn cluster_and_server(&self) -> (u64, u32) {
+        (self.cluster, self.server)
+    }
+}
+
+impl crate::ops::Ops {
+    /// Executes `req` for `who`: what the request says about its sender is replaced by what
+    /// the connection proved (new entries belong to `who`), and requests only servers may
+    /// send are refused to clients.
+    pub fn execute_as(
+        &self,
+        who: &Who,
+        req: &Request<'_>,
+        bulk: &[u8],
+        data: &mut [u8],
+    ) -> FsResult<Answer> {
+        let (uid, gid) = (who.uid, who.gid);
+        let owned;
+        let req = match *req {
+            Request::Create {
+                path,
+                mode,
+                excl,
+                trunc,
+                access,
+                ..
+            } => {
+                owned = Request::Create {
+                    path,
+                    mode,
+                    uid,
+                    gid,
+                    excl,
+                    trunc,
+                    access,
+                };
+                &owned
+            }
+            Request::Mkdir { path, mode, .. } => {
+                owned = Request::Mkdir {
+                    path,
+                    mode,
+                    uid,
+                    gid,
+                };
+                &owned
+            }
+            Request::Symlink { path, target, .. } => {
+                owned = Request::Symlink {
+                    path,
+                    target,
+                    uid,
+                    gid,
+                };
+                &owned
+            }
+            Request::Attach { .. }
+            | Request::Detach { .. }
+            | Request::DirSet { .. }
+            | Request::DirList { .. }
+                if who.role != Role::Peer =>
+            {
+                return Err(Errno::EPERM);
+            }
+            _ => req,
+        };
+        if who.role == Role::Peer {
+            return self.execute(req, bulk, data);
+        }
+        let ans = match self.check(who, req)? {
+            Some(changed) => self.execute(&changed, bulk, data)?,
+            None => self.execute(req, bulk, data)?,
+        };
+        // what the request was allowed to do to a file comes back as a capability
+        let key = self.peers.key();
+        let rw = madfs_proto::ACCESS_R | madfs_proto::ACCESS_W;
+        Ok(match (req, ans) {
+            (Request::Open { access, .. }, Answer::Attr(a)) => {
+                Answer::Granted(a, crate::cap::grant(key, a.id, *access, uid))
+            }
+            (
+                Request::Create { access, .. },
+                Answer::Created {
+                    attr,
+                    existed,
+                    old_size,
+                    ..
+                },
+            ) => {
+                let access = if existed { *access } else { rw };
+                Answer::Created {
+                    attr,
+                    existed,
+                    old_size,
+                    cap: crate::cap::grant(key, attr.id, access, uid),
+                }
+            }
+            (Request::Unlink { .. }, Answer::Attr(a))
+            | (
+                Request::SetSize {
+                    mode: madfs_proto::SizeMode::Exact,
+                    ..
+                },
+                Answer::Attr(a),
+            ) => Answer::Granted(a, crate::cap::grant(key, a.id, madfs_proto::ACCESS_W, uid)),
+            (_, ans) => ans,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gate(mode: AuthMode) -> (Gate, tempfile::TempDir) {
+        let d = tempfile::tempdir().unwrap();
+        let mut ident = ClusterIdentity::new(2, 1 << 20, 4096).unwrap();
+        ident.auth = mode;
+        ident.owner = Some(Owner { uid: 1234, gid: 55 });
+        let g = Gate::open(&ident, 1, &d.path().join("cluster")).unwrap();
+        (g, d)
+    }
+
+    fn hello<'a>(role: Role, proof: Proof<'a>, nonce: &'a [u8]) -> Hello<'a> {
+        Hello {
+            conn: 9,
+            role,
+            nonce,
+            proof,
+            uid: 0,
+            gid: 0,
+        }
+    }
+
+    #[test]
+    fn key_mode_serves_the_owner_and_refuses_the_rest() {
+        let (g, d) = gate(AuthMode::Key);
+        let key = Key::load(&madfs_auth::key_path(&d.path().join("cluster"))).unwrap();
+        let sn = [3u8; 32];
+        let cn = [4u8; 32];
+        let c = g.challenge(9, &sn, &cn).unwrap();
+        let p = key.prove(Purpose::Client, &c);
+        let (who, proof) = g
+            .admit(&hello(Role::Client, Proof::Key(&p), &cn), 9, &sn)
+            .unwrap();
+        assert_eq!((who.uid, who.gid, who.role), (1234, 55, Role::Client));
+        assert!(key.verify(Purpose::Server, &c, &proof));
+        // the same proof for another connection, nonce, or as a peer; no proof; a wrong key
+        assert!(g
+            .admit(&hello(Role::Client, Proof::Key(&p), &cn), 8, &sn)
+            .is_err());
+        assert!(g
+            .admit(&hello(Role::Client, Proof::Key(&p), &cn), 9, &[5; 32])
+            .is_err());
+        assert!(g
+            .admit(&hello(Role::Peer, Proof::Key(&p), &cn), 9, &sn)
+            .is_err());
+        assert!(g
+            .admit(&hello(Role::Client, Proof::Insecure, &cn), 9, &sn)
+            .is_err());
+        let other = Key::generate().unwrap().prove(Purpose::Client, &c);
+        assert!(g
+            .admit(&hello(Role::Client, Proof::Key(&other), &cn), 9, &sn)
+            .is_err());
+        assert!(g
+            .admit(&hello(Role::Client, Proof::Munge("MUNGE:x"), &cn), 9, &sn)
+            .is_err());
+        // the peer key proves a peer
+        let pk = g.peer_key().prove(Purpose::Peer, &c);
+        let (who, _) = g
+            .admit(&hello(Role::Peer, Proof::Key(&pk), &cn), 9, &sn)
+            .unwrap();
+        assert_eq!(who.role, Role::Peer);
+    }
+
+    /// With a real munged: a credential is good once, for the connection it was made for.
+    #[test]
+    fn munge_credentials_are_bound_to_one_connection_and_used_once() {
+        if !munge::available() {
+            eprintln!("libmunge not installed: skipped");
+            return;
+        }
+        let m = madfs_cluster::Munged::start().unwrap();
+        // SAFETY: this is the only test of this binary that reads the variable.
+        unsafe { std::env::set_var("MADFS_MUNGE_SOCKET", m.socket()) };
+        let (g, _d) = gate(AuthMode::Munge);
+        let sn = [6u8; 32];
+        let c = g.challenge(9, &sn, &[0; 32]).unwrap();
+        let cred = munge::encode(&c.munge_payload()).unwrap();
+        let h = hello(Role::Client, Proof::Munge(&cred), &[1; 32]);
+        // made for connection 9 with nonce `sn`: not good for another
+        assert!(g.admit(&h, 8, &sn).is_err());
+        let (who, _) = g.admit(&h, 9, &sn).unwrap();
+        // SAFETY: plain getter.
+        assert_eq!(who.uid, unsafe { libc::getuid() });
+        let e = g.admit(&h, 9, &sn).unwrap_err();
+        assert!(e.contains("replayed"), "{e}");
+        // forged: bytes that are no credential, and a key proof in MUNGE mode
+        let forged = cred.replace('A', "B");
+        let e = g
+            .admit(
+                &hello(Role::Client, Proof::Munge(&forged), &[1; 32]),
+                9,
+                &sn,
+            )
+            .unwrap_err();
+        assert!(e.starts_with("MUNGE"), "{e}");
+        assert!(g
+            .admit(&hello(Role::Client, Proof::Key(&[0; 32]), &[1; 32]), 9, &sn)
+            .is_err());
+    }
+
+    #[test]
+    fn insecure_mode_believes_the_hello() {
+        let (g, _d) = gate(AuthMode::Insecure);
+        let mut h = hello(Role::Client, Proof::Insecure, &[1; 32]);
+        h.uid = 77;
+        h.gid = 78;
+        let (who, _) = g.admit(&h, 9, &[0; 32]).unwrap();
+        assert_eq!((who.uid, who.gid), (77, 78));
+    }
+}
