@@ -451,3 +451,15 @@ fn data_requests_need_a_capability() {
     assert_eq!(sum(&get(&c, "/data")), sum(&bytes));
     assert!((0..2).map(|i| stats(&cl, i).refused).sum::<u64>() >= 2 * (3 * 7 + 2));
 }
+
+/// `--root-squash`: a client that proves uid 0 is served as nobody, as NFS's root_squash.
+#[test]
+fn root_squash_serves_root_as_nobody() {
+    let cl = cluster(2, &["--root-squash"], "none");
+    let c = Client::new(&config(&cl)).unwrap();
+    c.mkdir("/sq", 0o755).unwrap();
+    let a = c.stat("/sq").unwrap();
+    assert_eq!((a.uid, a.gid), (65534, 65534));
+    // nobody may not give its directory away
+    assert_eq!(c.chown("/sq", 0, 0).unwrap_err(), Errno::EPERM);
+}

@@ -130,6 +130,33 @@ fn nobody_gets_what_the_kernel_gives() {
         differ.join("\n")
     );
     eprintln!("madfs answers:\n{got}");
+    // the servers' find shows nobody only what it could reach listing its way down (as GNU
+    // find on ext4 does): nothing inside the 0700 directory
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(find_bin("madfs-find"))
+        .arg(&mbase)
+        .env("MADFS_CLUSTER", cl.cluster_file())
+        .env("MADFS_MUNGE_SOCKET", &sock)
+        .env("UCX_NET_DEVICES", "lo")
+        .output()
+        .unwrap();
+    let found = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{found}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        found.contains("ro/rootfile") && found.contains("priv"),
+        "{found}"
+    );
+    assert!(!found.contains("secret"), "{found}");
+    let ext4 = run(None, &lbase, r#"find "$B" 2>/dev/null"#, true);
+    assert!(
+        ext4.contains("ro/rootfile") && !ext4.contains("secret"),
+        "{ext4}"
+    );
     // and what nobody made belongs to nobody
     assert!(got.contains("11 rc=0 -"), "{got}");
     let owner = run(

@@ -45,7 +45,12 @@ pub struct Gate {
     server: u32,
     client_key: Option<Key>,
     peer_key: Key,
+    /// Serve clients that prove uid 0 as `nobody` (65534:65534), as NFS's root_squash.
+    pub root_squash: bool,
 }
+
+/// Who a squashed root is served as.
+pub const SQUASHED: u32 = 65534;
 
 /// Where a cluster's keys live: beside its cluster file, or in the data directory of a
 /// server started without one.
@@ -85,6 +90,7 @@ impl Gate {
             server,
             client_key,
             peer_key,
+            root_squash: false,
         })
     }
 
@@ -116,6 +122,25 @@ impl Gate {
     /// Checks `hello` on connection `conn`, which was sent `nonce`: the identity to serve it
     /// as and the server's own proof (key modes), or why it is refused.
     pub fn admit(
+        &self,
+        hello: &Hello<'_>,
+        conn: u32,
+        nonce: &[u8; 32],
+    ) -> Result<(Who, Vec<u8>), String> {
+        let (who, proof) = self.admit_unsquashed(hello, conn, nonce)?;
+        if self.root_squash && who.uid == 0 && who.role == Role::Client {
+            let who = Who {
+                uid: SQUASHED,
+                gid: SQUASHED,
+                groups: vec![SQUASHED],
+                role: Role::Client,
+            };
+            return Ok((who, proof));
+        }
+        Ok((who, proof))
+    }
+
+    fn admit_unsquashed(
         &self,
         hello: &Hello<'_>,
         conn: u32,
@@ -336,6 +361,14 @@ impl crate::ops::Ops {
                 },
                 Answer::Attr(a),
             ) => Answer::Granted(a, crate::cap::grant(key, a.id, madfs_proto::ACCESS_W, uid)),
+            // a find lists only what the user could reach by listing directory by directory
+            (Request::Find { dir, .. }, Answer::Found(paths, scanned, next)) if uid != 0 => {
+                let keep = paths
+                    .into_iter()
+                    .filter(|rel| self.reachable(who, dir, rel))
+                    .collect();
+                Answer::Found(keep, scanned, next)
+            }
             (_, ans) => ans,
         })
     }

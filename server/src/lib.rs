@@ -55,6 +55,8 @@ pub struct Config {
     pub send_timeout: Duration,
     /// Batch concurrent fsyncs into one WAL sync (default); off = one sync per request.
     pub group_commit: bool,
+    /// Serve clients that prove uid 0 as nobody.
+    pub root_squash: bool,
 }
 
 /// Raises the soft limit on open files to the hard limit: a server holds a descriptor per
@@ -106,7 +108,9 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         cfg.cluster_file.as_deref(),
     )?;
     let base = auth::key_base(cfg.cluster_file.as_deref(), &cfg.data_dir);
-    let gate = Arc::new(auth::Gate::open(&ident, cfg.id, &base)?);
+    let mut gate = auth::Gate::open(&ident, cfg.id, &base)?;
+    gate.root_squash = cfg.root_squash;
+    let gate = Arc::new(gate);
     if ident.auth == madfs_identity::AuthMode::Insecure {
         tracing::warn!(
             "cluster {} runs WITHOUT AUTHENTICATION (made --insecure): anyone who reaches its \

@@ -52,6 +52,10 @@ struct Args {
     /// own user. A launcher running as root for a job gives the job's user.
     #[arg(long)]
     owner: Option<madfs_identity::Owner>,
+    /// Serve clients that prove uid 0 as nobody (65534:65534), as NFS's root_squash (servers
+    /// acting for each other are not squashed).
+    #[arg(long)]
+    root_squash: bool,
     /// Request handlers (each owns preallocated buffers).
     #[arg(long, default_value_t = 16)]
     handlers: usize,
@@ -193,6 +197,7 @@ fn main() {
         meta_inline: !a.meta_on_io_threads,
         send_timeout: Duration::from_millis(a.send_timeout_ms),
         group_commit: !a.no_group_commit,
+        root_squash: a.root_squash,
     };
     if let Err(e) = madfs_server::run(cfg) {
         eprintln!("madfs-server: {e:#}");

@@ -305,6 +305,36 @@ impl Ops {
         Ok(None)
     }
 
+    /// Could `who` find `rel` (a path below `dir`) by listing and searching its way down
+    /// from `dir`: read and search on every directory between them?
+    pub fn reachable(&self, who: &Who, dir: &str, rel: &str) -> bool {
+        let mut path = if dir == "/" {
+            String::new()
+        } else {
+            dir.to_owned()
+        };
+        let mut parts = rel.split('/').peekable();
+        while let Some(part) = parts.next() {
+            if parts.peek().is_none() {
+                return true; // the entry itself
+            }
+            path.push('/');
+            path.push_str(part);
+            match self.dirs.get(&path) {
+                Some(p)
+                    if allowed(
+                        who,
+                        libc::S_IFDIR | p.mode,
+                        p.uid,
+                        p.gid,
+                        ACCESS_R | ACCESS_X,
+                    ) => {}
+                _ => return false,
+            }
+        }
+        true
+    }
+
     /// A chown of a regular file clears its set-user-id bit, and its set-group-id bit when
     /// it is group-executable (as Linux does, for root too): the mode to store.
     pub fn chown_mode(a: &Attr, uid: u32, gid: u32) -> u32 {
