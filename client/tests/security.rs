@@ -331,6 +331,19 @@ fn munge_mode_serves_the_user_munged_vouches_for() {
     );
     let a = c.stat("/shared/by-nobody").unwrap();
     assert_eq!((a.uid, a.gid), (65534, 65534));
+    // a trusted proxy (root's credential) acts for the user it states, checked as that user
+    let mut pcfg = config(&cl);
+    pcfg.credentials = Credentials::Proxy {
+        key: None,
+        uid: 65534,
+        gid: 65534,
+    };
+    let p = Client::new(&pcfg).unwrap();
+    p.mkdir("/shared/by-proxy", 0o755).unwrap();
+    let a = c.stat("/shared/by-proxy").unwrap();
+    assert_eq!((a.uid, a.gid), (65534, 65534));
+    c.mkdir("/root-only", 0o755).unwrap();
+    assert_eq!(p.mkdir("/root-only/x", 0o755).unwrap_err(), Errno::EACCES);
     // the control port takes root's credential
     assert_eq!(stats(&cl, 1).refused, 0);
     // a credential from another realm (a munged with another key) is refused

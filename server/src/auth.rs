@@ -94,6 +94,16 @@ impl Gate {
         })
     }
 
+    /// The user a proxy's hello states, with that user's groups from this host's database.
+    fn stated(&self, hello: &Hello<'_>) -> Who {
+        Who {
+            uid: hello.uid,
+            gid: hello.gid,
+            groups: madfs_auth::groups_of(hello.uid, hello.gid),
+            role: Role::Client,
+        }
+    }
+
     /// The cluster's authentication mode.
     pub fn mode(&self) -> AuthMode {
         self.mode
@@ -158,10 +168,32 @@ impl Gate {
                     uid: hello.uid,
                     gid: hello.gid,
                     groups: madfs_auth::groups_of(hello.uid, hello.gid),
-                    role: hello.role,
+                    role: if hello.role == Role::Peer {
+                        Role::Peer
+                    } else {
+                        Role::Client
+                    },
                 },
                 Vec::new(),
             )),
+            // a proxy: the user it states, once it proved it may state one
+            (Role::Proxy, Proof::Key(p), _) => {
+                if !self.peer_key.verify(Purpose::Proxy, &c, p) {
+                    return Err("a proxy must prove the peer key".into());
+                }
+                let who = self.stated(hello);
+                Ok((who, self.peer_key.prove(Purpose::Server, &c).to_vec()))
+            }
+            (Role::Proxy, Proof::Munge(cred), AuthMode::Munge) => {
+                let d = munge::decode(cred).map_err(|e| e.to_string())?;
+                if d.payload != c.munge_payload() {
+                    return Err("MUNGE credential made for another connection".into());
+                }
+                if d.uid != 0 {
+                    return Err(format!("uid {} may not act for other users", d.uid));
+                }
+                Ok((self.stated(hello), Vec::new()))
+            }
             (Role::Peer, Proof::Key(p), _) => {
                 if !self.peer_key.verify(Purpose::Peer, &c, p) {
                     return Err("wrong peer key".into());
@@ -378,6 +410,17 @@ impl crate::ops::Ops {
 mod tests {
     use super::*;
 
+    /// One munged for every test of this binary (`MADFS_MUNGE_SOCKET` is process-wide).
+    fn munged() -> &'static madfs_cluster::Munged {
+        static M: std::sync::OnceLock<madfs_cluster::Munged> = std::sync::OnceLock::new();
+        M.get_or_init(|| {
+            let m = madfs_cluster::Munged::start().unwrap();
+            // SAFETY: set once, before any test of this binary uses MUNGE.
+            unsafe { std::env::set_var("MADFS_MUNGE_SOCKET", m.socket()) };
+            m
+        })
+    }
+
     fn gate(mode: AuthMode) -> (Gate, tempfile::TempDir) {
         let d = tempfile::tempdir().unwrap();
         let mut ident = ClusterIdentity::new(2, 1 << 20, 4096).unwrap();
@@ -446,9 +489,7 @@ mod tests {
             eprintln!("libmunge not installed: skipped");
             return;
         }
-        let m = madfs_cluster::Munged::start().unwrap();
-        // SAFETY: this is the only test of this binary that reads the variable.
-        unsafe { std::env::set_var("MADFS_MUNGE_SOCKET", m.socket()) };
+        munged();
         let (g, _d) = gate(AuthMode::Munge);
         let sn = [6u8; 32];
         let c = g.challenge(9, &sn, &[0; 32]).unwrap();
@@ -474,6 +515,63 @@ mod tests {
         assert!(g
             .admit(&hello(Role::Client, Proof::Key(&[0; 32]), &[1; 32]), 9, &sn)
             .is_err());
+    }
+
+    /// A proxy states whom it acts for only with root's MUNGE credential or the peer key.
+    #[test]
+    fn only_root_or_a_server_may_act_for_others() {
+        if !munge::available() {
+            eprintln!("libmunge not installed: skipped");
+            return;
+        }
+        let m = munged();
+        let (g, _d) = gate(AuthMode::Munge);
+        let sn = [8u8; 32];
+        let c = g.challenge(9, &sn, &[0; 32]).unwrap();
+        let mut h = hello(Role::Proxy, Proof::Insecure, &[1; 32]);
+        h.uid = 65534;
+        h.gid = 65534;
+        // root's credential: served as the user it states
+        let cred = munge::encode(&c.munge_payload()).unwrap();
+        h.proof = Proof::Munge(&cred);
+        let (who, _) = g.admit(&h, 9, &sn).unwrap();
+        assert_eq!((who.uid, who.gid, who.role), (65534, 65534, Role::Client));
+        // nobody's credential (made by the munge program run as nobody): refused
+        let payload = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(payload.path(), c.munge_payload()).unwrap();
+        std::fs::set_permissions(
+            payload.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o644),
+        )
+        .unwrap();
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "munge"])
+            .arg("-S")
+            .arg(m.socket())
+            .arg("-i")
+            .arg(payload.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let theirs = String::from_utf8(out.stdout).unwrap();
+        h.proof = Proof::Munge(theirs.trim());
+        let e = g.admit(&h, 9, &sn).unwrap_err();
+        assert!(e.contains("may not act for other users"), "{e}");
+        // the peer key may; a client proof may not
+        let k = g
+            .peer_key()
+            .prove(Purpose::Proxy, &g.challenge(9, &sn, &[1; 32]).unwrap());
+        h.proof = Proof::Key(&k);
+        assert_eq!(g.admit(&h, 9, &sn).unwrap().0.uid, 65534);
+        let wrong = Key::generate()
+            .unwrap()
+            .prove(Purpose::Proxy, &g.challenge(9, &sn, &[1; 32]).unwrap());
+        h.proof = Proof::Key(&wrong);
+        assert!(g.admit(&h, 9, &sn).is_err());
     }
 
     #[test]

@@ -32,6 +32,8 @@ pub enum Purpose {
     Server = 3,
     /// A login on a control port.
     Control = 4,
+    /// A trusted proxy stating the user it acts for (peer key).
+    Proxy = 5,
 }
 
 /// What a proof binds: a proof made for one connection is worthless for any other.

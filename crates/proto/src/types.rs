@@ -650,6 +650,10 @@ pub enum Role {
     /// Another server of the cluster (proved with the peer key): may move entries between
     /// servers (`Attach` of files, `Detach` of moved files).
     Peer,
+    /// A trusted proxy serving many users (a root-run FUSE mount), proved with a MUNGE
+    /// credential of root or the peer key: served as the `uid`/`gid` its hello states, one
+    /// connection per user it serves. No other role may state who it acts for.
+    Proxy,
 }
 
 /// How a [`Hello`] proves its identity.

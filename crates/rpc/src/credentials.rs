@@ -18,6 +18,14 @@ pub enum Credentials {
     Peer(Key),
     /// MUNGE: a credential of this process per connection.
     Munge,
+    /// A trusted proxy acting for user `uid`/`gid` (a root-run FUSE mount opens one
+    /// connection per user it serves): proved with root's MUNGE credential (`key: None`) or
+    /// the peer key.
+    Proxy {
+        key: Option<Key>,
+        uid: u32,
+        gid: u32,
+    },
 }
 
 /// What a hello needs kept until the admission arrives.
@@ -81,16 +89,27 @@ impl Credentials {
                 mac = k.prove(Purpose::Peer, &challenge);
                 (Role::Peer, Proof::Key(&mac))
             }
-            Credentials::Munge => {
+            Credentials::Munge | Credentials::Proxy { key: None, .. } => {
                 cred = munge::encode(&challenge.munge_payload()).map_err(|e| {
                     tracing::error!("madfs: {e}");
                     Errno::EACCES
                 })?;
-                (Role::Client, Proof::Munge(&cred))
+                let role = match self {
+                    Credentials::Proxy { .. } => Role::Proxy,
+                    _ => Role::Client,
+                };
+                (role, Proof::Munge(&cred))
+            }
+            Credentials::Proxy { key: Some(k), .. } => {
+                mac = k.prove(Purpose::Proxy, &challenge);
+                (Role::Proxy, Proof::Key(&mac))
             }
         };
         // SAFETY: plain getters.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let (uid, gid) = match self {
+            Credentials::Proxy { uid, gid, .. } => (*uid, *gid),
+            _ => unsafe { (libc::getuid(), libc::getgid()) },
+        };
         let hello = Hello {
             conn: w.conn,
             role,
@@ -115,7 +134,9 @@ impl Credentials {
             }
             Admission::Admitted { secret, proof, .. } => {
                 let key = match self {
-                    Credentials::Key(k) | Credentials::Peer(k) => Some(k),
+                    Credentials::Key(k)
+                    | Credentials::Peer(k)
+                    | Credentials::Proxy { key: Some(k), .. } => Some(k),
                     _ => None,
                 };
                 if let Some(k) = key {
