@@ -185,10 +185,7 @@ impl Gate {
                 Ok((who, self.peer_key.prove(Purpose::Server, &c).to_vec()))
             }
             (Role::Proxy, Proof::Munge(cred), AuthMode::Munge) => {
-                let d = munge::decode(cred).map_err(|e| e.to_string())?;
-                if d.payload != c.munge_payload() {
-                    return Err("MUNGE credential made for another connection".into());
-                }
+                let d = munge_for(cred, &c)?;
                 if d.uid != 0 {
                     return Err(format!("uid {} may not act for other users", d.uid));
                 }
@@ -198,9 +195,10 @@ impl Gate {
                 if !self.peer_key.verify(Purpose::Peer, &c, p) {
                     return Err("wrong peer key".into());
                 }
-                let mut who = Who::server();
-                who.role = Role::Peer;
-                Ok((who, self.peer_key.prove(Purpose::Server, &c).to_vec()))
+                Ok((
+                    Who::server(),
+                    self.peer_key.prove(Purpose::Server, &c).to_vec(),
+                ))
             }
             (Role::Client, Proof::Key(p), AuthMode::Key) => {
                 let key = self.client_key.as_ref().ok_or("no cluster key")?;
@@ -219,10 +217,7 @@ impl Gate {
                 ))
             }
             (Role::Client, Proof::Munge(cred), AuthMode::Munge) => {
-                let d = munge::decode(cred).map_err(|e| e.to_string())?;
-                if d.payload != c.munge_payload() {
-                    return Err("MUNGE credential made for another connection".into());
-                }
+                let d = munge_for(cred, &c)?;
                 Ok((
                     Who {
                         uid: d.uid,
@@ -243,6 +238,16 @@ impl Gate {
             )),
         }
     }
+}
+
+/// A MUNGE credential checked by munged and made for challenge `c` (whose payload it must
+/// carry): what munged says of its maker.
+fn munge_for(cred: &str, c: &Challenge) -> Result<munge::Decoded, String> {
+    let d = munge::decode(cred).map_err(|e| e.to_string())?;
+    if d.payload != c.munge_payload() {
+        return Err("MUNGE credential made for another connection".into());
+    }
+    Ok(d)
 }
 
 impl Gate {
@@ -270,11 +275,7 @@ impl Gate {
                 }
             }
             (P::Munge(cred), AuthMode::Munge) => {
-                let c = madfs_control::challenge_of(h, [0; 32]);
-                let d = munge::decode(cred).map_err(|e| e.to_string())?;
-                if d.payload != c.munge_payload() {
-                    return Err("MUNGE credential made for another connection".into());
-                }
+                let d = munge_for(cred, &madfs_control::challenge_of(h, [0; 32]))?;
                 // SAFETY: plain getter.
                 let me = unsafe { libc::geteuid() };
                 if d.uid == 0 || d.uid == me {

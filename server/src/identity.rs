@@ -83,20 +83,15 @@ fn write_record(path: &Path, r: &DataDirRecord) -> anyhow::Result<()> {
 
 /// The identity the server will run with, as far as it can be known before anything is
 /// opened: the data directory's record, else the cluster file's, else what is asked for a
-/// new cluster. `None` when none of them says (errors are left to [`settle`]).
-pub fn peek(
-    data_dir: &Path,
-    asked: &Asked,
-    cluster: Option<&Path>,
-) -> Option<(AuthMode, Option<Owner>)> {
+/// new cluster (errors are left to [`settle`]).
+pub fn peek(data_dir: &Path, asked: &Asked, cluster: Option<&Path>) -> (AuthMode, Option<Owner>) {
     if let Ok(Some(r)) = read_record(&data_dir.join(FILE)) {
-        return Some((r.cluster.auth, r.cluster.owner));
+        return (r.cluster.auth, r.cluster.owner);
     }
     if let Some(i) = cluster.and_then(|f| cluster_file::read_partial(f).ok()?.identity) {
-        return Some((i.auth, i.owner));
+        return (i.auth, i.owner);
     }
-    let auth = asked.auth.unwrap_or(AuthMode::Key);
-    Some((auth, asked.owner))
+    (asked.auth.unwrap_or(AuthMode::Key), asked.owner)
 }
 
 /// Settles the identity of server `id` on `data_dir`: from its record, else from the cluster

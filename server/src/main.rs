@@ -171,8 +171,8 @@ fn main() {
         let me = unsafe { libc::geteuid() };
         let other_users =
             match madfs_server::identity::peek(&data_dir, &asked, a.cluster_file.as_deref()) {
-                Some((madfs_identity::AuthMode::Key, Some(o))) => o.uid != me,
-                Some((madfs_identity::AuthMode::Key, None)) => false,
+                (madfs_identity::AuthMode::Key, Some(o)) => o.uid != me,
+                (madfs_identity::AuthMode::Key, None) => false,
                 _ => true,
             };
         if other_users {

@@ -131,23 +131,25 @@ impl Ops {
     /// Search permission on every ancestor of `path` (not `path` itself): a missing one is
     /// ENOENT, one `who` may not search EACCES.
     fn search(&self, who: &Who, path: &str) -> FsResult<()> {
+        if path == "/" {
+            return Ok(());
+        }
+        if !path.starts_with('/') {
+            return Err(Errno::EINVAL); // as the request itself would answer
+        }
+        // every prefix of `path` that ends before one of its slashes: "/", "/a", "/a/b", …
         let mut end = 0;
-        while let Some(i) = path[end + 1..].find('/') {
+        loop {
             let dir = if end == 0 { "/" } else { &path[..end] };
             let p = self.dirs.get(dir).ok_or(Errno::ENOENT)?;
             if !allowed(who, libc::S_IFDIR | p.mode, p.uid, p.gid, ACCESS_X) {
                 return Err(Errno::EACCES);
             }
-            end += 1 + i;
-        }
-        let dir = if end == 0 { "/" } else { &path[..end] };
-        if path != "/" {
-            let p = self.dirs.get(dir).ok_or(Errno::ENOENT)?;
-            if !allowed(who, libc::S_IFDIR | p.mode, p.uid, p.gid, ACCESS_X) {
-                return Err(Errno::EACCES);
+            match path[end + 1..].find('/') {
+                Some(i) => end += 1 + i,
+                None => return Ok(()),
             }
         }
-        Ok(())
     }
 
     /// The parent of `path`, checked for search (ancestors) and write + search (itself):

@@ -36,21 +36,7 @@ pub struct ClusterId(pub u64);
 impl ClusterId {
     /// A fresh random id (getrandom(2)).
     pub fn random() -> std::io::Result<ClusterId> {
-        let mut b = [0u8; 8];
-        let mut got = 0;
-        while got < b.len() {
-            // SAFETY: writes at most `b.len() - got` bytes into `b[got..]`.
-            let n = unsafe { libc::getrandom(b[got..].as_mut_ptr().cast(), b.len() - got, 0) };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            got += n as usize;
-        }
-        Ok(ClusterId(u64::from_le_bytes(b)))
+        madfs_auth::random().map(|b| ClusterId(u64::from_le_bytes(b)))
     }
 }
 
