@@ -214,7 +214,11 @@ impl Client {
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         Ok(Client {
             close_sync: cfg.close_sync,
-            local: LocalReads::new(cfg.local_reads, t.servers()),
+            local: LocalReads::new(
+                cfg.local_reads,
+                cfg.identity.checksums == madfs_identity::Checksums::Crc32c,
+                t.servers(),
+            ),
             n: t.servers(),
             t,
             known_dirs: RefCell::default(),
@@ -237,7 +241,11 @@ impl Client {
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         Ok(Client {
             close_sync: cfg.close_sync,
-            local: LocalReads::new(cfg.local_reads, t.servers()),
+            local: LocalReads::new(
+                cfg.local_reads,
+                cfg.identity.checksums == madfs_identity::Checksums::Crc32c,
+                t.servers(),
+            ),
             n: t.servers(),
             t,
             known_dirs: RefCell::default(),

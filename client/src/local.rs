@@ -17,6 +17,11 @@
 //! before each use: the program may have closed the number or put another file there (a
 //! shell's `exec 12>log`), and a file removed on the server (`st_nlink` 0) is opened again
 //! (a later write through a handle of the removed file makes a new one).
+//!
+//! With checksums (the cluster's identity record) every local read is verified like the
+//! server's own: whole 4 KiB blocks against the record file beside the chunk file
+//! (`madfs-checksum`); a mismatch, a missing record file or a missing chunk file sends the
+//! read to the server, which reads again under its block locks and answers the bytes or EIO.
 
 use madfs_proto::{Errno, FsResult};
 use std::cell::RefCell;
@@ -39,6 +44,8 @@ struct Cached {
     server: u32,
     id: u64,
     fd: i32,
+    /// The record file's descriptor (checksums), else -1.
+    sums: i32,
     dev: u64,
     ino: u64,
 }
@@ -49,6 +56,7 @@ pub(crate) type Located = (String, String, u64);
 /// The local-read state of one client.
 pub(crate) struct LocalReads {
     boot: Option<String>,
+    checksums: bool,
     servers: RefCell<Vec<Where>>,
     fds: RefCell<Vec<Cached>>,
 }
@@ -67,7 +75,7 @@ fn close(fd: i32) {
 
 impl LocalReads {
     /// Local reads for `n` servers; `enabled` false never reads locally.
-    pub(crate) fn new(enabled: bool, n: u32) -> LocalReads {
+    pub(crate) fn new(enabled: bool, checksums: bool, n: u32) -> LocalReads {
         let boot = enabled
             .then(|| std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok())
             .flatten()
@@ -86,6 +94,7 @@ impl LocalReads {
                     .collect(),
             ),
             boot,
+            checksums,
             fds: RefCell::default(),
         }
     }
@@ -122,10 +131,15 @@ impl LocalReads {
     /// present (fewer at the end of the local file, 0 if there is none). `None`: read through
     /// the server instead (not local, or the file could not be read here).
     pub(crate) fn read(&self, server: u32, id: u64, pos: u64, out: &mut [u8]) -> Option<usize> {
-        let fd = match self.fd(server, id)? {
+        let (fd, sums) = match self.fd(server, id)? {
             Some(fd) => fd,
-            None => return Some(0), // no local file: a hole
+            // no local file: a hole, or (checksums) maybe lost: the server knows
+            None if self.checksums => return None,
+            None => return Some(0),
         };
+        if self.checksums {
+            return verified_read(fd, sums, pos, out);
+        }
         let mut done = 0;
         while done < out.len() {
             let rest = &mut out[done..];
@@ -149,16 +163,17 @@ impl LocalReads {
     }
 
     /// An open descriptor of `server`'s file `id` (`Some(None)`: there is no such file).
-    fn fd(&self, server: u32, id: u64) -> Option<Option<i32>> {
+    fn fd(&self, server: u32, id: u64) -> Option<Option<(i32, i32)>> {
         let mut fds = self.fds.borrow_mut();
         if let Some(i) = fds.iter().position(|c| c.server == server && c.id == id) {
             let c = &fds[i];
             match identity(c.fd) {
                 Some((dev, ino, linked)) if dev == c.dev && ino == c.ino => {
                     if linked {
-                        return Some(Some(c.fd));
+                        return Some(Some((c.fd, c.sums)));
                     }
                     close(c.fd); // ours, but the file was removed: open the name again
+                    close_sums(c.sums);
                 }
                 _ => {} // closed, or another file now: not ours any more
             }
@@ -184,20 +199,47 @@ impl LocalReads {
         let fd = unsafe { libc::fcntl(low, libc::F_DUPFD_CLOEXEC, FD_MIN) };
         close(low);
         let (dev, ino, _) = identity(fd)?;
+        let sums = if self.checksums {
+            let path = format!(
+                "{dir}/{}\0",
+                madfs_checksum::record_file(&madfs_placement::chunk_file(id))
+            );
+            let low = unsafe {
+                libc::open(
+                    path.as_ptr().cast(),
+                    libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY,
+                )
+            };
+            if low < 0 {
+                close(fd);
+                return None; // the server's read
+            }
+            let s = unsafe { libc::fcntl(low, libc::F_DUPFD_CLOEXEC, FD_MIN) };
+            close(low);
+            if s < 0 {
+                close(fd);
+                return None;
+            }
+            s
+        } else {
+            -1
+        };
         if fds.len() >= CACHED_FDS {
             let old = fds.remove(0);
             if identity(old.fd).map(|(d, i, _)| (d, i)) == Some((old.dev, old.ino)) {
                 close(old.fd);
+                close_sums(old.sums);
             }
         }
         fds.push(Cached {
             server,
             id,
             fd,
+            sums,
             dev,
             ino,
         });
-        Some(Some(fd))
+        Some(Some((fd, sums)))
     }
 }
 
@@ -206,12 +248,87 @@ impl Drop for LocalReads {
         for c in self.fds.get_mut().drain(..) {
             if identity(c.fd).map(|(d, i, _)| (d, i)) == Some((c.dev, c.ino)) {
                 close(c.fd);
+                close_sums(c.sums);
             }
         }
     }
 }
 
 /// `Locate`'s reply for [`LocalReads::is_local`].
+/// Closes a record file's descriptor (-1: none). It is closed only together with its chunk
+/// file's, after that one was found to be still ours.
+fn close_sums(fd: i32) {
+    if fd >= 0 {
+        close(fd);
+    }
+}
+
+/// `preadv` of `bufs` at `pos` until full or the end of the file; `None` on an error.
+fn preadv_all(fd: i32, bufs: &mut [&mut [u8]], pos: u64) -> Option<usize> {
+    let total: usize = bufs.iter().map(|b| b.len()).sum();
+    let mut done = 0usize;
+    while done < total {
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; 3];
+        let (mut k, mut skip) = (0usize, done);
+        for b in bufs.iter_mut() {
+            if skip >= b.len() {
+                skip -= b.len();
+                continue;
+            }
+            iov[k] = libc::iovec {
+                iov_base: b[skip..].as_mut_ptr().cast(),
+                iov_len: b.len() - skip,
+            };
+            k += 1;
+            skip = 0;
+        }
+        // SAFETY: the first k iovecs point into buffers of `bufs`, borrowed for the call.
+        let n = unsafe {
+            libc::preadv(
+                fd,
+                iov.as_ptr(),
+                k as libc::c_int,
+                (pos + done as u64) as libc::off_t,
+            )
+        };
+        match n {
+            0 => break,
+            n if n > 0 => done += n as usize,
+            _ if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => {}
+            _ => return None,
+        }
+    }
+    Some(done)
+}
+
+/// A read of `out.len()` bytes at `pos` verified against the records (`sums`): the bytes
+/// present, or `None` (a mismatch or an error: the server's read decides).
+fn verified_read(fd: i32, sums: i32, pos: u64, out: &mut [u8]) -> Option<usize> {
+    use madfs_checksum::{blocks, verify, BLOCK, RECORD};
+    if out.is_empty() {
+        return Some(0);
+    }
+    let (first, last) = blocks(pos, out.len() as u64);
+    let head_len = (pos - first * BLOCK) as usize;
+    let tail_len = ((last + 1) * BLOCK - pos - out.len() as u64) as usize;
+    let mut head = [0u8; BLOCK as usize];
+    let mut tail = [0u8; BLOCK as usize];
+    let n = preadv_all(
+        fd,
+        &mut [&mut head[..head_len], &mut *out, &mut tail[..tail_len]],
+        first * BLOCK,
+    )?;
+    let mut recs = vec![0u8; ((last - first + 1) * RECORD) as usize];
+    let r = preadv_all(sums, &mut [&mut recs[..]], first * RECORD)?;
+    recs.truncate(r);
+    let parts: [&[u8]; 3] = [&head[..head_len], out, &tail[..tail_len]];
+    verify(first, last - first + 1, &parts, n, &recs).ok()?;
+    Some(n.saturating_sub(head_len).min(out.len()))
+}
+
 pub(crate) fn located(r: madfs_proto::Reply<'_>) -> FsResult<Located> {
     match r {
         madfs_proto::Reply::Located { boot, dir, token } => {
@@ -237,7 +354,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("token"), "42\n").unwrap();
         let d = dir.path().display().to_string();
-        let l = LocalReads::new(true, 5);
+        let l = LocalReads::new(true, false, 5);
         // no answer: asked again next time
         assert!(!l.is_local(0, || Err(Errno::EIO)));
         assert!(l.is_local(0, || Ok((boot(), d.clone(), 42))));
@@ -252,7 +369,7 @@ mod tests {
             "no such server"
         );
         // turned off
-        let off = LocalReads::new(false, 1);
+        let off = LocalReads::new(false, false, 1);
         assert!(!off.is_local(0, || Ok((boot(), d.clone(), 42))));
     }
 
@@ -265,7 +382,7 @@ mod tests {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, b"0123456789").unwrap();
         let d = dir.path().display().to_string();
-        let l = LocalReads::new(true, 1);
+        let l = LocalReads::new(true, false, 1);
         assert!(l.is_local(0, || Ok((boot(), d.clone(), 7))));
         let mut buf = [0xffu8; 8];
         assert_eq!(l.read(0, id, 4, &mut buf), Some(6), "short at the end");
@@ -276,5 +393,56 @@ mod tests {
         std::fs::write(&path, b"abcdefghij").unwrap();
         assert_eq!(l.read(0, id, 0, &mut buf), Some(8));
         assert_eq!(&buf, b"abcdefgh");
+    }
+
+    #[test]
+    fn checksummed_reads_are_verified_and_a_mismatch_goes_to_the_server() {
+        use madfs_checksum::{block_crc, record_file, Record};
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("token"), "7\n").unwrap();
+        let id = 0x77u64;
+        let path = dir.path().join(madfs_placement::chunk_file(id));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i % 249) as u8 + 1).collect();
+        std::fs::write(&path, &data).unwrap();
+        let mut recs = Vec::new();
+        for b in data.chunks(4096) {
+            Record::settled(block_crc(b)).put(&mut recs);
+        }
+        let sums = dir
+            .path()
+            .join(record_file(&madfs_placement::chunk_file(id)));
+        std::fs::write(&sums, &recs).unwrap();
+        let d = dir.path().display().to_string();
+        let l = LocalReads::new(true, true, 1);
+        assert!(l.is_local(0, || Ok((boot(), d.clone(), 7))));
+        let mut buf = vec![0u8; 5000];
+        assert_eq!(l.read(0, id, 3000, &mut buf), Some(5000));
+        assert_eq!(buf, &data[3000..8000]);
+        assert_eq!(
+            l.read(0, id, 9000, &mut buf),
+            Some(1000),
+            "short at the end"
+        );
+        assert_eq!(
+            l.read(0, id + 1, 0, &mut buf),
+            None,
+            "no file: the server decides"
+        );
+        let mut bad = data.clone();
+        bad[8500] ^= 1;
+        std::fs::write(&path, &bad).unwrap();
+        assert_eq!(
+            l.read(0, id, 0, &mut buf),
+            Some(5000),
+            "other blocks still read"
+        );
+        assert_eq!(
+            l.read(0, id, 8400, &mut buf[..10]),
+            None,
+            "the flipped block"
+        );
+        std::fs::write(&path, &data[..4096]).unwrap();
+        assert_eq!(l.read(0, id, 4096, &mut buf[..10]), None, "cut short");
     }
 }

@@ -4,7 +4,7 @@
 //! of another cluster, another server, another format or other settings, and to join a cluster
 //! file of another cluster or size (docs/operations.md, "Cluster identity").
 
-use madfs_identity::{cluster_file, AuthMode, ClusterIdentity, Owner, FORMAT_VERSION};
+use madfs_identity::{cluster_file, AuthMode, Checksums, ClusterIdentity, Owner, FORMAT_VERSION};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -40,6 +40,8 @@ pub struct Asked {
     pub auth: Option<AuthMode>,
     /// `--owner` (key mode). A new key-mode cluster is owned by the server's user.
     pub owner: Option<Owner>,
+    /// `--checksums`. A new cluster uses `crc32c`.
+    pub checksums: Option<Checksums>,
 }
 
 /// Default chunk size of a new cluster (16 × 47,008, the ior-hard record).
@@ -139,6 +141,7 @@ pub fn settle(
                 asked.inline_max.unwrap_or(DEFAULT_INLINE_MAX),
             )?;
             c.auth = asked.auth.unwrap_or(AuthMode::Key);
+            c.checksums = asked.checksums.unwrap_or(Checksums::Crc32c);
             if c.auth == AuthMode::Key {
                 // SAFETY: plain getters.
                 let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
@@ -186,6 +189,12 @@ pub fn settle(
             "authentication {a} differs from {}, which {from} was made with; \
              settings of a cluster are fixed",
             identity.auth
+        );
+    }
+    if let Some(c) = asked.checksums.filter(|c| *c != identity.checksums) {
+        anyhow::bail!(
+            "--checksums {c} differs from {}, which {from} was made with; settings of a cluster are fixed",
+            identity.checksums
         );
     }
     if let Some(o) = asked.owner.filter(|o| Some(*o) != identity.owner) {
@@ -238,6 +247,19 @@ mod tests {
         assert_eq!(settle(&d1, 1, Asked::default(), Some(&cf)).unwrap(), a);
         // restarts without flags take the record
         assert_eq!(settle(&d0, 0, Asked::default(), Some(&cf)).unwrap(), a);
+        assert_eq!(a.checksums, Checksums::Crc32c);
+        let e = settle(
+            &d0,
+            0,
+            Asked {
+                checksums: Some(Checksums::None),
+                ..Asked::default()
+            },
+            Some(&cf),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--checksums none differs from crc32c"), "{e}");
         // the whole cluster restarted from a new cluster file: the record wins
         std::fs::remove_file(&cf).unwrap();
         assert_eq!(settle(&d1, 1, Asked::default(), Some(&cf)).unwrap(), a);

@@ -131,7 +131,10 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         ),
         moving: rename::Moving::default(),
         meta: store::rocks::RocksMeta::open(&cfg.data_dir.join("db"), cfg.id)?,
-        chunks: store::chunks::FsChunks::open(&cfg.data_dir.join("data"))?,
+        chunks: store::chunks::FsChunks::open(
+            &cfg.data_dir.join("data"),
+            ident.checksums == madfs_identity::Checksums::Crc32c,
+        )?,
         chunk_size,
         max_list_bytes: net::HEADER_ROOM / 2,
         inline_max: ident.inline_max as u64,

@@ -76,6 +76,10 @@ struct Args {
     /// (default: the recorded value; for a new cluster 65,536).
     #[arg(long)]
     inline_max: Option<u32>,
+    /// End-to-end checksums of chunk data, fixed when the cluster is made: `crc32c` (default:
+    /// a crc32c per 4 KiB block, verified on every read) or `none`. docs/architecture.md.
+    #[arg(long)]
+    checksums: Option<madfs_identity::Checksums>,
     /// One WAL sync per fsync request instead of group commit (for benchmarks).
     #[arg(long)]
     no_group_commit: bool,
@@ -162,6 +166,7 @@ fn main() {
             a.auth
         },
         owner: a.owner,
+        checksums: a.checksums,
     };
     // UCX shared memory and cross-memory attach work only between processes of one user:
     // a server that serves other users (MUNGE, or a key owned by someone else) must not

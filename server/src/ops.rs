@@ -633,11 +633,14 @@ impl Ops {
                 let len = len.min(data.len());
                 let out = &mut data[..len];
                 let n = if chunk == 0 {
-                    self.read_chunk0(id, pos, out)?
+                    self.read_chunk0(id, pos, out)
                 } else {
-                    self.chunks.read(id, pos, out)?
+                    self.chunks.read(id, pos, out)
                 };
-                Ok(Answer::Data(n))
+                if n == Err(Errno::EIO) {
+                    tracing::error!("file {id:016x}: chunk {chunk} unreadable (EIO)");
+                }
+                Ok(Answer::Data(n?))
             }
             Request::Write {
                 id,
@@ -750,7 +753,7 @@ pub(crate) mod tests {
             dirs: Default::default(),
             moving: Default::default(),
             meta: RocksMeta::open(&dir.join("db"), 0).unwrap(),
-            chunks: FsChunks::open(&dir.join("data")).unwrap(),
+            chunks: FsChunks::open(&dir.join("data"), true).unwrap(),
             chunk_size: 4096,
             max_list_bytes: 1 << 16,
             inline_max: 1024,

@@ -3,7 +3,7 @@
 //! read by a client that belongs to another cluster, another size or another data format.
 //!
 //! ```text
-//! cluster = { id = "5f0c…", format = 1, servers = 3, chunk_size = 752128, inline_max = 65536, auth = "key", owner = "1000:1000", replication = 1 }
+//! cluster = { id = "5f0c…", format = 1, servers = 3, chunk_size = 752128, inline_max = 65536, auth = "key", owner = "1000:1000", replication = 1, checksums = "crc32c" }
 //! ```
 //! - `id`: random, made when the cluster's first server starts on an empty data directory;
 //!   kept in every data directory (`identity.toml`) and in the cluster file's first line, and
@@ -15,8 +15,9 @@
 //!   moves every file, so servers and clients refuse to run with another one.
 //! - `chunk_size`, `inline_max`: the default stripe of new files and the bytes of chunk 0
 //!   kept in RocksDB; fixed for the life of the data.
-//! - `auth`, `replication`: the security and redundancy settings of the cluster (today only
-//!   `none` and 1 exist; the security and redundancy work extends them here).
+//! - `auth`, `owner`, `replication`: the security and redundancy settings of the cluster.
+//! - `checksums`: `crc32c` (a new cluster's default) or `none`: whether chunk files carry
+//!   per-block checksums (a record absent in data made before them means `none`).
 //!
 //! The record is parsed with the `toml` crate: a line of the cluster file is a TOML inline
 //! table, a data directory's `identity.toml` a TOML document.
@@ -114,6 +115,37 @@ impl std::str::FromStr for AuthMode {
     }
 }
 
+/// How chunk data is checked end to end (docs/architecture.md, "Checksums").
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Checksums {
+    /// No checksums: what a data directory made before they existed has (no field).
+    #[default]
+    None,
+    /// A crc32c per 4 KiB block of every chunk file, verified on every read.
+    Crc32c,
+}
+
+impl fmt::Display for Checksums {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Checksums::None => "none",
+            Checksums::Crc32c => "crc32c",
+        })
+    }
+}
+
+impl std::str::FromStr for Checksums {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Checksums, String> {
+        match s {
+            "none" | "off" => Ok(Checksums::None),
+            "crc32c" | "on" => Ok(Checksums::Crc32c),
+            _ => Err(format!("checksums {s:?}: expected crc32c or none")),
+        }
+    }
+}
+
 /// The user a key-mode cluster serves (written `"uid:gid"`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct Owner {
@@ -176,6 +208,9 @@ pub struct ClusterIdentity {
     pub owner: Option<Owner>,
     /// Copies of every entry and chunk.
     pub replication: u32,
+    /// End-to-end checksums of chunk data (absent in records made before them: none).
+    #[serde(default)]
+    pub checksums: Checksums,
 }
 
 impl ClusterIdentity {
@@ -191,6 +226,7 @@ impl ClusterIdentity {
             auth: AuthMode::Insecure,
             owner: None,
             replication: 1,
+            checksums: Checksums::Crc32c,
         })
     }
 
@@ -201,9 +237,9 @@ impl ClusterIdentity {
             None => String::new(),
         };
         format!(
-            "cluster = {{ id = \"{}\", format = {}, servers = {}, chunk_size = {}, inline_max = {}, auth = \"{}\"{owner}, replication = {} }}",
+            "cluster = {{ id = \"{}\", format = {}, servers = {}, chunk_size = {}, inline_max = {}, auth = \"{}\"{owner}, replication = {}, checksums = \"{}\" }}",
             self.id, self.format, self.servers, self.chunk_size, self.inline_max, self.auth,
-            self.replication
+            self.replication, self.checksums
         )
     }
 
@@ -230,7 +266,7 @@ impl ClusterIdentity {
     /// other)`; `None` when they are the same record.
     pub fn difference(&self, other: &ClusterIdentity) -> Option<String> {
         let show = |o: Option<Owner>| o.map_or("none".to_string(), |o| o.to_string());
-        let fields: [(&str, String, String); 8] = [
+        let fields: [(&str, String, String); 9] = [
             ("cluster id", self.id.to_string(), other.id.to_string()),
             ("format", self.format.to_string(), other.format.to_string()),
             (
@@ -255,6 +291,11 @@ impl ClusterIdentity {
                 self.replication.to_string(),
                 other.replication.to_string(),
             ),
+            (
+                "checksums",
+                self.checksums.to_string(),
+                other.checksums.to_string(),
+            ),
         ];
         fields
             .into_iter()
@@ -277,6 +318,7 @@ mod tests {
             auth: AuthMode::Insecure,
             owner: None,
             replication: 1,
+            checksums: Checksums::Crc32c,
         }
     }
 
@@ -288,8 +330,16 @@ mod tests {
         assert!(line.contains("id = \"5f0c00001234abcd\""), "{line}");
         assert_eq!(ClusterIdentity::from_line(&line).unwrap(), a);
         // any TOML spelling of the same table
-        let spaced = "cluster={id='5f0c00001234abcd',format=1,servers=3,chunk_size=752128,inline_max=65536,auth='none',replication=1}";
+        let spaced = "cluster={id='5f0c00001234abcd',format=1,servers=3,chunk_size=752128,inline_max=65536,auth='none',replication=1,checksums='crc32c'}";
         assert_eq!(ClusterIdentity::from_line(spaced).unwrap(), a);
+        // a record made before checksums existed has none
+        let old = spaced.replace(",checksums='crc32c'", "");
+        let o = ClusterIdentity::from_line(&old).unwrap();
+        assert_eq!(o.checksums, Checksums::None);
+        assert_eq!(
+            a.difference(&o).as_deref(),
+            Some("checksums crc32c vs none")
+        );
         let k = ClusterIdentity {
             auth: AuthMode::Key,
             owner: Some(Owner {

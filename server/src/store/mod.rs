@@ -6,6 +6,7 @@
 pub mod chunks;
 pub mod flush;
 pub mod rocks;
+mod sums;
 
 use madfs_proto::{Attr, FsResult, StatFs};
 
