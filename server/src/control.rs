@@ -2,9 +2,10 @@
 //! ([`crate::auth::Gate::control_login`]) on each connection.
 
 use crate::auth::Gate;
+use crate::ops::Ops;
 use crate::stats::ServerStats;
 use futures::{future, StreamExt};
-use madfs_control::{Control, Hello, Proof, Stats, Status};
+use madfs_control::{Control, FsckReport, Hello, Proof, Stats, Status};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
@@ -21,6 +22,8 @@ struct ControlServer {
     gate: Arc<Gate>,
     /// This connection's challenge, and whether it logged in.
     session: Arc<(Hello, AtomicBool)>,
+    /// The server's operations (fsck reads its stores).
+    ops: Arc<Ops>,
 }
 
 const NOT_LOGGED_IN: &str = "not logged in";
@@ -77,6 +80,28 @@ impl Control for ControlServer {
         self.stop.store(true, Relaxed);
         Ok(true)
     }
+
+    async fn fsck(self, _: tarpc::context::Context) -> Result<FsckReport, String> {
+        self.member()?;
+        let (id, servers) = (self.status.id, self.status.servers);
+        let checksums = self.ops.chunks.checksums();
+        let ops = self.ops.clone();
+        tokio::task::spawn_blocking(move || {
+            crate::fsck::scan(id, servers, checksums, &ops.meta, &ops.chunks)
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
+    }
+
+    async fn fsck_remove(self, _: tarpc::context::Context, ids: Vec<u64>) -> Result<u64, String> {
+        self.member()?;
+        let ops = self.ops.clone();
+        tokio::task::spawn_blocking(move || crate::fsck::remove(&ops.meta, &ops.chunks, &ids))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())
+    }
 }
 
 /// Starts the control port on its own thread and runtime; returns the bound address.
@@ -87,7 +112,7 @@ pub fn start(
     addr: SocketAddr,
     status: Status,
     ucx_addr: Arc<OnceLock<String>>,
-    stats: Arc<ServerStats>,
+    ops: Arc<Ops>,
     stop: Arc<AtomicBool>,
     gate: Arc<Gate>,
 ) -> anyhow::Result<SocketAddr> {
@@ -133,7 +158,8 @@ pub fn start(
                     status,
                     ucx_addr,
                     start: Instant::now(),
-                    stats,
+                    stats: ops.stats.clone(),
+                    ops,
                     stop,
                     gate,
                     session: Arc::new((

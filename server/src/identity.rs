@@ -59,6 +59,16 @@ fn read_record(path: &Path) -> anyhow::Result<Option<DataDirRecord>> {
     }
 }
 
+/// The record of data directory `dir` (an error if it has none).
+pub fn read_data_dir(dir: &Path) -> anyhow::Result<DataDirRecord> {
+    read_record(&dir.join(FILE))?.ok_or_else(|| {
+        anyhow::anyhow!(
+            "{} is not a madfs data directory (no {FILE})",
+            dir.display()
+        )
+    })
+}
+
 fn write_record(path: &Path, r: &DataDirRecord) -> anyhow::Result<()> {
     let text = format!(
         "# madfs data directory: written at its first start, checked at every start.\n\

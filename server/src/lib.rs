@@ -6,6 +6,7 @@
 pub mod auth;
 pub mod cap;
 pub mod control;
+pub mod fsck;
 pub mod identity;
 pub mod net;
 pub mod ops;
@@ -166,7 +167,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         cfg.control,
         status,
         ucx_shown.clone(),
-        stats,
+        ops.clone(),
         stop.clone(),
         gate.clone(),
     )?;

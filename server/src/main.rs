@@ -88,6 +88,19 @@ struct Args {
     send_timeout_ms: u64,
 }
 
+/// `madfs-server fsck [--repair] DATA_DIR…`: offline fsck of stopped servers' data
+/// directories (docs/operations.md, "fsck").
+#[derive(Parser)]
+#[command(name = "madfs-server fsck")]
+struct Fsck {
+    /// Remove orphan chunk files (needs every server's data directory of the cluster).
+    #[arg(long)]
+    repair: bool,
+    /// Data directories (every server's, to decide orphans).
+    #[arg(required = true)]
+    data_dirs: Vec<PathBuf>,
+}
+
 fn parse_auth(s: &str) -> Result<madfs_identity::AuthMode, String> {
     match s.parse()? {
         madfs_identity::AuthMode::Insecure => {
@@ -112,6 +125,17 @@ fn main() {
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
+    if std::env::args().nth(1).as_deref() == Some("fsck") {
+        let f = Fsck::parse_from(std::env::args().skip(1));
+        match madfs_server::fsck::offline(&f.data_dirs, f.repair) {
+            Ok(true) => std::process::exit(0),
+            Ok(false) => std::process::exit(1),
+            Err(e) => {
+                eprintln!("madfs-server fsck: {e:#}");
+                std::process::exit(2);
+            }
+        }
+    }
     let a = Args::parse();
     if a.chunk_size
         .is_some_and(|c| c < 4096 || c > madfs_server::ops::MAX_CHUNK as u32)

@@ -40,6 +40,18 @@ enum Cmd {
     },
     /// Copy a madfs file to a local file (or `-` for stdout).
     Get { path: String, local: String },
+    /// Check the cluster's chunk files (every block against its checksum) and find chunk
+    /// files no entry references (orphans), online through the servers' control ports; with
+    /// --data, offline on stopped servers' data directories (runs `madfs-server fsck`).
+    /// Exit status 1 when damage or orphans were found (and not all repaired).
+    Fsck {
+        /// Remove orphan chunk files (damaged blocks are reported, never "repaired").
+        #[arg(long)]
+        repair: bool,
+        /// Offline: these data directories (every server's, to decide orphans).
+        #[arg(long, num_args = 1..)]
+        data: Vec<String>,
+    },
     /// Issue stat/create/unlink requests in a loop for SECONDS (load generator for tests).
     Hammer {
         /// Directory to work in (created).
@@ -52,6 +64,9 @@ enum Cmd {
 fn main() {
     let cli = Cli::parse();
     madfs_client::init_cli_logging();
+    if let Cmd::Fsck { repair, data } = &cli.cmd {
+        std::process::exit(fsck(*repair, data));
+    }
     let client = match Client::from_env() {
         Ok(c) => c,
         Err(e) => {
@@ -62,6 +77,52 @@ fn main() {
     if let Err(e) = run(&client, cli.cmd) {
         eprintln!("madfs: {e}");
         std::process::exit(1);
+    }
+}
+
+/// `madfs fsck`: online through the cluster file's control ports, or offline (`--data`)
+/// through `madfs-server fsck` beside this program. Returns the exit status.
+fn fsck(repair: bool, data: &[String]) -> i32 {
+    if !data.is_empty() {
+        let server = std::env::current_exe()
+            .ok()
+            .and_then(|p| Some(p.parent()?.join("madfs-server")))
+            .filter(|p| p.exists())
+            .unwrap_or_else(|| "madfs-server".into());
+        let mut cmd = std::process::Command::new(server);
+        cmd.arg("fsck").args(data);
+        if repair {
+            cmd.arg("--repair");
+        }
+        return match cmd.status() {
+            Ok(s) => s.code().unwrap_or(2),
+            Err(e) => {
+                eprintln!("madfs: fsck: cannot run madfs-server: {e}");
+                2
+            }
+        };
+    }
+    let Some(file) = std::env::var_os("MADFS_CLUSTER") else {
+        eprintln!("madfs: fsck: set MADFS_CLUSTER to the cluster file (or give --data DIR…)");
+        return 2;
+    };
+    match madfs_control::fsck::cluster_blocking(std::path::Path::new(&file), repair) {
+        Ok((v, freed)) => {
+            println!("{v}");
+            if repair && !v.orphans.is_empty() {
+                println!(
+                    "repaired: {} orphan chunk files removed, {freed} bytes given back",
+                    v.orphans.len()
+                );
+                i32::from(!v.damaged.is_empty())
+            } else {
+                i32::from(!v.clean())
+            }
+        }
+        Err(e) => {
+            eprintln!("madfs: fsck: {e:#}");
+            2
+        }
     }
 }
 
@@ -125,6 +186,7 @@ fn run(c: &Client, cmd: Cmd) -> Result<(), Box<dyn std::error::Error>> {
             }
             c.close(f)?;
         }
+        Cmd::Fsck { .. } => {} // answered in main, before a client is made
         Cmd::Hammer { dir, seconds } => {
             let _ = c.mkdir(&dir, 0o755);
             let end = Instant::now() + Duration::from_secs(seconds);

@@ -5,6 +5,9 @@
 //! (the servers' user), the cluster key (key mode: its owner) or a MUNGE credential of root or
 //! the servers' user (MUNGE mode). Anything else is answered "not logged in".
 
+pub mod fsck;
+
+pub use fsck::{Damage, FsckReport, Verdict};
 use madfs_auth::{Challenge, Key, Purpose};
 use madfs_identity::AuthMode;
 use serde::{Deserialize, Serialize};
@@ -111,6 +114,11 @@ pub trait Control {
     async fn stats() -> Result<Stats, String>;
     /// Stop the server cleanly (flushes RocksDB); answers before it exits.
     async fn shutdown() -> Result<bool, String>;
+    /// Scans this server's chunk files (every block against its checksum) and entries.
+    async fn fsck() -> Result<FsckReport, String>;
+    /// Removes the chunk files of `ids` (orphans the caller decided on with every server's
+    /// report) that no entry of this server names; returns the bytes given back.
+    async fn fsck_remove(ids: Vec<u64>) -> Result<u64, String>;
 }
 
 /// The challenge of a control login (`client_nonce`: the caller's).

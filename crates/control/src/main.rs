@@ -4,6 +4,7 @@
 //! madfs-ctl status  [ADDR] [--cluster FILE] [--wait SECS]
 //! madfs-ctl stats   [ADDR] [--cluster FILE]
 //! madfs-ctl stop    [ADDR] [--cluster FILE]
+//! madfs-ctl fsck    --cluster FILE [--repair]
 //! ```
 //! Without ADDR, every server of the cluster file. The cluster file (`--cluster`, else
 //! `MADFS_CLUSTER`) also says how to log in: with the peer key or the cluster key beside it,
@@ -64,6 +65,15 @@ enum Cmd {
     Stop {
         #[command(flatten)]
         target: Target,
+    },
+    /// Check every server's chunk files and find orphans (the cluster file's servers).
+    Fsck {
+        /// The cluster file.
+        #[arg(long, env = "MADFS_CLUSTER")]
+        cluster: PathBuf,
+        /// Remove orphan chunk files.
+        #[arg(long)]
+        repair: bool,
     },
 }
 
@@ -169,6 +179,20 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             if failed > 0 {
                 bail!("{failed} server(s) did not confirm the stop");
+            }
+            Ok(())
+        }
+        Cmd::Fsck { cluster, repair } => {
+            let (v, freed) = madfs_control::fsck::cluster(&cluster, repair).await?;
+            println!("{v}");
+            if repair && !v.orphans.is_empty() {
+                println!(
+                    "repaired: {} orphan chunk files removed, {freed} bytes given back",
+                    v.orphans.len()
+                );
+            }
+            if !v.damaged.is_empty() || (!repair && !v.orphans.is_empty()) {
+                bail!("fsck found damage or orphans");
             }
             Ok(())
         }

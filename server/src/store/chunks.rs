@@ -216,6 +216,11 @@ impl FsChunks {
             )))
     }
 
+    /// Does this store keep checksums?
+    pub fn checksums(&self) -> bool {
+        self.checksums
+    }
+
     /// Where the chunk files are ([`Location`]).
     pub fn location(&self) -> &Location {
         &self.location
@@ -429,6 +434,79 @@ impl FsChunks {
         Ok(())
     }
 
+    /// File ids with a chunk file or a record file here, with their bytes on disk (fsck).
+    pub fn ids(&self) -> std::io::Result<Vec<(u64, u64)>> {
+        use std::os::unix::fs::MetadataExt;
+        let mut ids: std::collections::BTreeMap<u64, u64> = Default::default();
+        for d in std::fs::read_dir(&self.root)? {
+            let d = d?;
+            if !d.file_type()?.is_dir() {
+                continue;
+            }
+            for f in std::fs::read_dir(d.path())? {
+                let f = f?;
+                let name = f.file_name();
+                let name = name.to_string_lossy();
+                let hex = name.strip_suffix(".crc").unwrap_or(&name);
+                let Ok(id) = u64::from_str_radix(hex, 16) else {
+                    continue;
+                };
+                if hex.len() != 16 {
+                    continue;
+                }
+                let bytes = match f.metadata() {
+                    Ok(m) => m.blocks() * 512,
+                    Err(_) => 0, // removed meanwhile
+                };
+                *ids.entry(id).or_default() += bytes;
+            }
+        }
+        Ok(ids.into_iter().collect())
+    }
+
+    /// Checks every block of file `id`'s chunk file against its checksum (fsck): the
+    /// damaged blocks as (byte position, what). Nothing without checksums.
+    pub fn check(&self, id: u64) -> FsResult<Vec<(u64, &'static str)>> {
+        if !self.checksums {
+            return Ok(vec![]);
+        }
+        let sums = match File::open(self.sums_path(id)) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // a chunk file without records: every non-zero block is unrecorded; make
+                // the check read an empty record file
+                tempfile_empty()?
+            }
+            Err(e) => return Err(Errno::from_io(&e)),
+        };
+        let data = match File::open(self.file_path(id)) {
+            Ok(f) => Some(f),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(Errno::from_io(&e)),
+        };
+        Ok(sums::check(data.as_ref(), &sums, &self.locks, id)?
+            .into_iter()
+            .map(|(b, w)| (b * madfs_checksum::BLOCK, w))
+            .collect())
+    }
+
+    /// Removes the chunk file and record file of `id` (fsck repair of an orphan); returns
+    /// the bytes they held.
+    pub fn remove(&self, id: u64) -> FsResult<u64> {
+        use std::os::unix::fs::MetadataExt;
+        let mut bytes = 0;
+        for p in [self.file_path(id), self.sums_path(id)] {
+            if let Ok(m) = std::fs::metadata(&p) {
+                bytes += m.blocks() * 512;
+            }
+        }
+        self.truncate(id, 0)?;
+        if !self.checksums {
+            std::fs::remove_file(self.sums_path(id)).or_else(not_found_is_ok)?;
+        }
+        Ok(bytes)
+    }
+
     /// With checksums, for a file without a chunk file: EIO if a block of `[pos, pos + len)`
     /// was written (the chunk file was lost).
     fn check_lost(&self, id: u64, pos: u64, len: u64) -> FsResult<()> {
@@ -473,6 +551,18 @@ fn publish_location(root: &Path) -> std::io::Result<Location> {
         dir: std::fs::canonicalize(root)?.display().to_string(),
         token,
     })
+}
+
+/// An empty anonymous file (a missing record file, read as all holes).
+fn tempfile_empty() -> FsResult<File> {
+    let name = c"madfs-empty";
+    // SAFETY: a valid C string; memfd_create makes a new anonymous file we own.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(Errno::from_io(&std::io::Error::last_os_error()));
+    }
+    // SAFETY: a fresh descriptor nobody else owns.
+    Ok(unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) })
 }
 
 fn not_found_is_ok(e: std::io::Error) -> FsResult<()> {

@@ -36,7 +36,7 @@ impl Default for Locks {
 }
 
 /// Held stripes.
-enum Held<'a> {
+pub(super) enum Held<'a> {
     Shared(#[allow(dead_code)] Vec<RwLockReadGuard<'a, ()>>),
     Alone(#[allow(dead_code)] Vec<RwLockWriteGuard<'a, ()>>),
 }
@@ -48,7 +48,7 @@ impl Locks {
         self.take(id, first, last, false)
     }
 
-    fn take(&self, id: u64, first: u64, last: u64, shared: bool) -> Held<'_> {
+    pub(super) fn take(&self, id: u64, first: u64, last: u64, shared: bool) -> Held<'_> {
         let (g0, g1) = (first / GROUP_BLOCKS, last / GROUP_BLOCKS);
         let mut idx: Vec<usize> = if g1 - g0 >= STRIPES as u64 {
             (0..STRIPES).collect()
@@ -370,4 +370,71 @@ pub(super) fn punch(
         crcs.push(madfs_checksum::block_crc(&blk[..n]));
     }
     around(sums, first, &crcs, inside, punch)
+}
+
+/// Blocks checked per read by [`check`].
+const CHECK_BLOCKS: u64 = 256;
+
+/// Checks every block of a chunk file (`data`; `None`: missing) against its record file:
+/// returns the damaged blocks as (block, what): `missing` (written, past the end of the data
+/// or no data), `corrupt` (does not match), `unrecorded` (non-zero data where no write was
+/// recorded). A range that shows damage is read again under the block locks, so a write in
+/// progress is never reported.
+pub(super) fn check(
+    data: Option<&File>,
+    sums: &File,
+    locks: &Locks,
+    id: u64,
+) -> FsResult<Vec<(u64, &'static str)>> {
+    let data_len = match data {
+        Some(d) => d.metadata()?.len(),
+        None => 0,
+    };
+    let blocks_n = (sums.metadata()?.len() / RECORD).max(data_len.div_ceil(BLOCK));
+    let mut bad = Vec::new();
+    let mut buf = vec![0u8; (CHECK_BLOCKS * BLOCK) as usize];
+    let mut first = 0;
+    while first < blocks_n {
+        let n = CHECK_BLOCKS.min(blocks_n - first);
+        let mut found = Vec::new();
+        for locked in [false, true] {
+            let _held = locked.then(|| locks.take(id, first, first + n - 1, true));
+            found.clear();
+            let got = match data {
+                Some(d) => preadv_all(
+                    d,
+                    &mut [&mut buf[..(n * BLOCK) as usize]],
+                    first * BLOCK,
+                    false,
+                )?,
+                None => 0,
+            };
+            let recs = records(sums, first, n, false)?;
+            for i in 0..n {
+                let s = (i * BLOCK) as usize;
+                let present = got.saturating_sub(s).min(BLOCK as usize);
+                let crc = madfs_checksum::block_crc(&buf[s..s + present]);
+                let r = Record::at(&recs, i as usize);
+                if r.accepts(crc) {
+                    continue;
+                }
+                found.push((
+                    first + i,
+                    if r.is_hole() {
+                        "unrecorded"
+                    } else if present == 0 {
+                        "missing"
+                    } else {
+                        "corrupt"
+                    },
+                ));
+            }
+            if found.is_empty() {
+                break;
+            }
+        }
+        bad.append(&mut found);
+        first += n;
+    }
+    Ok(bad)
 }
