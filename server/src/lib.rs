@@ -58,6 +58,9 @@ pub struct Config {
     pub group_commit: bool,
     /// Serve clients that prove uid 0 as nobody.
     pub root_squash: bool,
+    /// Bytes kept free for metadata (data writes get ENOSPC below it); `None`: 1 % of the
+    /// file system, 16 MiB to 1 GiB.
+    pub reserve: Option<u64>,
 }
 
 /// Raises the soft limit on open files to the hard limit: a server holds a descriptor per
@@ -142,6 +145,8 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         stats: stats.clone(),
         dirs: Default::default(),
     });
+    let reserve = ops.chunks.set_reserve(cfg.reserve)?;
+    tracing::debug!("{reserve} bytes kept free for metadata");
     // every port that is not UCX's first: a port taken by someone else stops the server
     // before UCX exists (one line, no UCX teardown on the way out)
     let tcp = std::net::TcpListener::bind(cfg.tcp)

@@ -80,6 +80,10 @@ struct Args {
     /// a crc32c per 4 KiB block, verified on every read) or `none`. docs/architecture.md.
     #[arg(long)]
     checksums: Option<madfs_identity::Checksums>,
+    /// MiB kept free on the data directory's file system for metadata: writes of file data
+    /// get ENOSPC below it (default: 1 % of the file system, 16 MiB to 1 GiB).
+    #[arg(long)]
+    reserve_mb: Option<u64>,
     /// One WAL sync per fsync request instead of group commit (for benchmarks).
     #[arg(long)]
     no_group_commit: bool,
@@ -227,6 +231,7 @@ fn main() {
         send_timeout: Duration::from_millis(a.send_timeout_ms),
         group_commit: !a.no_group_commit,
         root_squash: a.root_squash,
+        reserve: a.reserve_mb.map(|m| m << 20),
     };
     if let Err(e) = madfs_server::run(cfg) {
         eprintln!("madfs-server: {e:#}");

@@ -354,7 +354,11 @@ impl Ops {
                 ..
             } => {
                 not_root(path, Errno::EISDIR)?;
-                let make = &mut || self.new_attr(S_IFREG | (mode & 0o7777), 1, uid, gid, 0);
+                // only a new entry needs room (opening an existing file never)
+                let make = &mut || {
+                    self.chunks.admit_entry()?;
+                    self.new_attr(S_IFREG | (mode & 0o7777), 1, uid, gid, 0)
+                };
                 // O_EXCL: the insert itself answers EEXIST; else one lookup under the
                 // path's lock finds the entry or creates it
                 let found = if excl {
@@ -405,6 +409,7 @@ impl Ops {
                 gid,
             } => {
                 not_root(path, Errno::EEXIST)?;
+                self.chunks.admit_entry()?;
                 if target.is_empty() {
                     return Err(Errno::ENOENT);
                 }
@@ -428,6 +433,7 @@ impl Ops {
                 gid,
             } => {
                 not_root(path, Errno::EEXIST)?;
+                self.chunks.admit_entry()?;
                 let a = self.new_attr(S_IFDIR | (mode & 0o7777), 2, uid, gid, 0)?;
                 self.meta.insert(path, &a, &[])?;
                 self.dir_changed(path, Some(&a));
@@ -651,6 +657,7 @@ impl Ops {
                 ..
             } => {
                 let pos = chunk_pos(chunk, offset, bulk.len() as u64, chunk_size, Errno::EFBIG)?;
+                self.chunks.admit(bulk.len() as u64)?;
                 if chunk == 0 {
                     if let Some(p) = size_of {
                         path_ok(p)?;

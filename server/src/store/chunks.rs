@@ -66,7 +66,26 @@ pub struct FsChunks {
     dirty: Mutex<HashMap<u64, Arc<Dirty>>>,
     pins: Arc<Pins>,
     open: Mutex<OpenCache>,
+    space: Space,
 }
+
+/// Free space kept for metadata (docs/operations.md, "Full disks"): writes of file data are
+/// refused with ENOSPC while the file system holding the data directory has less than
+/// `reserve` bytes free, so that RocksDB (entries, renames, removals that give space back)
+/// never meets a full disk; new entries (creates, directories, links) are refused below a
+/// quarter of the reserve, which stays for removals, renames and attribute changes (they give
+/// space back or need little). Free space is asked of the kernel again whenever the writes
+/// since the last look could have used half of what was above the floor.
+struct Space {
+    reserve: std::sync::atomic::AtomicU64,
+    /// Bytes data writes may still take before the next look (negative: look now).
+    budget: std::sync::atomic::AtomicI64,
+    /// The same for new entries (counted as [`ENTRY_BYTES`] each).
+    meta_budget: std::sync::atomic::AtomicI64,
+}
+
+/// What a new entry is counted as against the free space.
+const ENTRY_BYTES: u64 = 4096;
 
 /// Descriptors (read and write) of recently used files, so that the net thread can map the
 /// pieces of a streaming read, answer small reads from the page cache and take small writes
@@ -202,7 +221,62 @@ impl FsChunks {
                 shrinking: [const { AtomicU32::new(0) }; PIN_SHARDS],
             }),
             open: Mutex::default(),
+            space: Space {
+                reserve: std::sync::atomic::AtomicU64::new(0),
+                budget: std::sync::atomic::AtomicI64::new(-1),
+                meta_budget: std::sync::atomic::AtomicI64::new(-1),
+            },
         })
+    }
+
+    /// Keeps `bytes` free for metadata: data writes get ENOSPC below that ([`Space`]).
+    /// `None`: 1 % of the file system, at least 16 MiB and at most 1 GiB.
+    pub fn set_reserve(&self, bytes: Option<u64>) -> FsResult<u64> {
+        let r = match bytes {
+            Some(b) => b,
+            None => {
+                let s = self.statfs()?;
+                (s.blocks * s.bsize / 100).clamp(16 << 20, 1 << 30)
+            }
+        };
+        self.space.reserve.store(r, SeqCst);
+        self.space.budget.store(-1, SeqCst);
+        self.space.meta_budget.store(-1, SeqCst);
+        Ok(r)
+    }
+
+    /// May a write of `len` bytes of file data go ahead? ENOSPC when the free space would
+    /// fall below the reserve.
+    pub fn admit(&self, len: u64) -> FsResult<()> {
+        let floor = self.space.reserve.load(SeqCst);
+        self.admit_above(&self.space.budget, floor, len)
+    }
+
+    /// May a new entry be made? ENOSPC below a quarter of the reserve.
+    pub fn admit_entry(&self) -> FsResult<()> {
+        let floor = self.space.reserve.load(SeqCst) / 4;
+        self.admit_above(&self.space.meta_budget, floor, ENTRY_BYTES)
+    }
+
+    fn admit_above(
+        &self,
+        budget: &std::sync::atomic::AtomicI64,
+        floor: u64,
+        len: u64,
+    ) -> FsResult<()> {
+        let left = budget.fetch_sub(len as i64, SeqCst) - len as i64;
+        if left >= 0 {
+            return Ok(());
+        }
+        let s = self.statfs()?;
+        let free = s.bavail.saturating_mul(s.bsize);
+        let above = free.saturating_sub(floor);
+        if above < len {
+            budget.store(-1, SeqCst);
+            return Err(Errno::ENOSPC);
+        }
+        budget.store(((above - len) / 2).min(i64::MAX as u64) as i64, SeqCst);
+        Ok(())
     }
 
     fn file_path(&self, id: u64) -> PathBuf {

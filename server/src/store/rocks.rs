@@ -26,9 +26,20 @@ const STRIPES: usize = 64;
 /// Merge operands of one key kept in the memtable before a write folds them (see `open`).
 const MAX_SUCCESSIVE_MERGES: usize = 32;
 
+/// A RocksDB error as an errno, logged: a full disk is ENOSPC (RocksDB then refuses writes
+/// until the server is restarted with space freed: said in the log, docs/operations.md).
 fn io(e: rocksdb::Error) -> Errno {
-    tracing::error!("rocksdb: {e}");
-    Errno::EIO
+    let s = e.to_string();
+    if s.contains("No space left") || s.contains("NoSpace") {
+        tracing::error!(
+            "rocksdb: {s}: the metadata store is full; free space (remove files) and restart the \
+             server if it keeps refusing writes"
+        );
+        Errno::ENOSPC
+    } else {
+        tracing::error!("rocksdb: {s}");
+        Errno::EIO
+    }
 }
 
 /// Encodes an attribute record: a version byte, then [`Attr::to_bytes`].
