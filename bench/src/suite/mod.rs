@@ -178,6 +178,10 @@ pub struct Io500Args {
     /// Keep the files written (default: everything is removed at the end).
     #[arg(long)]
     keep: bool,
+    /// An argument for the servers of the local cluster --compare starts (repeat it:
+    /// `--server-arg=--checksums --server-arg=none`).
+    #[arg(long = "server-arg", allow_hyphen_values = true)]
+    server_args: Vec<String>,
 }
 
 /// Sizes and limits, the same for every rank (printed with the results).
@@ -478,6 +482,7 @@ fn coordinate(mut a: Io500Args) -> Result<()> {
         eprintln!("madfs-bench: starting a local 2-server cluster (shared memory, loopback)");
         let cl = madfs_cluster::LocalCluster::start(madfs_cluster::Options {
             servers: 2,
+            args: a.server_args.clone(),
             ..Default::default()
         })
         .context("starting a local cluster")?;
