@@ -575,9 +575,8 @@ impl FsChunks {
             }
         }
         self.truncate(id, 0)?;
-        if !self.checksums {
-            std::fs::remove_file(self.sums_path(id)).or_else(not_found_is_ok)?;
-        }
+        // a record file alone (its chunk file lost) goes too
+        std::fs::remove_file(self.sums_path(id)).or_else(not_found_is_ok)?;
         Ok(bytes)
     }
 
@@ -697,15 +696,15 @@ impl ChunkStore for FsChunks {
         let path = self.file_path(id);
         if size == 0 {
             // nothing kept: the file goes (a mapped reply keeps reading the unlinked pages),
-            // then its record file
-            let removed = std::fs::remove_file(&path).or_else(not_found_is_ok);
-            let removed = removed.and_then(|()| {
-                if self.checksums {
+            // then its record file (only if there was a chunk file: most files have none on
+            // most servers; a record file left by a lost chunk file is an orphan for fsck)
+            let removed = match std::fs::remove_file(&path) {
+                Ok(()) if self.checksums => {
                     std::fs::remove_file(self.sums_path(id)).or_else(not_found_is_ok)
-                } else {
-                    Ok(())
                 }
-            });
+                Ok(()) => Ok(()),
+                Err(e) => not_found_is_ok(e),
+            };
             {
                 // after the removal: a descriptor opened before it was opened before this
                 let mut c = self.open_cache();

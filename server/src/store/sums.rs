@@ -317,10 +317,14 @@ pub(super) fn cut(
 ) -> FsResult<()> {
     let b = size / BLOCK;
     let keep = size - b * BLOCK;
+    // every block from the cut to the end (records included) stays locked until the records
+    // are cut too: a write past the cut either comes before (and is cut) or after (and keeps
+    // its records)
+    let end = (sums.metadata()?.len() / RECORD).max(data.metadata()?.len().div_ceil(BLOCK));
+    let _g = locks.lock(id, b, end.max(b));
     if keep == 0 {
         shrink()?;
     } else {
-        let _g = locks.lock(id, b, b);
         let mut blk = [0u8; BLOCK as usize];
         let n = block_bytes(data, b, &mut blk)?.min(keep as usize);
         let c = madfs_checksum::block_crc(&blk[..n]);
