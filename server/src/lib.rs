@@ -57,6 +57,8 @@ pub struct Config {
     pub group_commit: bool,
     /// Serve clients that prove uid 0 as nobody.
     pub root_squash: bool,
+    /// What slow, stalled and hostile peers may hold (deadlines, leases, parking).
+    pub limits: net::Limits,
 }
 
 /// Raises the soft limit on open files to the hard limit: a server holds a descriptor per
@@ -237,6 +239,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         ucx: cfg.ucx,
         send_timeout: cfg.send_timeout,
         gate: gate.clone(),
+        limits: cfg.limits.clone(),
     };
     rename::start_mover(ops.clone(), stop.clone(), Duration::from_millis(500))?;
     local.block_on(
