@@ -1592,21 +1592,25 @@ async fn tcp_loop(
 ) {
     let pool: Rc<RefCell<Vec<Bufs>>> = Rc::default();
     let sets = Rc::new(tokio::sync::Semaphore::new(cfg.limits.tcp_sets.max(1)));
+    // bytes of replies that slow readers have not taken yet
+    let stalled: Rc<Cell<usize>> = Rc::default();
     loop {
         let Ok((s, _)) = listener.accept().await else {
             continue;
         };
         let _ = s.set_nodelay(true);
         ops.stats.connections.fetch_add(1, Relaxed);
-        let (cfg, ops, sync_tx, pool, sets) = (
+        let (cfg, ops, sync_tx, pool, sets, stalled) = (
             cfg.clone(),
             ops.clone(),
             sync_tx.clone(),
             pool.clone(),
             sets.clone(),
+            stalled.clone(),
         );
         tokio::task::spawn_local(async move {
-            if let Err(e) = tcp_conn(s, &cfg, &ops, &sync_tx, &pool, &sets).await {
+            let shared = (&*pool, &*sets, &*stalled);
+            if let Err(e) = tcp_conn(s, &cfg, &ops, &sync_tx, shared).await {
                 tracing::debug!("tcp connection ended: {e}");
             }
         });
@@ -1622,8 +1626,7 @@ async fn tcp_conn(
     cfg: &NetConfig,
     ops: &Arc<Ops>,
     sync_tx: &SyncSender,
-    pool: &Rc<RefCell<Vec<Bufs>>>,
-    sets: &tokio::sync::Semaphore,
+    (pool, sets, stalled): (&RefCell<Vec<Bufs>>, &tokio::sync::Semaphore, &Cell<usize>),
 ) -> std::io::Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let limits = &cfg.limits;
@@ -1796,10 +1799,28 @@ async fn tcp_conn(
         // one writev, one segment for a small reply: four writes were four segments, and the
         // client, woken by the first, waited again for the rest (stat over TCP: 94 µs)
         let pieces = [&total[..], &prefix, &b.hdr, &b.data[..n]];
-        let sent =
-            tokio::time::timeout(cfg.send_timeout, write_all_vectored(&mut s, &pieces)).await;
+        // what the socket takes now; a reply it does not take whole keeps only its unsent
+        // bytes (not the buffer set) while it waits for a slow reader
+        let sent = write_now(&s, &pieces);
+        let all: usize = pieces.iter().map(|p| p.len()).sum();
+        let rest = match sent {
+            Ok(k) if k < all => Some(pieces.concat().split_off(k)),
+            _ => None,
+        };
         pool.borrow_mut().push(b);
-        match sent {
+        drop(_set);
+        sent?;
+        let Some(rest) = rest else {
+            continue;
+        };
+        if stalled.get() + rest.len() > limits.park_bytes {
+            ops.stats.busy.fetch_add(1, Relaxed);
+            return Ok(());
+        }
+        stalled.set(stalled.get() + rest.len());
+        let done = tokio::time::timeout(cfg.send_timeout, s.write_all(&rest)).await;
+        stalled.set(stalled.get() - rest.len());
+        match done {
             Ok(r) => r?,
             Err(_) => {
                 ops.stats.tcp_timeouts.fetch_add(1, Relaxed);
@@ -1813,26 +1834,27 @@ async fn tcp_conn(
     }
 }
 
-/// Writes every byte of `pieces` with as few `writev` calls as the socket allows.
-async fn write_all_vectored(
-    s: &mut tokio::net::TcpStream,
-    pieces: &[&[u8]],
-) -> std::io::Result<()> {
-    use tokio::io::AsyncWriteExt;
+/// Writes what the socket takes of `pieces` now, without waiting: the bytes written.
+fn write_now(s: &tokio::net::TcpStream, pieces: &[&[u8]]) -> std::io::Result<usize> {
     let mut iov: Vec<std::io::IoSlice<'_>> = pieces
         .iter()
         .filter(|p| !p.is_empty())
         .map(|p| std::io::IoSlice::new(p))
         .collect();
     let mut iov = &mut iov[..];
+    let mut sent = 0;
     while !iov.is_empty() {
-        let n = s.write_vectored(iov).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::WriteZero.into());
+        match s.try_write_vectored(iov) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                sent += n;
+                std::io::IoSlice::advance_slices(&mut iov, n);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => return Err(e),
         }
-        std::io::IoSlice::advance_slices(&mut iov, n);
     }
-    Ok(())
+    Ok(sent)
 }
 
 #[cfg(test)]
