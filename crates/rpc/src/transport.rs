@@ -305,8 +305,15 @@ impl Transport {
     /// What server `server` said when we connected (connects if needed).
     pub fn welcome(&self, server: u32) -> Result<Welcome, Errno> {
         match &self.net {
-            Net::Ucx { .. } => Ok(self.conn(server)?.welcome),
-            Net::Tcp { .. } => Ok(self.tcp_conn(server)?.welcome),
+            // an open connection's, as it is: asking is no request (see `fresh`)
+            Net::Ucx { conns, .. } => match cached(conns, server as usize)? {
+                Some(c) => Ok(c.welcome),
+                None => Ok(self.conn(server)?.welcome),
+            },
+            Net::Tcp { conns } => match cached(conns, server as usize)? {
+                Some(c) => Ok(c.welcome),
+                None => Ok(self.tcp_conn(server)?.welcome),
+            },
         }
     }
 
@@ -370,7 +377,7 @@ impl Transport {
         let _ = s.set_nodelay(true);
         s.set_read_timeout(Some(t)).map_err(|_| Errno::EIO)?;
         s.set_write_timeout(Some(t)).map_err(|_| Errno::EIO)?;
-        let mut buf = [0u8; 256];
+        let mut buf = [0u8; 512];
         let n = tcp_recv(&mut s, &mut buf).map_err(|_| Errno::EIO)?;
         let welcome: Welcome =
             flexbuffers::from_slice(&buf[..n.min(buf.len())]).map_err(|_| Errno::EPROTO)?;
@@ -408,7 +415,7 @@ impl Transport {
         let worker = worker.clone();
         let mode = self.settings.err_mode;
         let fut = async move {
-            let mut buf = Vec::<u8>::with_capacity(256);
+            let mut buf = Vec::<u8>::with_capacity(512);
             let (ep, n) = {
                 let mut recv =
                     pin!(worker.tag_recv(tag::welcome(server), buf.spare_capacity_mut()));
@@ -472,18 +479,27 @@ impl Transport {
         Ok(conn)
     }
 
-    /// May the connection to server `idx`, whose lease is `lease_ms`, still be used? A server
+    /// May the connection to server `idx`, whose lease is `lease_ms`, still be used (if so,
+    /// the request about to go on it is noted)? A server
     /// closes a connection that sent no request for its lease (dead and frozen clients are
     /// noticed so, whatever UCX's error mode), and tells nobody: a client that left it idle
     /// for half of that takes a new one instead (a request on the old one would go
     /// unanswered until the call's deadline).
     fn fresh(&self, idx: usize, lease_ms: u32) -> bool {
-        lease_ms == 0
-            || self
-                .used
-                .borrow()
-                .get(idx)
-                .is_some_and(|t| t.elapsed() < Duration::from_millis(lease_ms as u64 / 2))
+        if lease_ms == 0 {
+            return true;
+        }
+        // one clock read per call: the call this check is for is the request noted
+        let now = Instant::now();
+        let mut used = self.used.borrow_mut();
+        let Some(t) = used.get_mut(idx) else {
+            return false;
+        };
+        let ok = now.saturating_duration_since(*t) < Duration::from_millis(lease_ms as u64 / 2);
+        if ok {
+            *t = now;
+        }
+        ok
     }
 
     /// Notes a request to server `idx` (see [`Transport::fresh`]).
@@ -631,12 +647,10 @@ impl Transport {
         let Net::Ucx { conns, .. } = &self.net else {
             return Err(Errno::EINVAL);
         };
-        let c = match conns.borrow().get(server as usize) {
-            Some(Some(c)) => (c.ep.clone(), c.welcome.conn, c.secret),
-            _ => return Err(Errno::ENOTCONN),
-        };
-        self.touch(server as usize);
-        Ok(c)
+        match conns.borrow().get(server as usize) {
+            Some(Some(c)) => Ok((c.ep.clone(), c.welcome.conn, c.secret)),
+            _ => Err(Errno::ENOTCONN),
+        }
     }
 
     fn tcp_exchange(
@@ -655,7 +669,6 @@ impl Transport {
                 .ok_or(Errno::ENOTCONN)?,
             Net::Ucx { .. } => return Err(Errno::EINVAL),
         };
-        self.touch(server as usize);
         let mut s = c.stream.borrow_mut();
         let k = if kind == tag::FSYNC { 2 } else { 1 };
         let word = c.secret.to_le_bytes();
@@ -721,7 +734,6 @@ impl Transport {
         let (prefix, hdr) = self.encode(req);
         if let Net::Tcp { conns } = &self.net {
             let c = cached(conns, server as usize)?.ok_or(Errno::ENOTCONN)?;
-            self.touch(server as usize);
             let word = c.secret.to_le_bytes();
             let mut s = c.stream.borrow_mut();
             tcp_send(&mut s, 1, &[&word, &prefix, &hdr, bulk]).map_err(|_| Errno::EIO)?;
