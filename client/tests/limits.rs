@@ -132,6 +132,15 @@ fn half_sent_writes_and_stalled_readers_hold_no_handler() {
     eprintln!("after the stalls: {st:?}");
     assert!(slowest_round(&c, 20, "b") < Duration::from_millis(500));
     assert_eq!(get(&c, "/big"), big);
+    // the replies never taken do not hold the file against truncation
+    let t = Instant::now();
+    put(&c, "/big", b"short", 5, false);
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "truncate took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(get(&c, "/big"), b"short");
     drop(stopped);
     assert!(alive(cl.pid(0)), "server died:\n{}", cl.log(0));
 }

@@ -313,6 +313,72 @@ impl Out {
     }
 }
 
+/// What a send reads, for a send that closing its connection did not end (see
+/// [`Net::end_send`]): kept, never reused, until UCX says the send is over.
+trait Held: 'static {
+    fn keep_for(self, send: PostedSend);
+}
+
+impl Held for Bufs {
+    fn keep_for(self, send: PostedSend) {
+        tokio::task::spawn_local(async move {
+            let _ = send.await;
+            drop(self);
+        });
+    }
+}
+
+impl Held for Mapped {
+    /// The mapping pins its file against truncation (`FsChunks`): it cannot stay for as long
+    /// as the send may. Its pages are replaced by zeros at the same address, which stays
+    /// reserved (leaked: a few pages of address space, nothing resident), and the mapping
+    /// with its pin goes: a peer that fetches the reply late reads zeros.
+    fn keep_for(self, send: PostedSend) {
+        let bytes = self.bytes();
+        if bytes.is_empty() {
+            return drop(send);
+        }
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+        let start = bytes.as_ptr() as usize / page * page;
+        let len = (bytes.as_ptr() as usize + bytes.len()).div_ceil(page) * page - start;
+        // SAFETY: `start..start+len` is this mapping's range (page-aligned around its bytes):
+        // replacing it with private zero pages changes nothing Rust code holds (only UCX reads
+        // it, as the send's source); the same range is then reserved again once the mapping
+        // is dropped, so nothing else is ever placed where the send reads.
+        unsafe {
+            let zeros = libc::mmap(
+                start as *mut libc::c_void,
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            );
+            if zeros == libc::MAP_FAILED {
+                // keep the file mapping (and its pin) rather than free the range
+                std::mem::forget(self);
+                return drop(send);
+            }
+            // the drop unmaps our zeros and releases the pin; take the range back at once
+            drop(self);
+            let again = libc::mmap(
+                start as *mut libc::c_void,
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            );
+            if again as usize != start {
+                tracing::warn!("the range of a reply that was never taken was reused");
+            }
+        }
+        // freed by UCX when (if ever) the send completes
+        drop(send);
+    }
+}
+
 /// A read of a chunk (`span`: file id, position, length) that the page cache holds whole,
 /// answered on the net thread (see [`crate::store::chunks::FsChunks::read_nowait`]): the reply
 /// prefix and the data length in `b.data`, or `None` to serve the request on an IO thread as
@@ -894,8 +960,10 @@ impl Net {
             return Err(Over::Conn);
         }
         let p = &self.park;
+        // awaited data may take three quarters of the memory: spare sets keep the rest
         if p.count.get() >= l.parked_max
             || p.set_bytes.get() + p.data_bytes.get() + data > l.park_bytes
+            || p.data_bytes.get() + data > l.park_bytes / 4 * 3
         {
             return Err(Over::Server);
         }
@@ -977,39 +1045,35 @@ impl Net {
     /// Waits up to `wait` for `send` of `c` to be over; a peer that does not take it is
     /// closed. Returns `held` (what the send reads) once the send is over; if even closing
     /// does not end it, a task keeps `held` until it does, and the answer is `None`.
-    async fn end_send<H: 'static>(
+    async fn end_send<H: Held>(
         &self,
         c: &Rc<Conn>,
         mut send: PostedSend,
         held: H,
         wait: Duration,
     ) -> Option<H> {
-        match tokio::time::timeout(wait, &mut send).await {
-            Ok(Ok(())) => return Some(held),
-            Ok(Err(_)) => {
-                self.conns.kill(c);
-                return Some(held);
-            }
-            Err(_) => {
-                tracing::warn!("connection {} took no reply within {wait:?}; closed", c.id);
-                self.conns.kill(c);
+        if !c.dead.get() {
+            match tokio::time::timeout(wait, &mut send).await {
+                Ok(Ok(())) => return Some(held),
+                Ok(Err(_)) => {
+                    self.conns.kill(c);
+                    return Some(held);
+                }
+                Err(_) => {
+                    tracing::debug!("connection {} took no reply within {wait:?}; closed", c.id);
+                    self.conns.kill(c);
+                }
             }
         }
         // closing ends the send where UCX tracks its sends per endpoint (error mode `peer`);
         // in error mode `none` a rendezvous send the peer has not taken cannot be withdrawn,
         // and a peer that was only stopped may still take it later, reading `held` where it
-        // was: `held` is kept (never reused) until UCX says the send is over
-        if tokio::time::timeout(Duration::from_millis(100), &mut send)
-            .await
-            .is_ok()
-        {
+        // was: what it reads is kept (never reused) until UCX says the send is over
+        if settle(&mut send).await.is_some() {
             return Some(held);
         }
         self.ops.stats.stuck.fetch_add(1, Relaxed);
-        tokio::task::spawn_local(async move {
-            let _ = send.await;
-            drop(held);
-        });
+        held.keep_for(send);
         None
     }
 
