@@ -49,6 +49,9 @@ struct Figures {
     files: AtomicU64,
     max_latency_us: AtomicU64,
     slowest: Mutex<&'static str>,
+    /// Requests answered after their deadline (checked at the end: a panic in a client
+    /// thread would unwind through UCX while the others run).
+    late: AtomicU64,
 }
 
 impl Figures {
@@ -61,7 +64,10 @@ impl Figures {
         if self.max_latency_us.fetch_max(d.as_micros() as u64, Relaxed) < d.as_micros() as u64 {
             *self.slowest.lock().unwrap() = what;
         }
-        assert!(d < DEADLINE, "{what} took {d:?}");
+        if d >= DEADLINE {
+            eprintln!("{what} took {d:?}");
+            self.late.fetch_add(1, Relaxed);
+        }
         v
     }
 }
@@ -303,7 +309,22 @@ fn soak(tcp: bool) {
     let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
     let secs = secs();
     let name = if tcp { "TCP" } else { "UCX shared memory" };
-    let cl = cluster(2, &["--tcp-idle-ms", "5000", "--lease-ms", "10000"], "none");
+    // a reply a stopped reader never takes keeps its file mapped, and so holds back
+    // truncation of the files of that mapping's pin shard, until the send timeout closes the
+    // reader (docs/architecture.md): 3 s here, so that a well-behaved truncation never waits
+    // longer than that
+    let cl = cluster(
+        2,
+        &[
+            "--tcp-idle-ms",
+            "5000",
+            "--lease-ms",
+            "10000",
+            "--send-timeout-ms",
+            "3000",
+        ],
+        "none",
+    );
     let setup = client(&cl, Duration::from_secs(10), "none");
     let cs = setup.transport().welcome(0).unwrap().chunk_size as usize;
     put(&setup, "/big", &data(18 * cs, 3), 1 << 20, true);
@@ -396,6 +417,11 @@ fn soak(tcp: bool) {
         );
     }
     assert!(fig.files.load(Relaxed) > 0);
+    assert_eq!(
+        fig.late.load(Relaxed),
+        0,
+        "requests answered after {DEADLINE:?}"
+    );
 }
 
 #[test]

@@ -1362,7 +1362,11 @@ async fn lease_loop(net: Rc<Net>) {
         for c in expired {
             tracing::debug!("connection {} silent for {lease:?}: closed", c.id);
             net.ops.stats.expired.fetch_add(1, Relaxed);
-            conns.kill(&c);
+            net.ops.stats.killed.fetch_add(1, Relaxed);
+            // nothing in flight: closed with a flush, as a goodbye is (a forced close is
+            // undefined behaviour for a peer in error mode `none`, which may be a client
+            // that was only stopped); a close that does not finish in time is forced
+            conns.close(c.id, net.cfg.send_timeout);
         }
     }
 }
@@ -1646,7 +1650,7 @@ async fn fsync_handler(
 /// a buffer set only while a request of it is served and answered (sets come from a shared
 /// pool, at most [`Limits::tcp_sets`] at once), so memory follows requests in flight, not
 /// connections. A connection idle for [`Limits::tcp_idle`], one whose request is not all
-/// there within [`Limits::half_sent`] of its first byte, and one that does not take its
+/// there within the half-sent or send deadline (the longer) of its first byte, and one that does not take its
 /// reply within the send timeout are closed.
 async fn tcp_loop(
     listener: tokio::net::TcpListener,
@@ -1758,7 +1762,7 @@ async fn tcp_conn(
         if got.unwrap_or(0) == 0 {
             return Ok(());
         }
-        // the rest of it within the half-sent deadline from its first byte
+        // the rest of it within a deadline from its first byte
         let read = async {
             s.read_exact(&mut head[1..]).await?;
             let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
@@ -1777,7 +1781,10 @@ async fn tcp_conn(
             }
             Ok(head[4])
         };
-        let kind = match tokio::time::timeout(limits.half_sent, read).await {
+        // (a client sends a request in one piece; the server may be the slow one, so the
+        // deadline is the longer of the half-sent and send deadlines)
+        let deadline = limits.half_sent.max(cfg.send_timeout);
+        let kind = match tokio::time::timeout(deadline, read).await {
             Ok(r) => r?,
             Err(_) => {
                 ops.stats.tcp_timeouts.fetch_add(1, Relaxed);
