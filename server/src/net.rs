@@ -320,7 +320,22 @@ trait Held: 'static {
 }
 
 impl Held for Bufs {
-    fn keep_for(self, send: PostedSend) {
+    /// The set stays with the send, but costs no resident memory: its receive buffer (which
+    /// the send does not read) is freed, and the whole pages of its data buffer are given
+    /// back to the kernel (they read as zeros, to a peer that fetches the reply late).
+    fn keep_for(mut self, send: PostedSend) {
+        self.recv = Vec::new();
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+        let (at, len) = (self.data.as_mut_ptr() as usize, self.data.len());
+        let start = at.div_ceil(page) * page;
+        let end = (at + len) / page * page;
+        if end > start {
+            // SAFETY: whole pages inside `self.data`, which nothing reads but UCX (as the
+            // send's source) until the set is dropped; private anonymous pages read back as
+            // zeros after MADV_DONTNEED.
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+        }
         tokio::task::spawn_local(async move {
             let _ = send.await;
             drop(self);
