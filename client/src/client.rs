@@ -928,47 +928,59 @@ impl FileSystem for Client {
         mutated();
         for group in calls.chunks(WINDOW) {
             let involved: Vec<u32> = group.iter().map(|g| g.0).collect();
-            let futs = group.iter().map(|(server, chunk, in_chunk, bulk)| {
-                let size_of = (*chunk == 0).then_some(path.as_str());
-                // large pieces: header and data as two messages, the data contiguous
-                let data_apart = bulk.len() >= frame::RAW_WRITE_MIN && !self.t.is_tcp();
-                let req = if data_apart {
-                    Request::WriteData {
-                        id,
-                        chunk: *chunk,
-                        offset: *in_chunk,
-                        len: bulk.len() as u32,
-                        chunk_size: cs as u32,
-                        size_of,
-                        cap,
-                    }
-                } else {
-                    Request::Write {
-                        id,
-                        chunk: *chunk,
-                        offset: *in_chunk,
-                        chunk_size: cs as u32,
-                        size_of,
-                        cap,
-                    }
-                };
-                async move {
-                    let raw = if data_apart {
-                        self.t.call_write(*server, &req, bulk, SMALL_REPLY).await?
+            // a server short of room for writes whose data is slow to come answers EAGAIN
+            // (docs/architecture.md): the group is sent again after a pause (a write of the
+            // same bytes at the same place is the same write)
+            let give_up = std::time::Instant::now() + self.t.timeout();
+            let mut pause = std::time::Duration::from_millis(1);
+            loop {
+                let futs = group.iter().map(|(server, chunk, in_chunk, bulk)| {
+                    let size_of = (*chunk == 0).then_some(path.as_str());
+                    // large pieces: header and data as two messages, the data contiguous
+                    let data_apart = bulk.len() >= frame::RAW_WRITE_MIN && !self.t.is_tcp();
+                    let req = if data_apart {
+                        Request::WriteData {
+                            id,
+                            chunk: *chunk,
+                            offset: *in_chunk,
+                            len: bulk.len() as u32,
+                            chunk_size: cs as u32,
+                            size_of,
+                            cap,
+                        }
                     } else {
-                        self.t
-                            .call(*server, tag::REQUEST, &req, bulk, SMALL_REPLY)
-                            .await?
+                        Request::Write {
+                            id,
+                            chunk: *chunk,
+                            offset: *in_chunk,
+                            chunk_size: cs as u32,
+                            size_of,
+                            cap,
+                        }
                     };
-                    match raw.decode()?.0 {
-                        Reply::Written(n) if n as usize == bulk.len() => Ok(()),
-                        _ => Err(Errno::EIO),
+                    async move {
+                        let raw = if data_apart {
+                            self.t.call_write(*server, &req, bulk, SMALL_REPLY).await?
+                        } else {
+                            self.t
+                                .call(*server, tag::REQUEST, &req, bulk, SMALL_REPLY)
+                                .await?
+                        };
+                        match raw.decode()?.0 {
+                            Reply::Written(n) if n as usize == bulk.len() => Ok(()),
+                            _ => Err(Errno::EIO),
+                        }
                     }
+                });
+                let results = self.t.wait(&involved, async { Ok(join_all(futs).await) })?;
+                match results.into_iter().find(|r| r.is_err()) {
+                    None => break,
+                    Some(Err(Errno::EAGAIN)) if std::time::Instant::now() < give_up => {
+                        std::thread::sleep(pause);
+                        pause = (pause * 2).min(std::time::Duration::from_millis(50));
+                    }
+                    Some(r) => r?,
                 }
-            });
-            let results = self.t.wait(&involved, async { Ok(join_all(futs).await) })?;
-            for r in results {
-                r?;
             }
         }
         f.written = f.written.max(end);

@@ -61,6 +61,8 @@ pub struct Config {
     /// Bytes kept free for metadata (data writes get ENOSPC below it); `None`: 1 % of the
     /// file system, 16 MiB to 1 GiB.
     pub reserve: Option<u64>,
+    /// What slow, stalled and hostile peers may hold (deadlines, leases, parking).
+    pub limits: net::Limits,
 }
 
 /// Raises the soft limit on open files to the hard limit: a server holds a descriptor per
@@ -246,6 +248,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         ucx: cfg.ucx,
         send_timeout: cfg.send_timeout,
         gate: gate.clone(),
+        limits: cfg.limits.clone(),
     };
     rename::start_mover(ops.clone(), stop.clone(), Duration::from_millis(500))?;
     local.block_on(

@@ -90,6 +90,19 @@ struct Args {
     /// Milliseconds to wait for a reply to go out before dropping the connection.
     #[arg(long, default_value_t = 5000)]
     send_timeout_ms: u64,
+    /// Milliseconds a write's data may take after its request; then the request is dropped.
+    #[arg(long, default_value_t = 2000)]
+    half_sent_ms: u64,
+    /// Milliseconds a UCX connection may stay silent before the server closes it (its lease;
+    /// clients reconnect before it runs out). 0: never.
+    #[arg(long, default_value_t = 30_000)]
+    lease_ms: u64,
+    /// Milliseconds a TCP connection may stay idle between requests. 0: never.
+    #[arg(long, default_value_t = 60_000)]
+    tcp_idle_ms: u64,
+    /// MiB of memory that slow requests (awaited data, unsent replies) may hold together.
+    #[arg(long, default_value_t = 64)]
+    park_mib: usize,
 }
 
 /// `madfs-server fsck [--repair] DATA_DIR…`: offline fsck of stopped servers' data
@@ -232,6 +245,13 @@ fn main() {
         group_commit: !a.no_group_commit,
         root_squash: a.root_squash,
         reserve: a.reserve_mb.map(|m| m << 20),
+        limits: madfs_server::net::Limits {
+            half_sent: Duration::from_millis(a.half_sent_ms),
+            lease: Duration::from_millis(a.lease_ms),
+            tcp_idle: Duration::from_millis(a.tcp_idle_ms),
+            park_bytes: a.park_mib << 20,
+            ..Default::default()
+        },
     };
     if let Err(e) = madfs_server::run(cfg) {
         eprintln!("madfs-server: {e:#}");

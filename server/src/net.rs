@@ -15,19 +15,22 @@
 
 use crate::auth::{Gate, Who};
 use crate::ops::{read_span, runs_inline, Answer, Ops};
+use crate::store::chunks::Mapped;
 use crate::sync::SyncSender;
 use madfs_proto::frame::CONN_WORD;
 use madfs_proto::frame::{self, Encoder, PREFIX};
 use madfs_proto::{tag, Admission, Dirent, Errno, Hello, Reply, Request, Welcome};
-use madfs_rpc::{progress, Endpoint, Listener, UcxSettings, Worker};
+use madfs_rpc::{progress, Endpoint, Listener, PostedSend, UcxError, UcxSettings, Worker};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::future::Future;
 use std::io::IoSlice;
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 /// Room for a request header inside a frame.
@@ -58,12 +61,71 @@ pub struct NetConfig {
     pub servers: u32,
     /// Checks every connection's hello.
     pub gate: Arc<Gate>,
+    /// What slow, stalled and hostile peers may hold.
+    pub limits: Limits,
 }
 
+/// What slow, stalled and hostile peers may hold of a server (docs/architecture.md,
+/// "Slow and dead peers"). A request whose slow phase (a `WriteData` whose data has not
+/// arrived, a reply the peer does not take) lasts longer than [`GRACE`] leaves its handler
+/// and goes on in a task of its own ("parked"), within these bounds.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Time a `WriteData`'s data may take after its header; then the request is dropped
+    /// (answered `ETIMEDOUT`, counted as `half_sent`) and its late data discarded.
+    pub half_sent: Duration,
+    /// Parked requests of one connection. A client has at most 16 requests in flight on a
+    /// connection (its window), so a connection with more parked is not a working client:
+    /// it is closed.
+    pub conn_parked: u32,
+    /// Bytes the parked requests of one connection may hold (data awaited, replies unsent);
+    /// beyond: the connection is closed, as above.
+    pub conn_park_bytes: usize,
+    /// Memory all parked requests together may hold (buffers for awaited data, spare buffer
+    /// sets for handlers whose own wait with an unsent reply). Beyond it a half-sent write is
+    /// answered `EAGAIN` (the client retries) and a slow reply waits in its handler.
+    pub park_bytes: usize,
+    /// Parked requests of all connections together.
+    pub parked_max: usize,
+    /// A discard receive for the late data of a dropped request waits this long.
+    pub orphan_wait: Duration,
+    /// A UCX connection that sent no request for this long is closed (its lease ran out);
+    /// clients learn it from the welcome and reconnect before. Zero: never.
+    pub lease: Duration,
+    /// A TCP connection silent for this long between requests is closed. Zero: never.
+    pub tcp_idle: Duration,
+    /// TCP requests served at once (each holds a buffer set while it is read, served and
+    /// answered).
+    pub tcp_sets: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            half_sent: Duration::from_secs(2),
+            conn_parked: 32,
+            conn_park_bytes: 32 << 20,
+            park_bytes: 64 << 20,
+            parked_max: 4096,
+            orphan_wait: Duration::from_secs(30),
+            lease: Duration::from_secs(30),
+            tcp_idle: Duration::from_secs(60),
+            tcp_sets: 16,
+        }
+    }
+}
+
+/// How long a handler waits for a slow phase of a request (a `WriteData`'s data, a reply
+/// the peer has not taken yet) before the request is parked and the handler moves on. A
+/// working peer on this host finishes either in well under this.
+pub const GRACE: Duration = Duration::from_millis(2);
+
 impl NetConfig {
-    /// What a new connection `conn` is told first (`nonce`: its challenge).
-    fn welcome(&self, conn: u32, nonce: [u8; 32]) -> Welcome {
+    /// What a new connection `conn` is told first (`nonce`: its challenge; `lease`: how long
+    /// it may stay silent).
+    fn welcome(&self, conn: u32, nonce: [u8; 32], lease: Duration) -> Welcome {
         Welcome {
+            lease_ms: lease.as_millis().min(u32::MAX as u128) as u32,
             nonce,
             protocol: madfs_proto::PROTOCOL_VERSION,
             cluster: self.cluster,
@@ -78,11 +140,20 @@ impl NetConfig {
 
 /// An admitted connection.
 struct Conn {
+    /// Its id (the tag's connection field).
+    id: u32,
     ep: Rc<Endpoint>,
     /// The word every request of this connection starts with.
     secret: u64,
     /// Who it is served as.
     who: Arc<Who>,
+    /// The lease tick ([`Conns::tick`]) of its last request.
+    seen: Cell<u32>,
+    /// Its requests parked now, and the bytes they hold.
+    parked: Cell<u32>,
+    parked_bytes: Cell<usize>,
+    /// Closed (said goodbye, lease ran out, stalled, over its limits): nothing more is sent.
+    dead: Cell<bool>,
 }
 
 /// A connection welcomed but not admitted yet.
@@ -95,6 +166,8 @@ struct Waiting {
 /// any `Endpoint` value of it is dropped.
 struct Conns {
     next: Cell<u32>,
+    /// Lease clock: advanced by [`lease_loop`] every quarter lease.
+    tick: Cell<u32>,
     map: RefCell<HashMap<u32, Rc<Conn>>>,
     waiting: RefCell<HashMap<u32, Waiting>>,
     stats: Arc<crate::stats::ServerStats>,
@@ -127,9 +200,14 @@ impl Conns {
         map.insert(
             id,
             Rc::new(Conn {
+                id,
                 ep,
                 secret,
                 who: Arc::new(who),
+                seen: Cell::new(self.tick.get()),
+                parked: Cell::new(0),
+                parked_bytes: Cell::new(0),
+                dead: Cell::new(false),
             }),
         );
         self.stats.live_connections.store(map.len() as u64, Relaxed);
@@ -146,13 +224,10 @@ impl Conns {
         }
     }
 
-    fn get(&self, id: u32) -> Option<Rc<Endpoint>> {
-        self.map.borrow().get(&id).map(|c| c.ep.clone())
-    }
-
     fn new(stats: Arc<crate::stats::ServerStats>) -> Conns {
         Conns {
             next: Cell::new(0),
+            tick: Cell::new(0),
             map: RefCell::default(),
             waiting: RefCell::default(),
             stats,
@@ -163,7 +238,28 @@ impl Conns {
         let mut map = self.map.borrow_mut();
         let c = map.remove(&id);
         self.stats.live_connections.store(map.len() as u64, Relaxed);
-        c.map(|c| c.ep.clone())
+        c.map(|c| {
+            c.dead.set(true);
+            c.ep.clone()
+        })
+    }
+
+    /// Closes connection `c` at once (a stalled or dead peer, or one over its limits): out of
+    /// the table, nothing more sent, its endpoint closed with force, which ends the sends and
+    /// receives still posted on it (so their buffers may be reused).
+    fn kill(&self, c: &Rc<Conn>) {
+        if c.dead.replace(true) {
+            return;
+        }
+        {
+            let mut map = self.map.borrow_mut();
+            if map.get(&c.id).is_some_and(|m| Rc::ptr_eq(m, c)) {
+                map.remove(&c.id);
+            }
+            self.stats.live_connections.store(map.len() as u64, Relaxed);
+        }
+        self.stats.killed.fetch_add(1, Relaxed);
+        force_close(c.ep.clone());
     }
 
     /// A client said goodbye: forget it and close the endpoint with a flush (a forced close
@@ -184,6 +280,118 @@ struct Bufs {
     data: Vec<u8>,
     hdr: Vec<u8>,
     enc: Encoder,
+    /// The reply's prefix and scatter list, at an address that stays put when the set moves
+    /// (UCX keeps a pointer to the scatter list of a send that does not complete at once).
+    out: Box<Out>,
+}
+
+/// See [`Bufs::out`].
+struct Out {
+    prefix: [u8; PREFIX],
+    iov: [IoSlice<'static>; 3],
+}
+
+impl Bufs {
+    /// A handler's set: room for the largest frame and the largest read.
+    fn new(max_frame: usize) -> Bufs {
+        Bufs {
+            recv: Vec::with_capacity(max_frame),
+            data: vec![0u8; max_frame.saturating_sub(HEADER_ROOM)],
+            hdr: Vec::with_capacity(1 << 16),
+            enc: Encoder::default(),
+            out: Out::boxed(),
+        }
+    }
+}
+
+impl Out {
+    fn boxed() -> Box<Out> {
+        Box::new(Out {
+            prefix: [0; PREFIX],
+            iov: [IoSlice::new(&[]), IoSlice::new(&[]), IoSlice::new(&[])],
+        })
+    }
+}
+
+/// What a send reads, for a send that closing its connection did not end (see
+/// [`Net::end_send`]): kept, never reused, until UCX says the send is over.
+trait Held: 'static {
+    fn keep_for(self, send: PostedSend);
+}
+
+impl Held for Bufs {
+    /// The set stays with the send, but costs no resident memory: its receive buffer (which
+    /// the send does not read) is freed, and the whole pages of its data buffer are given
+    /// back to the kernel (they read as zeros, to a peer that fetches the reply late).
+    fn keep_for(mut self, send: PostedSend) {
+        self.recv = Vec::new();
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+        let (at, len) = (self.data.as_mut_ptr() as usize, self.data.len());
+        let start = at.div_ceil(page) * page;
+        let end = (at + len) / page * page;
+        if end > start {
+            // SAFETY: whole pages inside `self.data`, which nothing reads but UCX (as the
+            // send's source) until the set is dropped; private anonymous pages read back as
+            // zeros after MADV_DONTNEED.
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+        }
+        tokio::task::spawn_local(async move {
+            let _ = send.await;
+            drop(self);
+        });
+    }
+}
+
+impl Held for Mapped {
+    /// The mapping pins its file against truncation (`FsChunks`): it cannot stay for as long
+    /// as the send may. Its pages are replaced by zeros at the same address, which stays
+    /// reserved (leaked: a few pages of address space, nothing resident), and the mapping
+    /// with its pin goes: a peer that fetches the reply late reads zeros.
+    fn keep_for(self, send: PostedSend) {
+        let bytes = self.bytes();
+        if bytes.is_empty() {
+            return drop(send);
+        }
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+        let start = bytes.as_ptr() as usize / page * page;
+        let len = (bytes.as_ptr() as usize + bytes.len()).div_ceil(page) * page - start;
+        // SAFETY: `start..start+len` is this mapping's range (page-aligned around its bytes):
+        // replacing it with private zero pages changes nothing Rust code holds (only UCX reads
+        // it, as the send's source); the same range is then reserved again once the mapping
+        // is dropped, so nothing else is ever placed where the send reads.
+        unsafe {
+            let zeros = libc::mmap(
+                start as *mut libc::c_void,
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            );
+            if zeros == libc::MAP_FAILED {
+                // keep the file mapping (and its pin) rather than free the range
+                std::mem::forget(self);
+                return drop(send);
+            }
+            // the drop unmaps our zeros and releases the pin; take the range back at once
+            drop(self);
+            let again = libc::mmap(
+                start as *mut libc::c_void,
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            );
+            if again as usize != start {
+                tracing::warn!("the range of a reply that was never taken was reused");
+            }
+        }
+        // freed by UCX when (if ever) the send completes
+        drop(send);
+    }
 }
 
 /// A read of a chunk (`span`: file id, position, length) that the page cache holds whole,
@@ -376,6 +584,13 @@ pub async fn run(
     let tcp = tokio::net::TcpListener::from_std(tcp)?;
     let conns = Rc::new(Conns::new(ops.stats.clone()));
     let cfg = Rc::new(cfg);
+    let net = Rc::new(Net {
+        worker: worker.clone(),
+        conns: conns.clone(),
+        cfg: cfg.clone(),
+        ops: ops.clone(),
+        park: Park::default(),
+    });
     let s = stop.clone();
     let progress =
         tokio::task::spawn_local(progress::run(worker.clone(), cfg.ucx.spin, move || {
@@ -400,13 +615,9 @@ pub async fn run(
         cfg.clone(),
         ops.clone(),
     )));
+    tasks.push(tokio::task::spawn_local(lease_loop(net.clone())));
     for _ in 0..cfg.handlers {
-        tasks.push(tokio::task::spawn_local(handler(
-            worker.clone(),
-            conns.clone(),
-            cfg.clone(),
-            ops.clone(),
-        )));
+        tasks.push(tokio::task::spawn_local(handler(net.clone())));
     }
     for (kind, mask) in DRAINED_KINDS {
         tasks.push(tokio::task::spawn_local(drain(
@@ -481,7 +692,8 @@ async fn accept_loop(
             };
             let id = conns.insert(ep.clone(), nonce);
             ops.stats.connections.fetch_add(1, Relaxed);
-            let bytes = flexbuffers::to_vec(cfg.welcome(id, nonce)).unwrap_or_default();
+            let bytes =
+                flexbuffers::to_vec(cfg.welcome(id, nonce, cfg.limits.lease)).unwrap_or_default();
             match tokio::time::timeout(
                 cfg.send_timeout,
                 ep.tag_send(tag::welcome(cfg.server_id), &bytes),
@@ -616,22 +828,567 @@ async fn send_reply(
     matches!(tokio::time::timeout(timeout, send).await, Ok(Ok(_)))
 }
 
-/// Sends the raw data of a large read (`frame::RAW_READ_MIN`) on `tag::reply_data(seq)`.
-async fn send_raw(ep: &Endpoint, seq: u32, data: &[u8], timeout: Duration) -> bool {
-    let mut send = std::pin::pin!(ep.tag_send(tag::reply_data(seq), data));
-    if let std::task::Poll::Ready(r) = futures::poll!(send.as_mut()) {
-        return r.is_ok();
+/// A small reply (no data) to `c`, from a task of its own; a peer that does not take it
+/// within `timeout` is closed (before the caller's buffers go: closing ends the send).
+async fn send_small(
+    conns: &Conns,
+    c: &Rc<Conn>,
+    seq: u32,
+    prefix: &[u8],
+    hdr: &[u8],
+    timeout: Duration,
+) {
+    if !c.dead.get() && !send_reply(&c.ep, seq, prefix, hdr, &[], timeout).await {
+        conns.kill(c);
     }
-    matches!(tokio::time::timeout(timeout, send).await, Ok(Ok(_)))
 }
 
-async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: Arc<Ops>) {
-    let mut bufs = Some(Bufs {
-        recv: Vec::with_capacity(cfg.max_frame),
-        data: vec![0u8; cfg.max_frame.saturating_sub(HEADER_ROOM)],
-        hdr: Vec::with_capacity(1 << 16),
-        enc: Encoder::default(),
+/// Starts closing `ep` with force now (the close is begun before this returns: sends and
+/// receives still posted on it end), and finishes it in a task if it does not complete at
+/// once.
+fn force_close(ep: Rc<Endpoint>) {
+    let mut close = Box::pin(async move {
+        let _ = ep.close(true).await;
     });
+    let waker = futures::task::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    if close.as_mut().poll(&mut cx).is_pending() {
+        tokio::task::spawn_local(close);
+    }
+}
+
+/// Polls `f` once, then waits for it up to [`GRACE`]: `None` if it is not done by then.
+async fn settle<F: Future + Unpin>(f: &mut F) -> Option<F::Output> {
+    if let Poll::Ready(v) = futures::poll!(&mut *f) {
+        return Some(v);
+    }
+    tokio::time::timeout(GRACE, f).await.ok()
+}
+
+/// Posts the reply held in `b`: `prefix`, `b.hdr` and `n` bytes of `b.data` on
+/// `tag::reply(seq)`, or (`raw`, a large read) the data alone, contiguous, on
+/// `tag::reply_data(seq)` (zero-copy rendezvous).
+///
+/// The send reads `b`'s heap blocks (its vectors and [`Bufs::out`]) until it is over: the
+/// caller keeps `b` unchanged until then (moving the set is fine, its blocks stay put).
+fn post_reply(
+    ep: &Endpoint,
+    seq: u32,
+    b: &mut Bufs,
+    prefix: [u8; PREFIX],
+    n: usize,
+    raw: bool,
+) -> Result<PostedSend, UcxError> {
+    if raw {
+        // SAFETY: see above: `b.data` stays put and unchanged until the send is over.
+        return unsafe { ep.tag_send_posted(tag::reply_data(seq), b.data.as_ptr(), n) };
+    }
+    let Out { prefix: p, iov } = &mut *b.out;
+    *p = prefix;
+    let mut k = 0;
+    for piece in [&p[..], &b.hdr[..], &b.data[..n]] {
+        if !piece.is_empty() {
+            // SAFETY: the pieces are in heap blocks of `b` that the caller keeps until the
+            // send is over (see above); the scatter list lives in `b.out` beside them.
+            iov[k] = IoSlice::new(unsafe { &*(piece as *const [u8]) });
+            k += 1;
+        }
+    }
+    // SAFETY: as above.
+    unsafe { ep.tag_send_vectored_posted(tag::reply(seq), iov.as_ptr(), k) }
+}
+
+/// What a received data message (or its failure) means to `serve_frame`: its length, or
+/// more than `len` (truncated or failed).
+fn received(r: Result<(u64, usize), UcxError>, len: usize) -> usize {
+    match r {
+        Ok((_, n)) => n,
+        Err(_) => len + 1,
+    }
+}
+
+/// What the tasks of the net thread share.
+struct Net {
+    worker: Rc<Worker>,
+    conns: Rc<Conns>,
+    cfg: Rc<NetConfig>,
+    ops: Arc<Ops>,
+    park: Park,
+}
+
+/// The parked requests (see [`Limits`]).
+#[derive(Default)]
+struct Park {
+    /// Spare buffer sets, for handlers whose own set waits with an unsent reply.
+    spare: RefCell<Vec<Bufs>>,
+    /// Bytes of the spare sets made (in `spare` or lent out).
+    set_bytes: Cell<usize>,
+    /// Bytes reserved for the data of parked half-sent writes.
+    data_bytes: Cell<usize>,
+    /// Parked requests.
+    count: Cell<usize>,
+    /// Discard receives waiting for late data.
+    discards: Cell<usize>,
+}
+
+/// Spare sets kept when they come back; more are freed.
+const SPARE_KEEP: usize = 4;
+
+/// Which limit a request to be parked is over.
+enum Over {
+    /// Its connection's: the connection is closed.
+    Conn,
+    /// The server's: the request is refused or waits in its handler.
+    Server,
+}
+
+/// A parked request's share of its connection's and the server's limits, given back when
+/// it is dropped.
+struct Ticket {
+    net: Rc<Net>,
+    c: Rc<Conn>,
+    bytes: usize,
+    data: usize,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let (c, p) = (&self.c, &self.net.park);
+        c.parked.set(c.parked.get() - 1);
+        c.parked_bytes.set(c.parked_bytes.get() - self.bytes);
+        p.count.set(p.count.get() - 1);
+        p.data_bytes.set(p.data_bytes.get() - self.data);
+    }
+}
+
+impl Net {
+    /// Bytes of one buffer set.
+    fn set_size(&self) -> usize {
+        2 * self.cfg.max_frame - HEADER_ROOM + (1 << 16)
+    }
+
+    /// Parks a request of `c` that holds `bytes` (`data` of them reserved for awaited data).
+    fn ticket(self: &Rc<Self>, c: &Rc<Conn>, bytes: usize, data: usize) -> Result<Ticket, Over> {
+        let l = &self.cfg.limits;
+        if c.parked.get() >= l.conn_parked || c.parked_bytes.get() + bytes > l.conn_park_bytes {
+            self.ops.stats.over_limit.fetch_add(1, Relaxed);
+            return Err(Over::Conn);
+        }
+        let p = &self.park;
+        // awaited data may take three quarters of the memory: spare sets keep the rest
+        if p.count.get() >= l.parked_max
+            || p.set_bytes.get() + p.data_bytes.get() + data > l.park_bytes
+            || p.data_bytes.get() + data > l.park_bytes / 4 * 3
+        {
+            return Err(Over::Server);
+        }
+        c.parked.set(c.parked.get() + 1);
+        c.parked_bytes.set(c.parked_bytes.get() + bytes);
+        p.count.set(p.count.get() + 1);
+        p.data_bytes.set(p.data_bytes.get() + data);
+        self.ops.stats.parked.fetch_add(1, Relaxed);
+        Ok(Ticket {
+            net: self.clone(),
+            c: c.clone(),
+            bytes,
+            data,
+        })
+    }
+
+    /// A spare buffer set for a handler whose own set was parked, within the memory limit.
+    fn take_spare(&self) -> Option<Bufs> {
+        if let Some(b) = self.park.spare.borrow_mut().pop() {
+            return Some(b);
+        }
+        let p = &self.park;
+        let size = self.set_size();
+        if p.set_bytes.get() + p.data_bytes.get() + size > self.cfg.limits.park_bytes {
+            return None;
+        }
+        p.set_bytes.set(p.set_bytes.get() + size);
+        Some(Bufs::new(self.cfg.max_frame))
+    }
+
+    fn put_spare(&self, b: Bufs) {
+        let mut spare = self.park.spare.borrow_mut();
+        if spare.len() < SPARE_KEEP {
+            spare.push(b);
+        } else {
+            let p = &self.park;
+            p.set_bytes
+                .set(p.set_bytes.get().saturating_sub(self.set_size()));
+        }
+    }
+
+    /// Answers request `seq` of `c` with error `e`, from a task of its own.
+    fn answer(&self, c: &Rc<Conn>, seq: u32, e: Errno) {
+        if c.dead.get() {
+            return;
+        }
+        self.ops.stats.errors.fetch_add(1, Relaxed);
+        let (c, conns, timeout) = (c.clone(), self.conns.clone(), self.cfg.send_timeout);
+        tokio::task::spawn_local(async move {
+            let p = frame::error_prefix(e);
+            send_small(&conns, &c, seq, &p, &[], timeout).await;
+        });
+    }
+
+    /// Takes the data message with `tag` of a request that was dropped or refused, if it
+    /// comes within [`Limits::orphan_wait`], and throws it away (a message nobody receives
+    /// would stay in UCX's unexpected queue). The receive has no room: a message is taken
+    /// truncated, and a rendezvous one is not transferred at all.
+    fn discard(self: &Rc<Self>, tag: u64) {
+        let p = &self.park;
+        if p.discards.get() >= self.cfg.limits.parked_max {
+            return;
+        }
+        p.discards.set(p.discards.get() + 1);
+        let net = self.clone();
+        tokio::task::spawn_local(async move {
+            let mut none: [MaybeUninit<u8>; 0] = [];
+            let wait = net.cfg.limits.orphan_wait;
+            if tokio::time::timeout(wait, net.worker.tag_recv(tag, &mut none))
+                .await
+                .is_ok()
+            {
+                net.ops.stats.orphans.fetch_add(1, Relaxed);
+            }
+            net.park.discards.set(net.park.discards.get() - 1);
+        });
+    }
+
+    /// Waits up to `wait` for `send` of `c` to be over; a peer that does not take it is
+    /// closed. Returns `held` (what the send reads) once the send is over; if even closing
+    /// does not end it, a task keeps `held` until it does, and the answer is `None`.
+    async fn end_send<H: Held>(
+        &self,
+        c: &Rc<Conn>,
+        mut send: PostedSend,
+        held: H,
+        wait: Duration,
+    ) -> Option<H> {
+        if !c.dead.get() {
+            match tokio::time::timeout(wait, &mut send).await {
+                Ok(Ok(())) => return Some(held),
+                Ok(Err(_)) => {
+                    self.conns.kill(c);
+                    return Some(held);
+                }
+                Err(_) => {
+                    tracing::debug!("connection {} took no reply within {wait:?}; closed", c.id);
+                    self.conns.kill(c);
+                }
+            }
+        }
+        // closing ends the send where UCX tracks its sends per endpoint (error mode `peer`);
+        // in error mode `none` a rendezvous send the peer has not taken cannot be withdrawn,
+        // and a peer that was only stopped may still take it later, reading `held` where it
+        // was: what it reads is kept (never reused) until UCX says the send is over
+        if settle(&mut send).await.is_some() {
+            return Some(held);
+        }
+        self.ops.stats.stuck.fetch_add(1, Relaxed);
+        held.keep_for(send);
+        None
+    }
+
+    /// The reply in `b` to request `seq` of `c` (see [`post_reply`]). Returns the buffer set
+    /// the handler goes on with: `b` once the reply went out (or failed), or, when the peer
+    /// does not take it within [`GRACE`], a spare set while `b` waits with the reply in a
+    /// task of its own.
+    async fn reply(
+        self: &Rc<Self>,
+        c: &Rc<Conn>,
+        seq: u32,
+        mut b: Bufs,
+        prefix: [u8; PREFIX],
+        n: usize,
+        raw: bool,
+    ) -> Bufs {
+        if c.dead.get() {
+            return b;
+        }
+        let mut send = match post_reply(&c.ep, seq, &mut b, prefix, n, raw) {
+            Ok(s) => s,
+            Err(_) => {
+                self.conns.kill(c);
+                return b;
+            }
+        };
+        match settle(&mut send).await {
+            Some(Ok(())) => return b,
+            Some(Err(_)) => {
+                self.conns.kill(c);
+                return b;
+            }
+            None => {}
+        }
+        let wait = self.cfg.send_timeout.saturating_sub(GRACE);
+        match self.ticket(c, n, 0) {
+            Ok(t) => {
+                if let Some(spare) = self.take_spare() {
+                    let (net, c) = (self.clone(), c.clone());
+                    tokio::task::spawn_local(async move {
+                        if let Some(b) = net.end_send(&c, send, b, wait).await {
+                            net.put_spare(b);
+                        }
+                        drop(t);
+                    });
+                    return spare;
+                }
+                self.ops.stats.busy.fetch_add(1, Relaxed);
+            }
+            Err(Over::Conn) => self.conns.kill(c),
+            Err(Over::Server) => {
+                self.ops.stats.busy.fetch_add(1, Relaxed);
+            }
+        }
+        // no room to park it: the handler waits (bounded by the send timeout)
+        let fresh = || Bufs::new(self.cfg.max_frame);
+        self.end_send(c, send, b, wait).await.unwrap_or_else(fresh)
+    }
+
+    /// A large read's data straight from a mapping of the chunk file, to request `seq` of
+    /// `c`; parked like [`Net::reply`] when the peer does not take it at once.
+    async fn reply_mapped(self: &Rc<Self>, c: &Rc<Conn>, seq: u32, m: Mapped) {
+        let len = m.bytes().len();
+        // SAFETY: `m` (the mapping) is kept until the send is over (`end_send`).
+        let posted = unsafe {
+            c.ep.tag_send_posted(tag::reply_data(seq), m.bytes().as_ptr(), len)
+        };
+        let mut send = match posted {
+            Ok(s) => s,
+            Err(_) => return self.conns.kill(c),
+        };
+        match settle(&mut send).await {
+            Some(Ok(())) => return,
+            Some(Err(_)) => return self.conns.kill(c),
+            None => {}
+        }
+        let wait = self.cfg.send_timeout.saturating_sub(GRACE);
+        match self.ticket(c, len, 0) {
+            Ok(t) => {
+                let (net, c) = (self.clone(), c.clone());
+                tokio::task::spawn_local(async move {
+                    net.end_send(&c, send, m, wait).await;
+                    drop(t);
+                });
+                return;
+            }
+            Err(Over::Conn) => self.conns.kill(c),
+            Err(Over::Server) => {
+                self.ops.stats.busy.fetch_add(1, Relaxed);
+            }
+        }
+        self.end_send(c, send, m, wait).await;
+    }
+
+    /// Takes the data message of `WriteData` request `seq` of `c` (`len` bytes) into
+    /// `b.data`: `Some(n)` when it came (`n` > `len`: truncated or failed). `None` when the
+    /// request went on elsewhere: its data had not arrived within [`GRACE`], so it was
+    /// parked (or refused or dropped, and answered). `b` is the set the handler goes on with
+    /// either way.
+    async fn take_data(
+        self: &Rc<Self>,
+        b: &mut Bufs,
+        c: &Rc<Conn>,
+        seq: u32,
+        len: usize,
+        denied: Option<Errno>,
+    ) -> Option<usize> {
+        let tag = tag::request_data(c.id, seq, c.secret);
+        let room = len.min(b.data.len());
+        // SAFETY: `b.data` is neither used nor freed until the receive is over: below, or in
+        // the task that takes the set over.
+        let posted = unsafe {
+            self.worker
+                .tag_recv_posted(tag, u64::MAX, b.data.as_mut_ptr().cast(), room)
+        };
+        let Ok(mut recv) = posted else {
+            return Some(len + 1);
+        };
+        if let Some(r) = settle(&mut recv).await {
+            return Some(received(r, len));
+        }
+        if !recv.cancel() {
+            // the data is arriving right now (a transfer under way)
+            match tokio::time::timeout(self.cfg.limits.half_sent, &mut recv).await {
+                Ok(r) => return Some(received(r, len)),
+                Err(_) => {
+                    // stalled mid-transfer: close the peer; the set stays with the receive
+                    self.ops.stats.half_sent.fetch_add(1, Relaxed);
+                    self.conns.kill(c);
+                    let old = std::mem::replace(b, Bufs::new(self.cfg.max_frame));
+                    if settle(&mut recv).await.is_none() {
+                        self.ops.stats.stuck.fetch_add(1, Relaxed);
+                        tokio::task::spawn_local(async move {
+                            let _ = recv.await;
+                            drop(old);
+                        });
+                    }
+                    return None;
+                }
+            }
+        }
+        // cancelled, or completed just before
+        if let Poll::Ready(Ok(v)) = futures::poll!(&mut recv) {
+            return Some(received(Ok(v), len));
+        }
+        drop(recv);
+        self.park_half_sent(c, seq, len, &b.recv, denied);
+        None
+    }
+
+    /// A `WriteData` whose data has not come within [`GRACE`]: waits for it in a task of its
+    /// own, up to [`Limits::half_sent`] from its header, then serves it.
+    fn park_half_sent(
+        self: &Rc<Self>,
+        c: &Rc<Conn>,
+        seq: u32,
+        len: usize,
+        frame: &[u8],
+        denied: Option<Errno>,
+    ) {
+        let tag = tag::request_data(c.id, seq, c.secret);
+        if let Some(e) = denied {
+            self.answer(c, seq, e);
+            return self.discard(tag);
+        }
+        let t = match self.ticket(c, len, len) {
+            Ok(t) => t,
+            Err(Over::Conn) => {
+                self.conns.kill(c);
+                return self.discard(tag);
+            }
+            Err(Over::Server) => {
+                self.ops.stats.busy.fetch_add(1, Relaxed);
+                self.answer(c, seq, Errno::EAGAIN);
+                return self.discard(tag);
+            }
+        };
+        let frame = frame.to_vec();
+        let (net, c) = (self.clone(), c.clone());
+        tokio::task::spawn_local(async move {
+            net.half_sent(&c, seq, tag, len, frame).await;
+            drop(t);
+        });
+    }
+
+    async fn half_sent(
+        self: &Rc<Self>,
+        c: &Rc<Conn>,
+        seq: u32,
+        tag: u64,
+        len: usize,
+        frame: Vec<u8>,
+    ) {
+        let mut data = Vec::<u8>::with_capacity(len);
+        // SAFETY: `data` is neither used nor freed until the receive is over (below).
+        let posted = unsafe {
+            self.worker
+                .tag_recv_posted(tag, u64::MAX, data.as_mut_ptr().cast(), len)
+        };
+        let Ok(mut recv) = posted else {
+            return self.answer(c, seq, Errno::EIO);
+        };
+        let wait = self.cfg.limits.half_sent.saturating_sub(GRACE);
+        let got = match tokio::time::timeout(wait, &mut recv).await {
+            Ok(r) => received(r, len),
+            Err(_) => {
+                if !recv.cancel() {
+                    // stalled mid-transfer: close the peer; `data` stays with the receive
+                    self.conns.kill(c);
+                    if settle(&mut recv).await.is_none() {
+                        self.ops.stats.stuck.fetch_add(1, Relaxed);
+                        tokio::task::spawn_local(async move {
+                            let _ = recv.await;
+                            drop(data);
+                        });
+                        return;
+                    }
+                }
+                match futures::poll!(&mut recv) {
+                    Poll::Ready(Ok(v)) => received(Ok(v), len),
+                    _ => {
+                        self.ops.stats.half_sent.fetch_add(1, Relaxed);
+                        tracing::debug!("connection {}: write {seq} got no data in time", c.id);
+                        self.answer(c, seq, Errno::ETIMEDOUT);
+                        return self.discard(tag);
+                    }
+                }
+            }
+        };
+        drop(recv);
+        let got = (got <= len).then(|| {
+            // SAFETY: UCX wrote `got` bytes (at most the capacity) and the receive is over.
+            unsafe { data.set_len(got) };
+            got
+        });
+        let b = Bufs {
+            recv: frame,
+            data,
+            hdr: Vec::new(),
+            enc: Encoder::default(),
+            out: Out::boxed(),
+        };
+        let (ops, who) = (self.ops.clone(), c.who.clone());
+        let served = tokio::task::spawn_blocking(move || {
+            let mut b = b;
+            let (p, n) = serve_frame(&ops, &mut b, got, &who);
+            (b, p, n)
+        })
+        .await;
+        let Ok((mut b, p, n)) = served else {
+            return self.answer(c, seq, Errno::EIO);
+        };
+        if c.dead.get() {
+            return;
+        }
+        match post_reply(&c.ep, seq, &mut b, p, n, false) {
+            Ok(send) => {
+                self.end_send(c, send, b, self.cfg.send_timeout).await;
+            }
+            Err(_) => self.conns.kill(c),
+        }
+    }
+}
+
+/// Advances the lease clock every quarter lease and closes connections that sent nothing for
+/// a lease and have nothing in flight.
+async fn lease_loop(net: Rc<Net>) {
+    let lease = net.cfg.limits.lease;
+    if lease.is_zero() {
+        return;
+    }
+    let step = lease / 4;
+    loop {
+        tokio::time::sleep(step).await;
+        let conns = &net.conns;
+        let now = conns.tick.get().wrapping_add(1);
+        conns.tick.set(now);
+        let expired: Vec<Rc<Conn>> = conns
+            .map
+            .borrow()
+            .values()
+            // silent for four steps or more (a lease), and held by nothing but the table
+            .filter(|c| now.wrapping_sub(c.seen.get()) > 4 && Rc::strong_count(c) == 1)
+            .cloned()
+            .collect();
+        for c in expired {
+            tracing::debug!("connection {} silent for {lease:?}: closed", c.id);
+            net.ops.stats.expired.fetch_add(1, Relaxed);
+            net.ops.stats.killed.fetch_add(1, Relaxed);
+            // nothing in flight: closed with a flush, as a goodbye is (a forced close is
+            // undefined behaviour for a peer in error mode `none`, which may be a client
+            // that was only stopped); a close that does not finish in time is forced
+            conns.close(c.id, net.cfg.send_timeout);
+        }
+    }
+}
+
+async fn handler(net: Rc<Net>) {
+    let (worker, conns, cfg, ops) = (&net.worker, &net.conns, &net.cfg, &net.ops);
+    let mut bufs = Some(Bufs::new(cfg.max_frame));
     loop {
         let mut b = bufs.take().expect("handler buffers");
         b.recv.clear();
@@ -658,6 +1415,7 @@ async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: 
             bufs = Some(b);
             continue;
         };
+        c.seen.set(conns.tick.get());
         let who = c.who.clone();
         // a request naming a file id without a good capability is answered EACCES, nothing
         // else (its data message, if any, is still taken off the queue)
@@ -712,37 +1470,23 @@ async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: 
                 Err(_) => (true, false, None, None, false),
             };
         // a WriteData's bytes follow as their own message: always take it (a message nobody
-        // receives would stay queued in UCX), straight into the data buffer
+        // receives would stay queued in UCX), straight into the data buffer; one that is not
+        // there within the grace goes on in a task of its own
         let data = match data_len {
             None => None,
-            Some(len) => {
-                let room = len.min(b.data.len());
-                // SAFETY: u8 and MaybeUninit<u8> have the same layout; UCX only writes.
-                let out = unsafe {
-                    std::slice::from_raw_parts_mut(
-                        b.data.as_mut_ptr() as *mut std::mem::MaybeUninit<u8>,
-                        room,
-                    )
-                };
-                let recv = worker.tag_recv(tag::request_data(conn, seq, c.secret), out);
-                // (a receive that times out is cancelled; one whose transfer already began
-                // cannot be, but a client that stalls mid-transfer fails it long before this)
-                match tokio::time::timeout(cfg.send_timeout, recv).await {
-                    Ok(Ok(n)) => Some(n),
-                    Ok(Err(_)) => Some(len + 1), // truncated (too long) or failed
-                    Err(_) => None,
+            Some(len) => match net.take_data(&mut b, &c, seq, len, denied).await {
+                Some(n) => Some(n),
+                None => {
+                    bufs = Some(b);
+                    continue;
                 }
-            }
+            },
         };
         if let Some(e) = denied {
             ops.stats.errors.fetch_add(1, Relaxed);
-            if let Some(ep) = conns.get(conn) {
-                let p = frame::error_prefix(e);
-                if !send_reply(&ep, seq, &p, &[], &[], cfg.send_timeout).await {
-                    conns.remove(conn);
-                }
-            }
-            bufs = Some(b);
+            let p = frame::error_prefix(e);
+            b.hdr.clear();
+            bufs = Some(net.reply(&c, seq, b, p, 0, false).await);
             continue;
         }
         // a large read of a chunk: sent from a mapping of the local file, no copy
@@ -758,38 +1502,35 @@ async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: 
                         .unwrap_or(Err(Errno::EIO))
                 }
             };
-            let sent = match (m, conns.get(conn)) {
-                (Ok(None), _) => None, // the copying path below
-                (_, None) => Some(true),
-                (Ok(Some(m)), Some(ep)) => {
+            match m {
+                Ok(None) => {} // the copying path below
+                Ok(Some(m)) => {
                     ops.stats.request("read");
                     ops.stats
                         .bytes_out
                         .fetch_add(m.bytes().len() as u64, Relaxed);
-                    Some(send_raw(&ep, seq, m.bytes(), cfg.send_timeout).await)
+                    if !c.dead.get() {
+                        net.reply_mapped(&c, seq, m).await;
+                    }
+                    bufs = Some(b);
+                    continue;
                 }
-                (Err(e), Some(ep)) => {
+                Err(e) => {
                     ops.stats.request("read");
                     ops.stats.errors.fetch_add(1, Relaxed);
                     let p = frame::error_prefix(e);
-                    Some(send_reply(&ep, seq, &p, &[], &[], cfg.send_timeout).await)
+                    b.hdr.clear();
+                    bufs = Some(net.reply(&c, seq, b, p, 0, false).await);
+                    continue;
                 }
-            };
-            if let Some(ok) = sent {
-                if !ok {
-                    tracing::warn!("reply to connection {conn} failed; dropping it");
-                    conns.remove(conn);
-                }
-                bufs = Some(b);
-                continue;
             }
         }
-        let nowait = span.and_then(|sp| read_nowait(&ops, &mut b, sp));
+        let nowait = span.and_then(|sp| read_nowait(ops, &mut b, sp));
         let (b, prefix, n) = if let Some((p, n)) = nowait {
             (b, p, n)
         } else if inline {
             let started = small_write.then(std::time::Instant::now);
-            let (p, n) = serve_frame(&ops, &mut b, data, &who);
+            let (p, n) = serve_frame(ops, &mut b, data, &who);
             if let Some(t) = started {
                 small_write_took(t.elapsed());
             }
@@ -806,29 +1547,13 @@ async fn handler(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, ops: 
                 Err(e) => {
                     // an IO-thread panic is a bug; keep serving with fresh buffers
                     tracing::error!("IO task failed: {e}");
-                    bufs = Some(Bufs {
-                        recv: Vec::with_capacity(cfg.max_frame),
-                        data: vec![0u8; cfg.max_frame.saturating_sub(HEADER_ROOM)],
-                        hdr: Vec::new(),
-                        enc: Encoder::default(),
-                    });
+                    bufs = Some(Bufs::new(cfg.max_frame));
                     continue;
                 }
             }
         };
-        if let Some(ep) = conns.get(conn) {
-            let sent = if raw && prefix == frame::bulk_reply_prefix() {
-                // a large read: the data alone, contiguous (zero-copy rendezvous)
-                send_raw(&ep, seq, &b.data[..n], cfg.send_timeout).await
-            } else {
-                send_reply(&ep, seq, &prefix, &b.hdr, &b.data[..n], cfg.send_timeout).await
-            };
-            if !sent {
-                tracing::warn!("reply to connection {conn} failed; dropping it");
-                conns.remove(conn);
-            }
-        }
-        bufs = Some(b);
+        let raw = raw && prefix == frame::bulk_reply_prefix();
+        bufs = Some(net.reply(&c, seq, b, prefix, n, raw).await);
     }
 }
 
@@ -896,6 +1621,7 @@ async fn fsync_handler(
         let Some(c) = conns.check(conn, word) else {
             continue;
         };
+        c.seen.set(conns.tick.get());
         let waiter = match frame::decode_request(frame_of(&recv)) {
             Ok((req @ Request::Fsync { id, .. }, _)) => {
                 ops.stats.request("fsync");
@@ -913,7 +1639,7 @@ async fn fsync_handler(
         let Ok(permit) = pending.clone().acquire_owned().await else {
             return;
         };
-        let (conns, cfg) = (conns.clone(), cfg.clone());
+        let (conns, cfg, c) = (conns.clone(), cfg.clone(), c.clone());
         tokio::task::spawn_local(async move {
             let _permit = permit;
             let result = match waiter {
@@ -928,19 +1654,19 @@ async fn fsync_handler(
                 }
                 Err(e) => (frame::error_prefix(e), Vec::new()),
             };
-            if let Some(ep) = conns.get(conn) {
-                if !send_reply(&ep, seq, &prefix, &hdr, &[], cfg.send_timeout).await {
-                    conns.remove(conn);
-                }
-            }
+            send_small(&conns, &c, seq, &prefix, &hdr, cfg.send_timeout).await;
         });
     }
 }
 
 /// Plain-TCP fallback transport: the same frames over a stream, `[u32 LE len][kind][frame]`
 /// in, `[u32 LE len][reply frame]` out, one request at a time per connection. Used by clients
-/// that cannot run UCX (children of `fork` whose parent had UCX running). Buffers come from a
-/// shared pool, so memory follows requests in flight, not connections.
+/// that cannot run UCX (children of `fork` whose parent had UCX running). A connection holds
+/// a buffer set only while a request of it is served and answered (sets come from a shared
+/// pool, at most [`Limits::tcp_sets`] at once), so memory follows requests in flight, not
+/// connections. A connection idle for [`Limits::tcp_idle`], one whose request is not all
+/// there within the half-sent or send deadline (the longer) of its first byte, and one that does not take its
+/// reply within the send timeout are closed.
 async fn tcp_loop(
     listener: tokio::net::TcpListener,
     cfg: Rc<NetConfig>,
@@ -948,31 +1674,47 @@ async fn tcp_loop(
     sync_tx: SyncSender,
 ) {
     let pool: Rc<RefCell<Vec<Bufs>>> = Rc::default();
+    let sets = Rc::new(tokio::sync::Semaphore::new(cfg.limits.tcp_sets.max(1)));
+    // bytes of replies that slow readers have not taken yet
+    let stalled: Rc<Cell<usize>> = Rc::default();
     loop {
         let Ok((s, _)) = listener.accept().await else {
             continue;
         };
         let _ = s.set_nodelay(true);
         ops.stats.connections.fetch_add(1, Relaxed);
-        let (cfg, ops, sync_tx, pool) = (cfg.clone(), ops.clone(), sync_tx.clone(), pool.clone());
+        let (cfg, ops, sync_tx, pool, sets, stalled) = (
+            cfg.clone(),
+            ops.clone(),
+            sync_tx.clone(),
+            pool.clone(),
+            sets.clone(),
+            stalled.clone(),
+        );
         tokio::task::spawn_local(async move {
-            if let Err(e) = tcp_conn(s, &cfg, &ops, &sync_tx, &pool).await {
+            let shared = (&*pool, &*sets, &*stalled);
+            if let Err(e) = tcp_conn(s, &cfg, &ops, &sync_tx, shared).await {
                 tracing::debug!("tcp connection ended: {e}");
             }
         });
     }
 }
 
+/// Frames of at most this many bytes keep their buffer on their connection between
+/// requests; a larger one's goes.
+const TCP_KEEP: usize = 64 << 10;
+
 async fn tcp_conn(
     mut s: tokio::net::TcpStream,
     cfg: &NetConfig,
     ops: &Arc<Ops>,
     sync_tx: &SyncSender,
-    pool: &Rc<RefCell<Vec<Bufs>>>,
+    (pool, sets, stalled): (&RefCell<Vec<Bufs>>, &tokio::sync::Semaphore, &Cell<usize>),
 ) -> std::io::Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let limits = &cfg.limits;
     let nonce = madfs_auth::random::<32>()?;
-    let bytes = flexbuffers::to_vec(cfg.welcome(0, nonce)).unwrap_or_default();
+    let bytes = flexbuffers::to_vec(cfg.welcome(0, nonce, cfg.limits.tcp_idle)).unwrap_or_default();
     s.write_all(&(bytes.len() as u32).to_le_bytes()).await?;
     s.write_all(&bytes).await?;
     // the hello: `[u32 LE len][3][Hello]`, within the hello deadline
@@ -1014,26 +1756,76 @@ async fn tcp_conn(
     let Some((secret, who)) = admitted else {
         return Ok(());
     };
+    // the request being read (it becomes a buffer set's `recv` once whole)
+    let mut frame: Vec<u8> = Vec::new();
     loop {
-        let len = match s.read_u32_le().await {
-            Ok(l) => l as usize,
-            Err(_) => return Ok(()),
+        // the first byte of the next request, within the idle limit
+        let mut head = [0u8; 5];
+        let first = s.read(&mut head[..1]);
+        let got = if limits.tcp_idle.is_zero() {
+            first.await
+        } else {
+            match tokio::time::timeout(limits.tcp_idle, first).await {
+                Ok(r) => r,
+                Err(_) => {
+                    ops.stats.tcp_timeouts.fetch_add(1, Relaxed);
+                    tracing::debug!("TCP connection idle for {:?}: closed", limits.tcp_idle);
+                    return Ok(());
+                }
+            }
         };
-        if len == 0 || len > cfg.max_frame + 1 {
-            ops.stats.bad_frames.fetch_add(1, Relaxed);
+        if got.unwrap_or(0) == 0 {
             return Ok(());
         }
-        let kind = s.read_u8().await?;
-        let mut b = pool.borrow_mut().pop().unwrap_or_else(|| Bufs {
-            recv: Vec::new(),
-            data: vec![0u8; cfg.max_frame.saturating_sub(HEADER_ROOM)],
-            hdr: Vec::new(),
-            enc: Encoder::default(),
-        });
-        b.recv.resize(len - 1, 0);
-        s.read_exact(&mut b.recv).await?;
+        // the rest of it within a deadline from its first byte
+        let read = async {
+            s.read_exact(&mut head[1..]).await?;
+            let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+            if len == 0 || len > cfg.max_frame + 1 {
+                ops.stats.bad_frames.fetch_add(1, Relaxed);
+                return Err(std::io::Error::other("bad frame length"));
+            }
+            frame.clear();
+            frame.reserve_exact(len - 1);
+            let n = (&mut s)
+                .take(len as u64 - 1)
+                .read_to_end(&mut frame)
+                .await?;
+            if n != len - 1 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            Ok(head[4])
+        };
+        // (a client sends a request in one piece; the server may be the slow one, so the
+        // deadline is the longer of the half-sent and send deadlines)
+        let deadline = limits.half_sent.max(cfg.send_timeout);
+        let kind = match tokio::time::timeout(deadline, read).await {
+            Ok(r) => r?,
+            Err(_) => {
+                ops.stats.tcp_timeouts.fetch_add(1, Relaxed);
+                ops.stats.half_sent.fetch_add(1, Relaxed);
+                tracing::debug!(
+                    "TCP request not whole within {:?}: closed",
+                    limits.half_sent
+                );
+                return Ok(());
+            }
+        };
+        let _set = sets
+            .acquire()
+            .await
+            .map_err(|_| std::io::Error::other("closed"))?;
+        let mut b = pool
+            .borrow_mut()
+            .pop()
+            .unwrap_or_else(|| Bufs::new(cfg.max_frame));
+        std::mem::swap(&mut b.recv, &mut frame);
+        if frame.capacity() > TCP_KEEP {
+            frame = Vec::new();
+        }
         if frame::split_conn_word(&b.recv).map(|(w, _)| w) != Some(secret) {
             ops.stats.forged.fetch_add(1, Relaxed);
+            pool.borrow_mut().push(b);
             return Ok(());
         }
         let (b, prefix, n) = if kind == 2 {
@@ -1092,31 +1884,63 @@ async fn tcp_conn(
         let total = ((PREFIX + b.hdr.len() + n) as u32).to_le_bytes();
         // one writev, one segment for a small reply: four writes were four segments, and the
         // client, woken by the first, waited again for the rest (stat over TCP: 94 µs)
-        write_all_vectored(&mut s, &[&total, &prefix, &b.hdr, &b.data[..n]]).await?;
+        let pieces = [&total[..], &prefix, &b.hdr, &b.data[..n]];
+        // what the socket takes now; a reply it does not take whole keeps only its unsent
+        // bytes (not the buffer set) while it waits for a slow reader
+        let sent = write_now(&s, &pieces);
+        let all: usize = pieces.iter().map(|p| p.len()).sum();
+        let rest = match sent {
+            Ok(k) if k < all => Some(pieces.concat().split_off(k)),
+            _ => None,
+        };
         pool.borrow_mut().push(b);
+        drop(_set);
+        sent?;
+        let Some(rest) = rest else {
+            continue;
+        };
+        if stalled.get() + rest.len() > limits.park_bytes {
+            ops.stats.busy.fetch_add(1, Relaxed);
+            return Ok(());
+        }
+        stalled.set(stalled.get() + rest.len());
+        let done = tokio::time::timeout(cfg.send_timeout, s.write_all(&rest)).await;
+        stalled.set(stalled.get() - rest.len());
+        match done {
+            Ok(r) => r?,
+            Err(_) => {
+                ops.stats.tcp_timeouts.fetch_add(1, Relaxed);
+                tracing::debug!(
+                    "TCP peer took no reply within {:?}: closed",
+                    cfg.send_timeout
+                );
+                return Ok(());
+            }
+        }
     }
 }
 
-/// Writes every byte of `pieces` with as few `writev` calls as the socket allows.
-async fn write_all_vectored(
-    s: &mut tokio::net::TcpStream,
-    pieces: &[&[u8]],
-) -> std::io::Result<()> {
-    use tokio::io::AsyncWriteExt;
+/// Writes what the socket takes of `pieces` now, without waiting: the bytes written.
+fn write_now(s: &tokio::net::TcpStream, pieces: &[&[u8]]) -> std::io::Result<usize> {
     let mut iov: Vec<std::io::IoSlice<'_>> = pieces
         .iter()
         .filter(|p| !p.is_empty())
         .map(|p| std::io::IoSlice::new(p))
         .collect();
     let mut iov = &mut iov[..];
+    let mut sent = 0;
     while !iov.is_empty() {
-        let n = s.write_vectored(iov).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::WriteZero.into());
+        match s.try_write_vectored(iov) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                sent += n;
+                std::io::IoSlice::advance_slices(&mut iov, n);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => return Err(e),
         }
-        std::io::IoSlice::advance_slices(&mut iov, n);
     }
-    Ok(())
+    Ok(sent)
 }
 
 #[cfg(test)]

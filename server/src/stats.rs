@@ -27,6 +27,25 @@ pub struct ServerStats {
     pub connections: AtomicU64,
     /// Connections currently in the table.
     pub live_connections: AtomicU64,
+    /// Requests parked: their data or their reply took longer than the grace.
+    pub parked: AtomicU64,
+    /// Half-sent writes dropped: their data did not come in time.
+    pub half_sent: AtomicU64,
+    /// Late data messages of dropped or refused requests, taken and thrown away.
+    pub orphans: AtomicU64,
+    /// Requests refused (`EAGAIN`) or kept in their handler: the server's parking limits.
+    pub busy: AtomicU64,
+    /// Requests over their connection's parking limits (the connection is closed).
+    pub over_limit: AtomicU64,
+    /// Connections closed by the server: stalled, dead, over their limits, lease run out.
+    pub killed: AtomicU64,
+    /// Of those, connections whose lease ran out (silent too long).
+    pub expired: AtomicU64,
+    /// Buffers kept aside because closing a connection did not end a transfer into or out of
+    /// them (should stay 0).
+    pub stuck: AtomicU64,
+    /// TCP connections closed: idle too long, or a request not read in time.
+    pub tcp_timeouts: AtomicU64,
     /// fsync batches.
     pub sync_batches: AtomicU64,
     /// fsync requests covered.
@@ -63,6 +82,15 @@ impl ServerStats {
             bytes_out: self.bytes_out.load(Relaxed),
             connections: self.connections.load(Relaxed),
             live_connections: self.live_connections.load(Relaxed),
+            parked: self.parked.load(Relaxed),
+            half_sent: self.half_sent.load(Relaxed),
+            orphans: self.orphans.load(Relaxed),
+            busy: self.busy.load(Relaxed),
+            over_limit: self.over_limit.load(Relaxed),
+            killed: self.killed.load(Relaxed),
+            expired: self.expired.load(Relaxed),
+            stuck: self.stuck.load(Relaxed),
+            tcp_timeouts: self.tcp_timeouts.load(Relaxed),
             sync_batches: self.sync_batches.load(Relaxed),
             sync_requests: self.sync_requests.load(Relaxed),
             rss_bytes: rss_bytes(),

@@ -59,6 +59,18 @@ enum Cmd {
         #[arg(long, default_value_t = 10)]
         seconds: u64,
     },
+    /// Ask for READS reads of BYTES each of file PATH without ever taking the replies, say
+    /// `ready`, and sleep (a stalled client, for tests: they stop or kill it).
+    Stall {
+        path: String,
+        #[arg(long, default_value_t = 16)]
+        reads: u32,
+        #[arg(long, default_value_t = 1 << 20)]
+        bytes: u32,
+        /// Over the TCP fallback transport.
+        #[arg(long)]
+        tcp: bool,
+    },
 }
 
 fn main() {
@@ -67,7 +79,15 @@ fn main() {
     if let Cmd::Fsck { repair, data } = &cli.cmd {
         std::process::exit(fsck(*repair, data));
     }
-    let client = match Client::from_env() {
+    let tcp = matches!(cli.cmd, Cmd::Stall { tcp: true, .. });
+    let client = if tcp {
+        madfs_client::ClientConfig::from_env()
+            .map_err(std::io::Error::other)
+            .and_then(|cfg| Client::new_tcp(&cfg))
+    } else {
+        Client::from_env()
+    };
+    let client = match client {
         Ok(c) => c,
         Err(e) => {
             eprintln!("madfs: {e}");
@@ -187,6 +207,34 @@ fn run(c: &Client, cmd: Cmd) -> Result<(), Box<dyn std::error::Error>> {
             c.close(f)?;
         }
         Cmd::Fsck { .. } => {} // answered in main, before a client is made
+        Cmd::Stall {
+            path, reads, bytes, ..
+        } => {
+            let f = c.open(&path, OpenFlags::default())?;
+            let cs = f.attr.chunk_size.max(1);
+            for i in 0..reads {
+                // chunks 1.. (chunk 0 starts in RocksDB), spread over the servers
+                let req = madfs_proto::Request::Read {
+                    id: f.attr.id,
+                    chunk: 1 + i as u64,
+                    offset: 0,
+                    len: bytes.min(cs),
+                    chunk_size: cs,
+                    cap: f.cap,
+                };
+                let server = madfs_placement::chunk_server(
+                    c.meta_of(&path),
+                    f.attr.id,
+                    1 + i as u64,
+                    c.servers(),
+                );
+                c.transport().send_request(server, &req, &[])?;
+            }
+            let mut out = std::io::stdout();
+            writeln!(out, "ready")?;
+            out.flush()?;
+            std::thread::sleep(Duration::from_secs(3600));
+        }
         Cmd::Hammer { dir, seconds } => {
             let _ = c.mkdir(&dir, 0o755);
             let end = Instant::now() + Duration::from_secs(seconds);

@@ -66,6 +66,33 @@ pub struct Stats {
     pub connections: u64,
     /// Connections currently open (clients say goodbye when they end).
     pub live_connections: u64,
+    /// Requests parked: their data or their reply took longer than the grace (docs/architecture.md).
+    #[serde(default)]
+    pub parked: u64,
+    /// Half-sent writes dropped because their data did not come in time.
+    #[serde(default)]
+    pub half_sent: u64,
+    /// Late data messages of dropped or refused requests, taken and thrown away.
+    #[serde(default)]
+    pub orphans: u64,
+    /// Requests refused with `EAGAIN` or kept in their handler (server-wide parking limits).
+    #[serde(default)]
+    pub busy: u64,
+    /// Requests over their connection's parking limits (the connection was closed).
+    #[serde(default)]
+    pub over_limit: u64,
+    /// Connections the server closed: stalled, dead, over their limits, lease run out.
+    #[serde(default)]
+    pub killed: u64,
+    /// Of those, connections whose lease ran out.
+    #[serde(default)]
+    pub expired: u64,
+    /// Buffers kept aside because closing a connection did not end a transfer (should be 0).
+    #[serde(default)]
+    pub stuck: u64,
+    /// TCP connections closed for idling or for a request not read in time.
+    #[serde(default)]
+    pub tcp_timeouts: u64,
     /// fsync batches run by the sync thread, and the requests they covered.
     pub sync_batches: u64,
     /// Requests covered by those batches.

@@ -640,6 +640,10 @@ pub struct Welcome {
     /// A fresh random challenge: the client's [`Hello`] proves who it is for this one
     /// connection (docs/security.md).
     pub nonce: [u8; 32],
+    /// The connection's lease, ms: the server closes it after this long without a request,
+    /// so a client idle for half of it reconnects before its next one (0: no lease).
+    #[serde(default)]
+    pub lease_ms: u32,
 }
 
 /// What a connection claims to be.

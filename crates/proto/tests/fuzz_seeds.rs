@@ -218,6 +218,7 @@ fn write_fuzz_seeds() {
         max_frame: 1 << 20,
         chunk_size: 752128,
         nonce: [0x5a; 32],
+        lease_ms: 30_000,
     };
     std::fs::write(dir.join("welcome"), flexbuffers::to_vec(w).unwrap()).unwrap();
     let nonce = [0xa5u8; 32];

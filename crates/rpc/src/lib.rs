@@ -13,7 +13,7 @@ pub mod progress;
 mod settings;
 mod transport;
 
-pub use async_ucx::ucp::{Context, Endpoint, ErrorMode, Listener, Worker};
+pub use async_ucx::ucp::{Context, Endpoint, ErrorMode, Listener, PostedRecv, PostedSend, Worker};
 pub use async_ucx::Error as UcxError;
 pub use credentials::Credentials;
 pub use settings::UcxSettings;

@@ -90,6 +90,9 @@ pub struct Transport {
     last_op: Cell<&'static str>,
     /// What this transport proves to each server.
     creds: RefCell<Credentials>,
+    /// When a request last went to each server (its connection's lease, see
+    /// [`Transport::fresh`]).
+    used: RefCell<Vec<Instant>>,
 }
 
 /// Kind byte of a TCP message carrying a [`madfs_proto::Hello`] (requests are 1, fsyncs 2).
@@ -209,6 +212,7 @@ impl Transport {
         cluster_file: Option<PathBuf>,
         settings: UcxSettings,
     ) -> Transport {
+        let n = addrs.len();
         Transport {
             net,
             settings,
@@ -220,6 +224,7 @@ impl Transport {
             cluster: Cell::new(None),
             last_op: Cell::new("connect"),
             creds: RefCell::new(Credentials::Insecure),
+            used: RefCell::new(vec![Instant::now(); n]),
         }
     }
 
@@ -300,8 +305,15 @@ impl Transport {
     /// What server `server` said when we connected (connects if needed).
     pub fn welcome(&self, server: u32) -> Result<Welcome, Errno> {
         match &self.net {
-            Net::Ucx { .. } => Ok(self.conn(server)?.welcome),
-            Net::Tcp { .. } => Ok(self.tcp_conn(server)?.welcome),
+            // an open connection's, as it is: asking is no request (see `fresh`)
+            Net::Ucx { conns, .. } => match cached(conns, server as usize)? {
+                Some(c) => Ok(c.welcome),
+                None => Ok(self.conn(server)?.welcome),
+            },
+            Net::Tcp { conns } => match cached(conns, server as usize)? {
+                Some(c) => Ok(c.welcome),
+                None => Ok(self.tcp_conn(server)?.welcome),
+            },
         }
     }
 
@@ -352,7 +364,11 @@ impl Transport {
         };
         let idx = server as usize;
         if let Some(c) = cached(conns, idx)? {
-            return Ok(c);
+            if self.fresh(idx, c.welcome.lease_ms) {
+                return Ok(c);
+            }
+            // idle for half its lease: a new connection before the server closes this one
+            conns.borrow_mut()[idx] = None;
         }
         self.refresh_addrs();
         let addr = self.addrs.borrow()[idx];
@@ -361,7 +377,7 @@ impl Transport {
         let _ = s.set_nodelay(true);
         s.set_read_timeout(Some(t)).map_err(|_| Errno::EIO)?;
         s.set_write_timeout(Some(t)).map_err(|_| Errno::EIO)?;
-        let mut buf = [0u8; 256];
+        let mut buf = [0u8; 512];
         let n = tcp_recv(&mut s, &mut buf).map_err(|_| Errno::EIO)?;
         let welcome: Welcome =
             flexbuffers::from_slice(&buf[..n.min(buf.len())]).map_err(|_| Errno::EPROTO)?;
@@ -377,6 +393,7 @@ impl Transport {
             secret,
         });
         conns.borrow_mut()[idx] = Some(c.clone());
+        self.touch(idx);
         Ok(c)
     }
 
@@ -386,7 +403,11 @@ impl Transport {
         };
         let idx = server as usize;
         if let Some(c) = cached(conns, idx)? {
-            return Ok(c);
+            if self.fresh(idx, c.welcome.lease_ms) {
+                return Ok(c);
+            }
+            // idle for half its lease: a new connection before the server closes this one
+            self.retire(idx);
         }
         self.refresh_addrs();
         let addr = self.addrs.borrow()[idx];
@@ -394,7 +415,7 @@ impl Transport {
         let worker = worker.clone();
         let mode = self.settings.err_mode;
         let fut = async move {
-            let mut buf = Vec::<u8>::with_capacity(256);
+            let mut buf = Vec::<u8>::with_capacity(512);
             let (ep, n) = {
                 let mut recv =
                     pin!(worker.tag_recv(tag::welcome(server), buf.spare_capacity_mut()));
@@ -454,7 +475,66 @@ impl Transport {
             .ok_or_else(timed_out)??;
         conn.secret = creds.admitted(server, &pending, &answer)?;
         conns.borrow_mut()[idx] = Some(conn.clone());
+        self.touch(idx);
         Ok(conn)
+    }
+
+    /// May the connection to server `idx`, whose lease is `lease_ms`, still be used (if so,
+    /// the request about to go on it is noted)? A server
+    /// closes a connection that sent no request for its lease (dead and frozen clients are
+    /// noticed so, whatever UCX's error mode), and tells nobody: a client that left it idle
+    /// for half of that takes a new one instead (a request on the old one would go
+    /// unanswered until the call's deadline).
+    fn fresh(&self, idx: usize, lease_ms: u32) -> bool {
+        if lease_ms == 0 {
+            return true;
+        }
+        // one clock read per call: the call this check is for is the request noted
+        let now = Instant::now();
+        let mut used = self.used.borrow_mut();
+        let Some(t) = used.get_mut(idx) else {
+            return false;
+        };
+        let ok = now.saturating_duration_since(*t) < Duration::from_millis(lease_ms as u64 / 2);
+        if ok {
+            *t = now;
+        }
+        ok
+    }
+
+    /// Notes a request to server `idx` (see [`Transport::fresh`]).
+    fn touch(&self, idx: usize) {
+        if let Some(t) = self.used.borrow_mut().get_mut(idx) {
+            *t = Instant::now();
+        }
+    }
+
+    /// Says goodbye on the UCX connection to server `idx` and closes it (as [`Drop`] does,
+    /// ≤ 100 ms), if it is still open: the server may have closed it already.
+    fn retire(&self, idx: usize) {
+        let Net::Ucx { conns, worker, .. } = &self.net else {
+            return;
+        };
+        let Some(c) = conns.borrow_mut().get_mut(idx).and_then(Option::take) else {
+            return;
+        };
+        let _one = lifecycle();
+        let (prefix, hdr) = self.encode(&Request::Bye);
+        let seq = self.next_seq();
+        let fut = async {
+            let h16 = head16(&c.secret.to_le_bytes(), &prefix);
+            let iov = [IoSlice::new(&h16), IoSlice::new(&hdr)];
+            let _ =
+                c.ep.tag_send_vectored(tag::request(tag::REQUEST, c.welcome.conn, seq), &iov)
+                    .await;
+            let _ = c.ep.close(false).await;
+        };
+        let _ = block_on(
+            worker,
+            fut,
+            self.settings.spin,
+            Instant::now() + Duration::from_millis(100),
+        );
     }
 
     /// Connects to `server` now if not connected yet.
@@ -639,6 +719,46 @@ impl Transport {
         let iov: Vec<IoSlice<'_>> = pieces.iter().map(|p| IoSlice::new(p)).collect();
         self.wait(&[server], async move {
             ep.tag_send_vectored(tag, &iov)
+                .await
+                .map(drop)
+                .map_err(ucx_errno)
+        })
+    }
+
+    /// Sends request `req` (+ `bulk`) to `server` and waits for no reply: what a client that
+    /// stops or dies right after asking does, and the first half of a `WriteData` whose data
+    /// is never sent (tests of what servers do with it). Returns the request's sequence
+    /// number. Over TCP the request goes out on the stream, and its reply is never read.
+    pub fn send_request(&self, server: u32, req: &Request<'_>, bulk: &[u8]) -> Result<u32, Errno> {
+        self.ensure(server)?;
+        let (prefix, hdr) = self.encode(req);
+        if let Net::Tcp { conns } = &self.net {
+            let c = cached(conns, server as usize)?.ok_or(Errno::ENOTCONN)?;
+            let word = c.secret.to_le_bytes();
+            let mut s = c.stream.borrow_mut();
+            tcp_send(&mut s, 1, &[&word, &prefix, &hdr, bulk]).map_err(|_| Errno::EIO)?;
+            return Ok(0);
+        }
+        let (ep, conn, secret) = self.endpoint(server)?;
+        let seq = self.next_seq();
+        let h16 = head16(&secret.to_le_bytes(), &prefix);
+        let iov = [IoSlice::new(&h16), IoSlice::new(&hdr), IoSlice::new(bulk)];
+        let n = if bulk.is_empty() { 2 } else { 3 };
+        self.wait(&[server], async {
+            ep.tag_send_vectored(tag::request(tag::REQUEST, conn, seq), &iov[..n])
+                .await
+                .map(drop)
+                .map_err(ucx_errno)
+        })?;
+        Ok(seq)
+    }
+
+    /// Sends the data message of `WriteData` request `seq` (see [`Transport::send_request`]),
+    /// for instance long after the server gave up on it. UCX only.
+    pub fn send_data(&self, server: u32, seq: u32, data: &[u8]) -> Result<(), Errno> {
+        let (ep, conn, secret) = self.endpoint(server)?;
+        self.wait(&[server], async {
+            ep.tag_send(tag::request_data(conn, seq, secret), data)
                 .await
                 .map(drop)
                 .map_err(ucx_errno)

@@ -184,6 +184,185 @@ impl Endpoint {
     }
 }
 
+/// madfs patch: a tag receive posted now and completed later, that the caller may move
+/// (it is `Unpin`: a spawned task can take over a receive a first task began) and cancel
+/// explicitly, learning whether the receive is over. Dropping it cancels a receive that has
+/// not matched a message yet and frees the request; one whose transfer is under way goes
+/// on writing into the buffer, so the owner of the buffer must keep it until
+/// [`PostedRecv::cancel`] or a poll says the receive is over.
+pub struct PostedRecv {
+    handle: RequestHandle<Result<(u64, usize), Error>>,
+}
+
+impl PostedRecv {
+    /// Cancels the receive if it has not matched a message yet. Returns whether it is over
+    /// now (cancelled, completed or failed): then the buffer is no longer written.
+    pub fn cancel(&mut self) -> bool {
+        unsafe {
+            if ucp_request_check_status(self.handle.ptr as _) == ucs_status_t::UCS_INPROGRESS {
+                if let Some(worker) = self.handle.cancel_on {
+                    ucp_request_cancel(worker, self.handle.ptr as _);
+                }
+            }
+            ucp_request_check_status(self.handle.ptr as _) != ucs_status_t::UCS_INPROGRESS
+        }
+    }
+
+    /// Whether the receive is over (completed, failed or cancelled).
+    pub fn is_done(&self) -> bool {
+        unsafe { ucp_request_check_status(self.handle.ptr as _) != ucs_status_t::UCS_INPROGRESS }
+    }
+}
+
+impl Future for PostedRecv {
+    type Output = Result<(u64, usize), Error>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context) -> Poll<Self::Output> {
+        Pin::new(&mut self.handle).poll(cx)
+    }
+}
+
+/// madfs patch: a tag send posted now and completed later, movable like [`PostedRecv`].
+/// Dropping it before it completes frees the request while UCX may still read the buffer:
+/// the owner keeps the buffer until a poll says the send is over (closing the endpoint with
+/// force completes its sends with an error).
+pub struct PostedSend {
+    handle: Option<RequestHandle<Result<(), Error>>>,
+}
+
+impl PostedSend {
+    /// Whether the send is over (completed or failed).
+    pub fn is_done(&self) -> bool {
+        match &self.handle {
+            None => true,
+            Some(h) => unsafe {
+                ucp_request_check_status(h.ptr as _) != ucs_status_t::UCS_INPROGRESS
+            },
+        }
+    }
+}
+
+impl Future for PostedSend {
+    type Output = Result<(), Error>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context) -> Poll<Self::Output> {
+        match &mut self.handle {
+            None => Poll::Ready(Ok(())),
+            Some(h) => Pin::new(h).poll(cx),
+        }
+    }
+}
+
+impl Worker {
+    /// madfs patch: posts a receive of a message with `tag` under `tag_mask` into `len` bytes
+    /// at `buf`, to be awaited (and moved) as a [`PostedRecv`].
+    ///
+    /// # Safety
+    /// `buf..buf+len` must stay valid and otherwise unused until the receive is over (a poll
+    /// returned `Ready`, [`PostedRecv::cancel`] or [`PostedRecv::is_done`] returned true),
+    /// also when the `PostedRecv` is dropped before that.
+    pub unsafe fn tag_recv_posted(
+        &self,
+        tag: u64,
+        tag_mask: u64,
+        buf: *mut MaybeUninit<u8>,
+        len: usize,
+    ) -> Result<PostedRecv, Error> {
+        unsafe extern "C" fn callback(
+            request: *mut c_void,
+            _status: ucs_status_t,
+            _info: *mut ucp_tag_recv_info,
+        ) {
+            let request = &mut *(request as *mut Request);
+            request.waker.wake();
+        }
+        let status = ucp_tag_recv_nb(
+            self.handle,
+            buf as _,
+            len as _,
+            ucp_dt_make_contig(1),
+            tag,
+            tag_mask,
+            Some(callback),
+        );
+        Error::from_ptr(status)?;
+        Ok(PostedRecv {
+            handle: RequestHandle {
+                ptr: status,
+                poll_fn: poll_tag,
+                cancel_on: Some(self.handle),
+            },
+        })
+    }
+}
+
+impl Endpoint {
+    /// madfs patch: posts a send of `len` contiguous bytes at `buf` with `tag`, to be awaited
+    /// (and moved) as a [`PostedSend`].
+    ///
+    /// # Safety
+    /// The bytes must stay valid and unchanged until the send is over (see [`PostedSend`]).
+    pub unsafe fn tag_send_posted(
+        &self,
+        tag: u64,
+        buf: *const u8,
+        len: usize,
+    ) -> Result<PostedSend, Error> {
+        self.send_posted(tag, buf as _, len, ucp_dt_make_contig(1))
+    }
+
+    /// madfs patch: like [`Endpoint::tag_send_posted`] for the pieces `iov`.
+    ///
+    /// # Safety
+    /// The slice `iov` itself (UCX keeps a pointer to it) and every byte it names must stay
+    /// valid and unchanged until the send is over (see [`PostedSend`]).
+    pub unsafe fn tag_send_vectored_posted(
+        &self,
+        tag: u64,
+        iov: *const IoSlice<'_>,
+        count: usize,
+    ) -> Result<PostedSend, Error> {
+        self.send_posted(
+            tag,
+            iov as _,
+            count,
+            ucp_dt_type::UCP_DATATYPE_IOV as _,
+        )
+    }
+
+    unsafe fn send_posted(
+        &self,
+        tag: u64,
+        buf: *const c_void,
+        count: usize,
+        datatype: ucp_datatype_t,
+    ) -> Result<PostedSend, Error> {
+        unsafe extern "C" fn callback(request: *mut c_void, _status: ucs_status_t) {
+            let request = &mut *(request as *mut Request);
+            request.waker.wake();
+        }
+        let status = ucp_tag_send_nb(
+            self.get_handle()?,
+            buf,
+            count as _,
+            datatype,
+            tag,
+            Some(callback),
+        );
+        if status.is_null() {
+            Ok(PostedSend { handle: None })
+        } else if UCS_PTR_IS_PTR(status) {
+            Ok(PostedSend {
+                handle: Some(RequestHandle {
+                    ptr: status,
+                    poll_fn: poll_normal,
+                    cancel_on: None,
+                }),
+            })
+        } else {
+            Err(Error::from_ptr(status).unwrap_err())
+        }
+    }
+}
+
 unsafe fn poll_tag(ptr: ucs_status_ptr_t) -> Poll<Result<(u64, usize), Error>> {
     let mut info = MaybeUninit::<ucp_tag_recv_info>::uninit();
     let status = ucp_tag_recv_request_test(ptr as _, info.as_mut_ptr() as _);
