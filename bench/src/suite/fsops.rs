@@ -77,17 +77,38 @@ pub trait Target {
         Ok(out)
     }
 
-    /// `rm -rf`.
+    /// `rm -rf`: an entry that went meanwhile is no error, and a directory that is not
+    /// empty yet is listed again for a while. Another rank's last `put` (a rename from a
+    /// temporary name) may still be removing its source name on that name's server when its
+    /// target is already seen (docs/consistency.md, "rename"): under load the barrier's
+    /// directory was then found not empty, or an entry listed just before was gone.
     fn remove_tree(&self, p: &str) -> io::Result<()> {
-        for (name, dir) in self.readdir(p)? {
-            let child = format!("{p}/{name}");
-            if dir {
-                self.remove_tree(&child)?;
-            } else {
-                self.unlink(&child)?;
+        let t0 = std::time::Instant::now();
+        loop {
+            for (name, dir) in self.readdir(p)? {
+                let child = format!("{p}/{name}");
+                let r = if dir {
+                    self.remove_tree(&child)
+                } else {
+                    self.unlink(&child)
+                };
+                match r {
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    r => {
+                        r.map_err(|e| io::Error::new(e.kind(), format!("removing {child}: {e}")))?
+                    }
+                }
+            }
+            match self.rmdir(p) {
+                Err(e)
+                    if e.raw_os_error() == Some(libc::ENOTEMPTY)
+                        && t0.elapsed() < std::time::Duration::from_secs(10) =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                r => return r.map_err(|e| io::Error::new(e.kind(), format!("removing {p}: {e}"))),
             }
         }
-        self.rmdir(p)
     }
 }
 
