@@ -287,7 +287,13 @@ fn kill_clients_mid_requests(err_mode: &str) {
         }
         // the servers still serve: creates, stats, data, listings
         let dir = format!("/after{round}");
-        c.mkdir(&dir, 0o755).unwrap();
+        if let Err(e) = c.mkdir(&dir, 0o755) {
+            panic!(
+                "mkdir {dir} after killing clients: {e:?}\nserver 0:\n{}\nserver 1:\n{}",
+                cl.log(0),
+                cl.log(1)
+            );
+        }
         for i in 0..200 {
             let p = format!("{dir}/f{i}");
             let f = c
