@@ -478,6 +478,11 @@ impl FsChunks {
             if !sums::check_mapped(s, start / madfs_checksum::BLOCK, all) {
                 return Ok(None); // the copying path retries and answers EIO
             }
+            // the check faulted the pages into this process: let them go again (they stay in
+            // the page cache; the reader's copy faults them back), so that replies waiting
+            // for stalled readers do not count in the server's resident set
+            // SAFETY: our own shared file mapping; dropping its page-table entries only.
+            unsafe { libc::madvise(base, m.map_len, libc::MADV_DONTNEED) };
         }
         Ok(Some(m))
     }
