@@ -140,26 +140,7 @@ impl LocalReads {
         if self.checksums {
             return verified_read(fd, sums, pos, out);
         }
-        let mut done = 0;
-        while done < out.len() {
-            let rest = &mut out[done..];
-            // SAFETY: pread into `rest`, which we own for the call.
-            let n = unsafe {
-                libc::pread(
-                    fd,
-                    rest.as_mut_ptr().cast(),
-                    rest.len(),
-                    (pos + done as u64) as libc::off_t,
-                )
-            };
-            match n {
-                0 => break,
-                n if n > 0 => done += n as usize,
-                _ if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => {}
-                _ => return None,
-            }
-        }
-        Some(done)
+        preadv_all(fd, &mut [out], pos)
     }
 
     /// An open descriptor of `server`'s file `id` (`Some(None)`: there is no such file).
@@ -183,44 +164,21 @@ impl LocalReads {
             Some(Where::Local(d)) => d.clone(),
             _ => return None,
         };
-        let path = format!("{dir}/{}\0", madfs_placement::chunk_file(id));
-        // SAFETY: a NUL-terminated path; a plain read-only open.
-        let low = unsafe {
-            libc::open(
-                path.as_ptr().cast(),
-                libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY,
-            )
+        let name = madfs_placement::chunk_file(id);
+        let fd = match open_high(&format!("{dir}/{name}\0")) {
+            Ok(fd) => fd,
+            Err(e) => return (e == Some(libc::ENOENT)).then_some(None),
         };
-        if low < 0 {
-            let e = std::io::Error::last_os_error().raw_os_error();
-            return (e == Some(libc::ENOENT)).then_some(None);
-        }
-        // SAFETY: dup of the descriptor just opened to a number ≥ FD_MIN, then its close.
-        let fd = unsafe { libc::fcntl(low, libc::F_DUPFD_CLOEXEC, FD_MIN) };
-        close(low);
         let (dev, ino, _) = identity(fd)?;
         let sums = if self.checksums {
-            let path = format!(
-                "{dir}/{}\0",
-                madfs_checksum::record_file(&madfs_placement::chunk_file(id))
-            );
-            let low = unsafe {
-                libc::open(
-                    path.as_ptr().cast(),
-                    libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY,
-                )
-            };
-            if low < 0 {
-                close(fd);
-                return None; // the server's read
+            let record = madfs_checksum::record_file(&name);
+            match open_high(&format!("{dir}/{record}\0")) {
+                Ok(s) => s,
+                Err(_) => {
+                    close(fd);
+                    return None; // the server's read
+                }
             }
-            let s = unsafe { libc::fcntl(low, libc::F_DUPFD_CLOEXEC, FD_MIN) };
-            close(low);
-            if s < 0 {
-                close(fd);
-                return None;
-            }
-            s
         } else {
             -1
         };
@@ -255,6 +213,31 @@ impl Drop for LocalReads {
 }
 
 /// `Locate`'s reply for [`LocalReads::is_local`].
+/// Opens `path` (NUL-terminated) read-only at a descriptor number ≥ [`FD_MIN`]; the errno
+/// otherwise.
+fn open_high(path: &str) -> Result<i32, Option<i32>> {
+    debug_assert!(path.ends_with('\0'));
+    // SAFETY: a NUL-terminated path; a plain read-only open.
+    let low = unsafe {
+        libc::open(
+            path.as_ptr().cast(),
+            libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY,
+        )
+    };
+    if low < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error());
+    }
+    // SAFETY: dup of the descriptor just opened to a number ≥ FD_MIN, then its close.
+    let fd = unsafe { libc::fcntl(low, libc::F_DUPFD_CLOEXEC, FD_MIN) };
+    let e = std::io::Error::last_os_error().raw_os_error();
+    close(low);
+    if fd < 0 {
+        Err(e)
+    } else {
+        Ok(fd)
+    }
+}
+
 /// Closes a record file's descriptor (-1: none). It is closed only together with its chunk
 /// file's, after that one was found to be still ours.
 fn close_sums(fd: i32) {
