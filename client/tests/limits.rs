@@ -7,7 +7,6 @@ mod common;
 
 use common::*;
 use madfs_client::{Client, ClientConfig, FileSystem, OpenFlags};
-use madfs_proto::frame::Encoder;
 use madfs_proto::{Request, Welcome};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -201,14 +200,7 @@ fn idle_and_trickling_tcp_connections_are_closed() {
     let (mut idle, _) = tcp_peer(&cl, 0);
     // trickling: a request that comes a byte at a time is closed at its deadline
     let (mut slow, secret) = tcp_peer(&cl, 0);
-    let mut enc = Encoder::default();
-    let (p, h) = enc.request(&Request::Stat("/t"));
-    let mut msg = vec![];
-    msg.extend_from_slice(&((8 + p.len() + h.len() + 1) as u32).to_le_bytes());
-    msg.push(1);
-    msg.extend_from_slice(&secret.to_le_bytes());
-    msg.extend_from_slice(&p);
-    msg.extend_from_slice(h);
+    let msg = tcp_request(secret, &Request::Stat("/t"));
     let started = Instant::now();
     let mut cut = false;
     for b in &msg {

@@ -14,7 +14,6 @@ mod common;
 use common::*;
 use madfs_client::{Client, ClientConfig, FileSystem, OpenFlags};
 use madfs_cluster::LocalCluster;
-use madfs_proto::frame::Encoder;
 use madfs_proto::{tag, Request, Welcome};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -206,14 +205,7 @@ fn tcp_hostile(cl: &LocalCluster, k: usize, trickle: bool, stop: &AtomicBool) {
             }
             continue;
         }
-        let mut enc = Encoder::default();
-        let (p, h) = enc.request(&Request::Stat("/"));
-        let mut msg = vec![];
-        msg.extend_from_slice(&((8 + p.len() + h.len() + 1) as u32).to_le_bytes());
-        msg.push(1);
-        msg.extend_from_slice(&secret.to_le_bytes());
-        msg.extend_from_slice(&p);
-        msg.extend_from_slice(h);
+        let msg = tcp_request(secret, &Request::Stat("/"));
         for b in &msg {
             if stop.load(Relaxed) || s.write_all(&[*b]).is_err() {
                 break;

@@ -94,3 +94,17 @@ pub fn stats(cl: &LocalCluster, i: usize) -> madfs_control::Stats {
         c.stats(madfs_control::context(5)).await.unwrap().unwrap()
     })
 }
+
+/// A request as the plain-TCP fallback carries it: `[u32 LE len][kind 1][connection secret]
+/// [frame]`.
+pub fn tcp_request(secret: u64, req: &madfs_proto::Request<'_>) -> Vec<u8> {
+    let mut enc = madfs_proto::frame::Encoder::default();
+    let (p, h) = enc.request(req);
+    let mut msg = vec![];
+    msg.extend_from_slice(&((8 + p.len() + h.len() + 1) as u32).to_le_bytes());
+    msg.push(1);
+    msg.extend_from_slice(&secret.to_le_bytes());
+    msg.extend_from_slice(&p);
+    msg.extend_from_slice(h);
+    msg
+}
