@@ -17,6 +17,9 @@ pub enum Resolved {
 /// Resolves `rel` lexically against the madfs directory `base` (an internal absolute path).
 /// `..` above the madfs root leaves madfs: then the path is `External`.
 pub fn resolve_in(base: &str, rel: &[u8]) -> Result<Resolved, Errno> {
+    if rel.len() > madfs_placement::PATH_MAX {
+        return Err(Errno::ENAMETOOLONG); // one argument, as the kernel counts it
+    }
     let rel = std::str::from_utf8(rel).map_err(|_| Errno::EINVAL)?;
     if madfs_placement::check_normalized(rel).is_ok() {
         // an absolute path already in normal form (most are): no splitting and joining
@@ -53,6 +56,9 @@ pub fn resolve_in(base: &str, rel: &[u8]) -> Result<Resolved, Errno> {
 pub fn internal(mount: &[u8], abs: &[u8]) -> Result<Resolved, Errno> {
     if !is_under_mount(abs, mount) {
         return Ok(Resolved::External);
+    }
+    if abs.len() > madfs_placement::PATH_MAX {
+        return Err(Errno::ENAMETOOLONG);
     }
     resolve_in("/", &abs[mount.len()..])
 }
@@ -105,6 +111,17 @@ mod tests {
         assert_eq!(resolve_in("/d/e", b"../f").unwrap(), int("/d/f"));
         assert_eq!(resolve_in("/", b".").unwrap(), int("/"));
         assert_eq!(resolve_in("/d", b"../..").unwrap(), Resolved::External);
+        // an argument within PATH_MAX below a deep directory resolves to more: allowed
+        let deep = format!("/{}", vec!["d".repeat(255); 15].join("/"));
+        let rel = vec!["e".repeat(255); 15].join("/");
+        assert!(
+            matches!(resolve_in(&deep, rel.as_bytes()), Ok(Resolved::Internal(p)) if p.len() > 7000)
+        );
+        let too_long = "f/".repeat(2048);
+        assert_eq!(
+            resolve_in(&deep, too_long.as_bytes()).unwrap_err(),
+            Errno::ENAMETOOLONG
+        );
         assert_eq!(external(DEFAULT_MOUNT, "/"), b"/madfs");
         assert_eq!(external(DEFAULT_MOUNT, "/a/b"), b"/madfs/a/b");
     }

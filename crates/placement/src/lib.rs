@@ -17,6 +17,10 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// Longest path accepted (bytes, without the terminating NUL), as Linux's `PATH_MAX - 1`.
 pub const PATH_MAX: usize = 4095;
+/// Longest madfs path (normal form) anywhere: one path *argument* is at most [`PATH_MAX`]
+/// (the preload checks what a program passes), but a relative one below a deep working
+/// directory resolves to more, which the kernel allows too.
+pub const TREE_PATH_MAX: usize = 4 * (PATH_MAX + 1) - 1;
 /// Longest component accepted.
 pub const NAME_MAX: usize = 255;
 
@@ -84,7 +88,7 @@ pub fn name_hash(name: &str) -> u64 {
 
 /// Checks that `path` is already in normal form; the server's gate for every path it receives.
 pub fn check_normalized(path: &str) -> Result<(), Errno> {
-    if path.len() > PATH_MAX {
+    if path.len() > TREE_PATH_MAX {
         return Err(Errno::ENAMETOOLONG);
     }
     if !path.starts_with('/') || path.as_bytes().contains(&0) {
@@ -129,7 +133,7 @@ pub fn normalize(path: &str) -> Result<String, Errno> {
     if out.is_empty() {
         out.push('/');
     }
-    if out.len() > PATH_MAX {
+    if out.len() > TREE_PATH_MAX {
         return Err(Errno::ENAMETOOLONG);
     }
     Ok(out)
@@ -163,7 +167,7 @@ mod tests {
         assert_eq!(normalize("/a\0b"), Err(Errno::EINVAL));
         let long_name = format!("/{}", "x".repeat(256));
         assert_eq!(normalize(&long_name), Err(Errno::ENAMETOOLONG));
-        let long_path = "/abcdefgh".repeat(600);
+        let long_path = "/abcdefgh".repeat(2100);
         assert_eq!(normalize(&long_path), Err(Errno::ENAMETOOLONG));
     }
 
@@ -178,7 +182,7 @@ mod tests {
             assert_eq!(check_normalized(bad), Err(Errno::EINVAL), "{bad:?}");
         }
         assert_eq!(
-            check_normalized(&"/abcdefgh".repeat(600)),
+            check_normalized(&"/abcdefgh".repeat(2100)),
             Err(Errno::ENAMETOOLONG)
         );
         // whatever normalize produces passes the server's check
