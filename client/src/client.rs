@@ -399,6 +399,9 @@ impl Client {
             if a.is_dir() {
                 return Err(Errno::EISDIR);
             }
+            if a.is_special() {
+                return Err(Errno::ENXIO); // no data: see docs/consistency.md
+            }
             if flags.trunc && a.size > 0 {
                 self.truncate(&path, 0)?;
                 (Attr { size: 0, ..a }, cap)
@@ -650,6 +653,33 @@ impl Client {
             mode: SizeMode::Max,
         };
         self.call(self.meta_of(path), &req).map(|_| ())
+    }
+
+    /// `sync(2)` for the cluster: everything every server acknowledged is made durable
+    /// (metadata WAL and, with `data`, every chunk file). Without `data`: an fsync of a
+    /// directory (its entries are spread over every server).
+    pub fn sync_all(&self, data: bool) -> FsResult<()> {
+        self.broadcast(&Request::Sync { data }).map(drop)
+    }
+
+    /// `mknod` of a FIFO, socket or (as root) character or block device at `path`, `rdev`
+    /// as `dev_t`. EINVAL for another type; EEXIST if `path` exists.
+    pub fn mknod(&self, path: &str, mode: u32, rdev: u64) -> FsResult<Attr> {
+        if !madfs_proto::is_special(mode) {
+            return Err(Errno::EINVAL);
+        }
+        let path = self.new_entry(path)?;
+        let req = Request::Mknod {
+            path: &path,
+            mode,
+            rdev: madfs_proto::encode_dev(rdev).ok_or(Errno::EINVAL)?,
+            uid: self.uid,
+            gid: self.gid,
+        };
+        match self.call(self.meta_of(&path), &req)? {
+            Reply::Created { attr, .. } => Ok(attr),
+            _ => Err(Errno::EPROTO),
+        }
     }
 
     /// Round trip of an empty request to `server`.

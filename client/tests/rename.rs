@@ -184,13 +184,13 @@ fn settle(c: &madfs_client::Client, i: usize, k: Known, until: Instant) -> Optio
     None
 }
 
-/// Found a race (2026-11-26): a move whose answer was lost (the target's server killed after it
-/// took the entry) stays pending on the source's server, whose retry brings the entry back
-/// under the old target name when that name was renamed again meanwhile (two names for one
-/// file). docs/consistency.md, "rename", known limit; fix: the target holds a moved-in entry
-/// as pending (no rename or unlink of it) until the source confirms.
+/// Random servers SIGKILLed and restarted while a client renames files round after round:
+/// every file keeps exactly one name and its data. It found a race (2026-11-26): a move whose
+/// answer was lost (the target's server killed after it took the entry) stayed pending on the
+/// source's server, whose retry brought the entry back under the old target name after that
+/// name had been renamed again (two names for one file). Now the target holds a moved-in
+/// entry pending (no rename, unlink or replacement of it) until the source settles it.
 #[test]
-#[ignore = "finds the pending-move race described above; run by hand"]
 fn renames_under_random_server_kills_keep_every_file_once() {
     let mut cl = cluster(3, &[], "none");
     let c = client(&cl, Duration::from_secs(10), "none");

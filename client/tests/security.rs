@@ -224,6 +224,12 @@ fn clients_cannot_plant_entries_or_claim_owners() {
                 attr: forged,
                 replace: true,
                 durable: false,
+                from: None,
+                src: 0,
+            },
+            Request::Settle {
+                path: "/victim",
+                id: v.id,
             },
             Request::Detach {
                 path: "/victim",

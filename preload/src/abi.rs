@@ -37,6 +37,7 @@ pub unsafe fn fill_stat(buf: *mut libc::stat, a: &Attr) {
     };
     st.st_dev = DEV;
     st.st_ino = a.id;
+    st.st_rdev = madfs_proto::decode_dev(a.rdev);
     st.st_nlink = a.nlink as _;
     st.st_mode = a.mode;
     st.st_uid = a.uid;
@@ -79,6 +80,9 @@ pub unsafe fn fill_statx(buf: *mut libc::statx, a: &Attr) {
     st.stx_atime = ts(a.atime);
     st.stx_mtime = ts(a.mtime);
     st.stx_ctime = ts(a.ctime);
+    let rdev = madfs_proto::decode_dev(a.rdev);
+    st.stx_rdev_major = libc::major(rdev);
+    st.stx_rdev_minor = libc::minor(rdev);
     st.stx_dev_major = (DEV >> 8) as u32;
     st.stx_dev_minor = (DEV & 0xff) as u32;
 }
@@ -109,6 +113,10 @@ pub fn dtype(kind: u32) -> u8 {
     match kind & S_IFMT {
         S_IFDIR => libc::DT_DIR,
         libc::S_IFLNK => libc::DT_LNK,
+        libc::S_IFIFO => libc::DT_FIFO,
+        libc::S_IFSOCK => libc::DT_SOCK,
+        libc::S_IFCHR => libc::DT_CHR,
+        libc::S_IFBLK => libc::DT_BLK,
         _ => libc::DT_REG,
     }
 }

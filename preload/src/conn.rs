@@ -161,6 +161,17 @@ pub fn in_vfork_child() -> bool {
     false
 }
 
+/// Is this process configured for a cluster (its cluster file found and read)? Quiet: no
+/// warning when it is not.
+pub fn configured() -> bool {
+    CONFIG.get_or_init(ClientConfig::from_env).is_ok()
+}
+
+/// The id of the cluster this process is configured for (its identity record).
+pub fn cluster_id() -> FsResult<u64> {
+    Ok(config()?.identity.id.0)
+}
+
 fn config() -> FsResult<&'static ClientConfig> {
     match CONFIG.get_or_init(ClientConfig::from_env) {
         Ok(c) => Ok(c),

@@ -111,6 +111,11 @@ pub fn hook(nr: i64, a: &[isize; 6]) -> Option<isize> {
     if nr == libc::SYS_mmap && !crate::fdtable::is_ours(a[4] as i32 as i64) {
         return None;
     }
+    if (nr == libc::SYS_bind || nr == libc::SYS_connect)
+        && crate::special::surely_external(a[1], a[2] as i64)
+    {
+        return None;
+    }
     // host paths leave here, before the guard, errno and the dispatch (a trace shows all)
     let cwd = libc::AT_FDCWD as i64;
     if (dirfd_path(nr) && hooks::surely_external(a[0] as i32 as i64, a[1])

@@ -28,7 +28,7 @@ fn cwd_host() -> &'static AtomicBool {
 }
 /// A `vfork` child chose its own working directory (sticky; see [`cwd_host`]).
 static CHILD_CHOSE_CWD: AtomicBool = AtomicBool::new(false);
-static UMASK: AtomicU32 = AtomicU32::new(0o022);
+pub(crate) static UMASK: AtomicU32 = AtomicU32::new(0o022);
 /// Environment variable that carries a madfs working directory across `exec`.
 pub use madfs_hookabi::CWD_ENV;
 /// Environment variable that tells a new image it may have inherited madfs fds (set by
@@ -133,18 +133,18 @@ fn cwd_in() -> bool {
     CWD_IN.load(Acquire)
 }
 
-fn neg(e: Errno) -> isize {
+pub(crate) fn neg(e: Errno) -> isize {
     e.as_neg() as isize
 }
 
-fn ret<T>(r: FsResult<T>, ok: impl FnOnce(T) -> isize) -> Ret {
+pub(crate) fn ret<T>(r: FsResult<T>, ok: impl FnOnce(T) -> isize) -> Ret {
     Some(match r {
         Ok(v) => ok(v),
         Err(e) => neg(e),
     })
 }
 
-fn zero<T>(r: FsResult<T>) -> Ret {
+pub(crate) fn zero<T>(r: FsResult<T>) -> Ret {
     ret(r, |_| 0)
 }
 
@@ -160,7 +160,7 @@ unsafe fn cstr<'a>(p: isize) -> Option<&'a [u8]> {
 }
 
 /// What a (dirfd, path) pair refers to.
-enum Target {
+pub(crate) enum Target {
     External,
     Ours(String),
     Fail(Errno),
@@ -176,7 +176,7 @@ fn from(r: Result<Resolved, Errno>) -> Target {
 
 /// Resolves a path argument. The check for absolute paths outside the mount touches only the
 /// caller's bytes: no allocation, no lock.
-fn target(dirfd: i64, path: isize) -> Target {
+pub(crate) fn target(dirfd: i64, path: isize) -> Target {
     // SAFETY: syscall path arguments are C strings (or null, which the kernel rejects).
     let Some(bytes) = (unsafe { cstr(path) }) else {
         return Target::External;
@@ -381,7 +381,7 @@ fn through_ancestor(p: &str) -> FsResult<Option<Followed>> {
 /// Runs `op` on `p`, following symbolic links: ancestors when `op` fails with ENOTDIR,
 /// the last component when `op` answers ELOOP (a link) and `last` is set; `outside` runs the
 /// call on a host path.
-fn with_links<T>(
+pub(crate) fn with_links<T>(
     p: &str,
     last: bool,
     op: impl Fn(&str) -> FsResult<T>,
@@ -410,7 +410,7 @@ fn with_links<T>(
 
 /// `stat` with links followed (the last one too when `last`): `found(final madfs path,
 /// attributes)`, or a host path.
-fn stat_links_with<T>(
+pub(crate) fn stat_links_with<T>(
     p: &str,
     last: bool,
     found: impl Fn(&str, Attr) -> T,
@@ -428,17 +428,17 @@ fn stat_links_with<T>(
 }
 
 /// `stat` with links followed: the attributes, or a host path.
-fn stat_links(p: &str, last: bool) -> FsResult<Result<Attr, std::ffi::CString>> {
+pub(crate) fn stat_links(p: &str, last: bool) -> FsResult<Result<Attr, std::ffi::CString>> {
     stat_links_with(p, last, |_, a| a)
 }
 
 /// A raw syscall's 0-or-`-errno` return as a result.
-fn raw_unit(r: isize) -> FsResult<()> {
+pub(crate) fn raw_unit(r: isize) -> FsResult<()> {
     raw_res(r).map(|_| ())
 }
 
 /// A raw syscall's return as a result.
-fn raw_res(r: isize) -> FsResult<isize> {
+pub(crate) fn raw_res(r: isize) -> FsResult<isize> {
     if r < 0 {
         Err(Errno::new(-r as i32))
     } else {
@@ -453,7 +453,7 @@ const AT_FDCWD: isize = libc::AT_FDCWD as isize;
 ///
 /// # Safety
 /// `a` holds what syscall `nr` expects after its path (the caller's own buffers and values).
-unsafe fn raw_at(nr: i64, h: &CStr, a: [isize; 3]) -> isize {
+pub(crate) unsafe fn raw_at(nr: i64, h: &CStr, a: [isize; 3]) -> isize {
     // SAFETY: per the contract; `h` is NUL-terminated.
     unsafe { raw!(nr as isize, AT_FDCWD, h.as_ptr() as isize, a[0], a[1], a[2]) }
 }
@@ -469,7 +469,7 @@ fn stat_fd(d: &Desc) -> FsResult<Attr> {
     Ok(a)
 }
 
-fn publish(d: &Desc) -> FsResult<()> {
+pub(crate) fn publish(d: &Desc) -> FsResult<()> {
     if let Some(size) = d.take_dirty() {
         let r = conn::with(|c| c.publish_size(d.path(), size));
         if crate::entry::TRACE.load(Relaxed) {
@@ -590,6 +590,9 @@ fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
         if flags & libc::O_DIRECTORY != 0 {
             return Err(Errno::ENOTDIR);
         }
+        if a.is_special() {
+            return Ok((KIND_FILE, a, cap));
+        }
         if trunc && a.size > 0 {
             c.truncate(p, 0)?;
             return Ok((KIND_FILE, Attr { size: 0, ..a }, cap));
@@ -597,6 +600,11 @@ fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
         Ok((KIND_FILE, a, cap))
     });
     let (kind, attr, cap) = looked_up?;
+    if attr.is_special() {
+        // node-local: a host object behind it (`crate::special`), not a madfs descriptor
+        drop(early);
+        return crate::special::open(&attr, flags);
+    }
     // fstat may use the answer of a lookup, or of a create whose request was the one change
     // any client of the process made meanwhile (a truncate makes several: no)
     let now = madfs_client::mutations();
@@ -1108,7 +1116,7 @@ fn sys_fsync(fd: i64) -> Ret {
     }
     let d = fdtable::get(fd)?;
     if d.is_dir() {
-        return Some(0);
+        return crate::sync::dir_fsync();
     }
     d.take_unsynced();
     zero(sync_desc(&d))
@@ -1689,7 +1697,7 @@ fn sys_getcwd(buf: isize, size: i64) -> Ret {
 // ---------------------------------------------------------------- process life
 
 /// Publishes every dirty description before the process image goes away.
-pub fn flush_all() {
+pub(crate) fn flush_all() {
     for d in fdtable::all() {
         let _ = publish(&d);
     }
@@ -2105,7 +2113,11 @@ pub fn dispatch(nr: i64, a: [isize; 6]) -> Ret {
         libc::SYS_readlinkat => sys_readlinkat(f0, a1, a2, i3),
         libc::SYS_symlinkat => sys_symlinkat(a0, f1, a2),
         libc::SYS_linkat => sys_linkat(f0, a1, f2, a3),
-        libc::SYS_mknodat => refuse_path(f0, a1, Errno::EPERM),
+        libc::SYS_mknodat => crate::special::sys_mknodat(f0, a1, f2, i3),
+        libc::SYS_bind => crate::special::sys_bind(f0, a1, i2),
+        libc::SYS_connect => crate::special::sys_connect(f0, a1, i2),
+        libc::SYS_sync => crate::sync::sys_sync(),
+        libc::SYS_syncfs => crate::sync::sys_syncfs(f0),
         n if crate::entry::xattr_path(n) => refuse_path(cwd_fd, a0, Errno::ENOTSUP),
         libc::SYS_fgetxattr
         | libc::SYS_fsetxattr

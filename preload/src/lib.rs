@@ -22,6 +22,8 @@ pub mod fdtable;
 pub mod hooks;
 pub mod interpose;
 pub mod path;
+pub mod special;
+pub mod sync;
 
 pub use path::{is_under_mount, DEFAULT_MOUNT};
 

@@ -336,6 +336,18 @@ impl crate::ops::Ops {
                 };
                 &owned
             }
+            Request::Mknod {
+                path, mode, rdev, ..
+            } => {
+                owned = Request::Mknod {
+                    path,
+                    mode,
+                    rdev,
+                    uid,
+                    gid,
+                };
+                &owned
+            }
             Request::Symlink { path, target, .. } => {
                 owned = Request::Symlink {
                     path,
@@ -347,6 +359,8 @@ impl crate::ops::Ops {
             }
             Request::Attach { .. }
             | Request::Detach { .. }
+            | Request::Settle { .. }
+            | Request::MoveState { .. }
             | Request::DirSet { .. }
             | Request::DirList { .. }
                 if who.role != Role::Peer =>

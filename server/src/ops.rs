@@ -4,12 +4,10 @@
 
 use crate::stats::ServerStats;
 use crate::store::chunks::{FsChunks, Location};
-use crate::store::rocks::RocksMeta;
+use crate::store::rocks::{Change, RocksMeta};
 use crate::store::{ChunkStore, Created, Entry, MetadataStore};
 use madfs_placement::check_normalized;
-use madfs_proto::{
-    Attr, Errno, FsResult, Request, SizeMode, StatFs, TimeSpec, S_IFDIR, S_IFMT, S_IFREG,
-};
+use madfs_proto::{Attr, Errno, FsResult, Request, SizeMode, StatFs, TimeSpec, S_IFDIR, S_IFREG};
 use std::sync::Arc;
 
 /// Entries one `Find` request examines at most: a page ends there even when nothing matched,
@@ -116,6 +114,7 @@ pub fn runs_inline(req: &Request<'_>, meta_inline: bool) -> bool {
         | Request::HasChildren { .. } => true,
         Request::Create { .. }
         | Request::Symlink { .. }
+        | Request::Mknod { .. }
         | Request::Unlink { .. }
         | Request::Utimens { .. }
         | Request::Append { .. } => meta_inline,
@@ -127,6 +126,8 @@ pub fn runs_inline(req: &Request<'_>, meta_inline: bool) -> bool {
         | Request::Chown { .. }
         | Request::Detach { .. }
         | Request::Attach { .. }
+        | Request::Settle { .. }
+        | Request::MoveState { .. }
         | Request::DirList { .. } => false,
         // a move to another server waits for that server
         Request::Rename { .. } => false,
@@ -142,7 +143,8 @@ pub fn runs_inline(req: &Request<'_>, meta_inline: bool) -> bool {
         | Request::Readdir { .. }
         | Request::Find { .. }
         | Request::TruncateChunks { .. }
-        | Request::Fsync { .. } => false,
+        | Request::Fsync { .. }
+        | Request::Sync { .. } => false,
     }
 }
 
@@ -185,11 +187,11 @@ pub(crate) fn not_root(p: &str, e: Errno) -> FsResult<()> {
     }
 }
 
-fn resolve(t: TimeSpec, old: i64, now: i64) -> i64 {
+fn resolve(t: TimeSpec, now: i64) -> Option<i64> {
     match t {
-        TimeSpec::Omit => old,
-        TimeSpec::Now => now,
-        TimeSpec::At(v) => v,
+        TimeSpec::Omit => None,
+        TimeSpec::Now => Some(now),
+        TimeSpec::At(v) => Some(v),
     }
 }
 
@@ -254,6 +256,7 @@ impl Ops {
             gid,
             size,
             chunk_size: self.chunk_size,
+            rdev: 0,
             atime: now,
             mtime: now,
             ctime: now,
@@ -280,18 +283,23 @@ impl Ops {
         if a.is_dir() {
             return Err(Errno::EISDIR);
         }
+        if a.is_special() {
+            return Err(Errno::EINVAL); // as truncate(2) of a FIFO or device
+        }
         match mode {
             SizeMode::Max => {
                 self.meta.merge_size(path, size, now_ns())?;
                 Ok(Answer::Unit)
             }
             SizeMode::Exact => {
-                a.size = size;
-                a.mtime = now_ns();
-                a.ctime = a.mtime;
+                let c = Change::Size {
+                    size,
+                    time: now_ns(),
+                };
+                c.apply(&mut a);
                 self.meta.truncate_inline(a.id, size)?;
                 self.drop_local_chunks(a.id, size)?;
-                self.meta.put(path, &a)?;
+                self.meta.change(path, c)?;
                 Ok(Answer::Attr(a))
             }
         }
@@ -376,8 +384,9 @@ impl Ops {
                         cap: Default::default(),
                     }),
                     Created::Existed(a) if a.is_dir() => Err(Errno::EISDIR),
-                    // a link: the client follows it (never truncate its target string)
-                    Created::Existed(a) if a.is_link() => Ok(Answer::Created {
+                    // a link: the client follows it (never truncate its target string); a
+                    // special file has no data to truncate (the kernel ignores O_TRUNC there)
+                    Created::Existed(a) if a.is_link() || a.is_special() => Ok(Answer::Created {
                         attr: a,
                         existed: true,
                         old_size: a.size,
@@ -386,12 +395,14 @@ impl Ops {
                     Created::Existed(mut a) => {
                         let old_size = a.size;
                         if trunc && a.size > 0 {
-                            a.size = 0;
-                            a.mtime = now_ns();
-                            a.ctime = a.mtime;
+                            let c = Change::Size {
+                                size: 0,
+                                time: now_ns(),
+                            };
+                            c.apply(&mut a);
                             self.meta.truncate_inline(a.id, 0)?;
                             self.drop_local_chunks(a.id, 0)?;
-                            self.meta.put(path, &a)?;
+                            self.meta.change(path, c)?;
                         }
                         Ok(Answer::Created {
                             attr: a,
@@ -419,6 +430,31 @@ impl Ops {
                 let a = self.new_attr(libc::S_IFLNK | 0o777, 1, uid, gid, target.len() as u64)?;
                 // entry and target in one batch
                 self.meta.insert(path, &a, target.as_bytes())?;
+                Ok(Answer::Created {
+                    attr: a,
+                    existed: false,
+                    old_size: 0,
+                    cap: Default::default(),
+                })
+            }
+            Request::Mknod {
+                path,
+                mode,
+                rdev,
+                uid,
+                gid,
+            } => {
+                not_root(path, Errno::EEXIST)?;
+                if !madfs_proto::is_special(mode) {
+                    return Err(Errno::EINVAL);
+                }
+                self.chunks.admit_entry()?;
+                let dev = matches!(mode & libc::S_IFMT, libc::S_IFCHR | libc::S_IFBLK);
+                let a = Attr {
+                    rdev: if dev { rdev } else { 0 },
+                    ..self.new_attr(mode & (libc::S_IFMT | 0o7777), 1, uid, gid, 0)?
+                };
+                self.meta.insert(path, &a, &[])?;
                 Ok(Answer::Created {
                     attr: a,
                     existed: false,
@@ -486,9 +522,12 @@ impl Ops {
                 if a.is_link() {
                     return Err(Errno::ELOOP); // the client follows the link
                 }
-                a.mode = (a.mode & S_IFMT) | (mode & 0o7777);
-                a.ctime = now_ns();
-                self.meta.put(path, &a)?;
+                let c = Change::Mode {
+                    mode,
+                    ctime: now_ns(),
+                };
+                c.apply(&mut a);
+                self.meta.change(path, c)?;
                 if a.is_dir() {
                     self.dir_changed(path, Some(&a));
                 }
@@ -506,10 +545,13 @@ impl Ops {
                     return Err(Errno::ELOOP); // the client follows the link
                 }
                 let now = now_ns();
-                a.atime = resolve(atime, a.atime, now);
-                a.mtime = resolve(mtime, a.mtime, now);
-                a.ctime = now;
-                self.meta.put(path, &a)?;
+                let c = Change::Times {
+                    atime: resolve(atime, now),
+                    mtime: resolve(mtime, now),
+                    ctime: now,
+                };
+                c.apply(&mut a);
+                self.meta.change(path, c)?;
                 Ok(Answer::Attr(a))
             }
             Request::Append { path, len } => {
@@ -532,15 +574,14 @@ impl Ops {
                 if a.is_link() && !link {
                     return Err(Errno::ELOOP); // the client follows the link
                 }
-                a.mode = Self::chown_mode(&a, uid, gid);
-                if uid != u32::MAX {
-                    a.uid = uid;
-                }
-                if gid != u32::MAX {
-                    a.gid = gid;
-                }
-                a.ctime = now_ns();
-                self.meta.put(path, &a)?;
+                let c = Change::Owner {
+                    uid,
+                    gid,
+                    clear: a.mode & !Self::chown_mode(&a, uid, gid),
+                    ctime: now_ns(),
+                };
+                c.apply(&mut a);
+                self.meta.change(path, c)?;
                 if a.is_dir() {
                     self.dir_changed(path, Some(&a));
                 }
@@ -551,11 +592,21 @@ impl Ops {
                 to,
                 noreplace,
             } => self.rename(from, to, noreplace),
+            Request::Settle { path, id } => {
+                path_ok(path)?;
+                self.settle(path, id).map(|_| Answer::Unit)
+            }
+            Request::MoveState { from, id } => {
+                path_ok(from)?;
+                self.move_state(from, id).map(Answer::Bool)
+            }
             Request::Attach {
                 path,
                 attr,
                 replace,
                 durable,
+                from,
+                src,
             } => {
                 not_root(path, Errno::EISDIR)?;
                 let dir = attr.is_dir();
@@ -575,8 +626,18 @@ impl Ops {
                     ..attr
                 };
                 let t = (self.inline_max as usize).min(bulk.len());
+                let arrival = from.map(|from| crate::store::Arrival {
+                    path: path.to_owned(),
+                    src,
+                    from: from.to_owned(),
+                    id: attr.id,
+                });
+                // pinned before it is visible (a failed write leaves it to the mover to settle)
+                if let Some(a) = &arrival {
+                    self.moving.arrive(a.clone());
+                }
                 self.meta
-                    .attach(path, &attr, &bulk[..t], old.map(|o| o.id))?;
+                    .attach(path, &attr, &bulk[..t], old.map(|o| o.id), arrival.as_ref())?;
                 if !dir && !bulk.is_empty() {
                     // chunk 0 is exactly what came: bytes an earlier stay of this file on this
                     // server left past the inline part go (other chunks share the file). No
@@ -684,6 +745,14 @@ impl Ops {
                 self.fsync_publish(req)?;
                 let wal = self.meta.mark();
                 self.chunks.sync(id)?;
+                self.meta.sync(wal)?;
+                Ok(Answer::Unit)
+            }
+            Request::Sync { data } => {
+                let wal = self.meta.mark();
+                if data {
+                    self.chunks.sync_all()?;
+                }
                 self.meta.sync(wal)?;
                 Ok(Answer::Unit)
             }

@@ -231,6 +231,13 @@ impl Ops {
             Request::Mkdir { path, .. } | Request::Symlink { path, .. } => {
                 self.parent_writable(who, path)?;
             }
+            Request::Mknod { path, mode, .. } => {
+                // as the kernel: a device node needs CAP_MKNOD (root); a FIFO or socket not
+                if matches!(mode & libc::S_IFMT, libc::S_IFCHR | libc::S_IFBLK) {
+                    return Err(Errno::EPERM);
+                }
+                self.parent_writable(who, path)?;
+            }
             Request::Unlink { path } | Request::Rmdir { path } => {
                 let p = self.parent_writable(who, path)?;
                 Self::sticky_ok(who, &p, &local(path)?)?;

@@ -13,7 +13,7 @@
 //! client retries): of two concurrent renames of one source exactly one wins.
 
 use crate::ops::{now_ns, Answer, Ops};
-use crate::store::{ChunkStore, Intent, MetadataStore};
+use crate::store::{Arrival, ChunkStore, Intent, MetadataStore};
 use madfs_placement::meta_server;
 use madfs_proto::{Attr, Errno, FsResult, Reply, Request};
 use std::collections::HashMap;
@@ -21,17 +21,30 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 
 /// Paths whose move to another server is in flight (`true`), or left pending after a crash
-/// or an unreachable target (`false`, "parked": [`Ops::finish_intents`] retries them).
+/// or an unreachable target (`false`, "parked": [`Ops::finish_intents`] retries them); and
+/// paths where a file moved in from another server is pending until that server settles it
+/// (their names stay: no unlink, no rename away, nothing attached over them).
 #[derive(Default)]
 pub struct Moving {
     paths: Mutex<HashMap<String, bool>>,
-    /// `paths.len()`, read without the lock on every unlink.
+    /// `paths.len()` + `arrivals.len()`, read without a lock on every request.
     count: AtomicUsize,
+    arrivals: Mutex<HashMap<String, (Arrival, std::time::Instant)>>,
 }
 
 impl Moving {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, bool>> {
         self.paths.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn arrivals(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, (Arrival, std::time::Instant)>> {
+        self.arrivals.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn recount(&self, moves: usize) {
+        self.count.store(moves + self.arrivals().len(), Relaxed);
     }
 
     fn set(&self, path: &str, f: impl FnOnce(Option<&mut bool>) -> Option<bool>) -> bool {
@@ -43,8 +56,43 @@ impl Moving {
         if let Some(active) = r {
             m.insert(path.to_owned(), active);
         }
-        self.count.store(m.len(), Relaxed);
+        self.recount(m.len());
         r.is_some()
+    }
+
+    /// A file arrived at `a.path`, pending until its source's server settles it.
+    pub fn arrive(&self, a: Arrival) {
+        let m = self.lock();
+        self.arrivals()
+            .insert(a.path.clone(), (a, std::time::Instant::now()));
+        self.recount(m.len());
+    }
+
+    /// The move-in at `path` is settled.
+    pub fn settled(&self, path: &str) {
+        let m = self.lock();
+        self.arrivals().remove(path);
+        self.recount(m.len());
+    }
+
+    /// The file pending at `path` after a move in, if any. (No lock while nothing is.)
+    pub fn pending_arrival(&self, path: &str) -> Option<u64> {
+        if self.count.load(Relaxed) == 0 {
+            return None;
+        }
+        self.arrivals().get(path).map(|(a, _)| a.id)
+    }
+
+    /// Move-ins pending for longer than `age` (the mover asks their sources about them).
+    fn stale_arrivals(&self, age: std::time::Duration) -> Vec<Arrival> {
+        if self.count.load(Relaxed) == 0 {
+            return vec![];
+        }
+        self.arrivals()
+            .values()
+            .filter(|(_, t)| t.elapsed() >= age)
+            .map(|(a, _)| a.clone())
+            .collect()
     }
 
     /// Claims `path` for a new move; false if it is being moved or parked.
@@ -64,7 +112,7 @@ impl Moving {
     fn release(&self, path: &str) {
         let mut m = self.lock();
         m.remove(path);
-        self.count.store(m.len(), Relaxed);
+        self.recount(m.len());
     }
 
     /// Is `path` being moved, or parked? (No lock while nothing is.)
@@ -72,7 +120,7 @@ impl Moving {
         self.count.load(Relaxed) > 0 && self.lock().contains_key(path)
     }
 
-    /// Is any move in flight or parked? (One atomic load.)
+    /// Is any move in flight, parked, or pending here after a move in? (One atomic load.)
     pub fn active(&self) -> bool {
         self.count.load(Relaxed) > 0
     }
@@ -137,11 +185,15 @@ impl Ops {
     /// the new name never sees the old one afterwards, and changes to it wait (EAGAIN, the
     /// client retries) until the move has ended.
     pub fn while_moving(&self, req: &Request<'_>) -> Option<Errno> {
+        if let Some(e) = self.while_arriving(req) {
+            return Some(e);
+        }
         let (path, lookup) = match *req {
             Request::Stat(p) => (p, true),
             Request::Create { path, .. }
             | Request::Mkdir { path, .. }
             | Request::Symlink { path, .. }
+            | Request::Mknod { path, .. }
             | Request::Unlink { path }
             | Request::Rmdir { path }
             | Request::SetSize { path, .. }
@@ -157,6 +209,28 @@ impl Ops {
             return None;
         }
         Some(if lookup { Errno::ENOENT } else { Errno::EAGAIN })
+    }
+
+    /// A request that would remove or replace a name where a moved-in file is pending
+    /// (EAGAIN: the client retries; the source's server settles it at once unless it
+    /// crashed, and then the mover asks it within a second or two).
+    fn while_arriving(&self, req: &Request<'_>) -> Option<Errno> {
+        let (path, keeps) = match *req {
+            Request::Unlink { path } | Request::Detach { path, .. } => (path, None),
+            Request::Rename { from, to, .. } => {
+                if self.moving.pending_arrival(to).is_some() {
+                    return Some(Errno::EAGAIN);
+                }
+                (from, None)
+            }
+            // the retried move of the same file is welcome
+            Request::Attach { path, attr, .. } => (path, Some(attr.id)),
+            _ => return None,
+        };
+        match self.moving.pending_arrival(path) {
+            Some(id) if keeps != Some(id) => Some(Errno::EAGAIN),
+            _ => None,
+        }
     }
 
     /// `Rename` of a non-directory `from` (this server's) to `to`.
@@ -298,6 +372,8 @@ impl Ops {
                 attr,
                 replace,
                 durable: false,
+                from: None,
+                src: self.id,
             };
             self.on(meta_server(path, n), &req).map(drop)
         };
@@ -378,12 +454,22 @@ impl Ops {
             },
             replace: !it.noreplace,
             durable: true,
+            from: Some(&it.from),
+            src: self.id,
         };
         let dst = meta_server(&it.to, self.peers.servers());
         match self.peers.call(dst, &req, &chunk0) {
             Ok(Reply::Replaced(old)) => {
                 fault("rename-after-attach");
                 self.meta.end_move(it, true)?;
+                // the target's name may change from now on (if this is lost, its mover asks)
+                let settle = Request::Settle {
+                    path: &it.to,
+                    id: a.id,
+                };
+                if let Err(e) = self.peers.call(dst, &settle, &[]) {
+                    tracing::debug!("settle {} on server {dst}: {e}", it.to);
+                }
                 // Chunk 0's bytes past the inline part stay in this server's file of the id
                 // (a leak until the file is removed; fsck's to reclaim): punching them here
                 // could destroy the same file's chunk 0 if it came back to this server under
@@ -407,13 +493,60 @@ impl Ops {
     }
 
     /// Parks the path of every intent record (before the server serves: a rename or unlink
-    /// of such a path waits for its move). Returns how many there are.
+    /// of such a path waits for its move), and pins every pending move-in. Returns how many
+    /// moves out there are.
     pub fn park_intents(&self) -> FsResult<usize> {
         let v = self.meta.intents()?;
         for i in &v {
             self.moving.park(&i.from);
         }
+        for a in self.meta.arrivals()? {
+            self.moving.arrive(a);
+        }
         Ok(v.len())
+    }
+
+    /// `MoveState`: is the move of file `id` out of `from` still pending here?
+    pub fn move_state(&self, from: &str, id: u64) -> FsResult<bool> {
+        Ok(self
+            .meta
+            .intents()?
+            .iter()
+            .any(|i| i.from == from && i.attr.id == id))
+    }
+
+    /// `Settle`: the move-in of file `id` at `path` is over.
+    pub fn settle(&self, path: &str, id: u64) -> FsResult<()> {
+        self.meta.settle(path, id)?;
+        if self.moving.pending_arrival(path) == Some(id) {
+            self.moving.settled(path);
+        }
+        Ok(())
+    }
+
+    /// Asks the source's server of every move-in pending for a while whether its move is
+    /// over (a `Settle` lost with a crash); settles those that are.
+    pub fn settle_arrivals(&self) {
+        for a in self
+            .moving
+            .stale_arrivals(std::time::Duration::from_secs(1))
+        {
+            let req = Request::MoveState {
+                from: &a.from,
+                id: a.id,
+            };
+            match self.peers.call(a.src, &req, &[]) {
+                Ok(Reply::Bool(false)) => {
+                    if let Err(e) = self.settle(&a.path, a.id) {
+                        tracing::warn!("settling {}: {e}", a.path);
+                    } else {
+                        tracing::info!("pending move-in at {} settled", a.path);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => tracing::debug!("move state of {} on server {}: {e}", a.from, a.src),
+            }
+        }
     }
 
     /// Finishes the moves whose intent records are left (after a crash, or a target that
@@ -459,6 +592,7 @@ pub fn start_mover(
                         tracing::error!("pending renames: {e}");
                     }
                 }
+                ops.settle_arrivals();
                 std::thread::sleep(every);
             }
         })

@@ -189,6 +189,7 @@ pub const fn fd_only(nr: i64) -> bool {
             | libc::SYS_fchmod
             | libc::SYS_fchown
             | libc::SYS_fstatfs
+            | libc::SYS_syncfs
             | libc::SYS_fgetxattr
             | libc::SYS_fsetxattr
             | libc::SYS_flistxattr
@@ -276,6 +277,9 @@ pub const fn candidate(nr: i64) -> bool {
                 | libc::SYS_execveat
                 | libc::SYS_clone
                 | libc::SYS_clone3
+                | libc::SYS_bind
+                | libc::SYS_connect
+                | libc::SYS_sync
         )
         || is_legacy(nr)
 }

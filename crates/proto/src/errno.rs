@@ -58,6 +58,8 @@ errnos!(
     EFAULT,
     EBUSY,
     ENOEXEC,
+    EADDRINUSE,
+    ECONNREFUSED,
 );
 
 impl Errno {

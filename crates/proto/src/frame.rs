@@ -237,6 +237,7 @@ mod tests {
             gid: 1001,
             size: 1 << 40,
             chunk_size: 752_128,
+            rdev: 0x0f00_0103,
             atime: -5,
             mtime: 1_700_000_000_123_456_789,
             ctime: i64::MIN,

@@ -31,6 +31,9 @@ pub struct Attr {
     pub size: u64,
     /// Stripe unit of the file's data, fixed at creation.
     pub chunk_size: u32,
+    /// Device number of a character or block device (`mknod`), in the kernel's 32-bit
+    /// encoding ([`encode_dev`]); 0 for anything else.
+    pub rdev: u32,
     /// Access time, ns since the epoch.
     pub atime: i64,
     /// Modification time, ns since the epoch.
@@ -43,8 +46,8 @@ pub struct Attr {
 pub const ATTR_BYTES: usize = 64;
 
 impl Attr {
-    /// Fixed little-endian layout (bytes 36..40 are zero): id, mode, nlink, uid, gid, size,
-    /// chunk_size, —, atime, mtime, ctime. The wire form, and (after a version byte) the
+    /// Fixed little-endian layout: id, mode, nlink, uid, gid, size, chunk_size, rdev, atime,
+    /// mtime, ctime. The wire form, and (after a version byte) the
     /// metadata record in RocksDB.
     pub fn to_bytes(&self) -> [u8; ATTR_BYTES] {
         let mut b = [0u8; ATTR_BYTES];
@@ -55,6 +58,7 @@ impl Attr {
         b[20..24].copy_from_slice(&self.gid.to_le_bytes());
         b[24..32].copy_from_slice(&self.size.to_le_bytes());
         b[32..36].copy_from_slice(&self.chunk_size.to_le_bytes());
+        b[36..40].copy_from_slice(&self.rdev.to_le_bytes());
         b[40..48].copy_from_slice(&self.atime.to_le_bytes());
         b[48..56].copy_from_slice(&self.mtime.to_le_bytes());
         b[56..64].copy_from_slice(&self.ctime.to_le_bytes());
@@ -74,6 +78,7 @@ impl Attr {
             gid: u32_at(20),
             size: u64_at(24),
             chunk_size: u32_at(32),
+            rdev: u32_at(36),
             atime: u64_at(40) as i64,
             mtime: u64_at(48) as i64,
             ctime: u64_at(56) as i64,
@@ -192,6 +197,37 @@ impl Attr {
     pub fn is_link(&self) -> bool {
         self.mode & S_IFMT == libc::S_IFLNK
     }
+    /// Is this a special file (FIFO, socket, character or block device): an entry with a
+    /// type and no data?
+    pub fn is_special(&self) -> bool {
+        is_special(self.mode)
+    }
+}
+
+/// Is `mode`'s type a FIFO, socket, character or block device?
+pub fn is_special(mode: u32) -> bool {
+    matches!(
+        mode & S_IFMT,
+        libc::S_IFIFO | libc::S_IFSOCK | libc::S_IFCHR | libc::S_IFBLK
+    )
+}
+
+/// A `dev_t` in the kernel's 32-bit encoding (`new_encode_dev`: major up to 4095, minor up
+/// to 2^20 - 1); `None` for a device number that does not fit.
+pub fn encode_dev(dev: u64) -> Option<u32> {
+    let (major, minor) = (libc::major(dev) as u64, libc::minor(dev) as u64);
+    if major >= 1 << 12 || minor >= 1 << 20 {
+        return None;
+    }
+    Some(((minor & 0xff) | (major << 8) | ((minor & !0xff) << 12)) as u32)
+}
+
+/// The inverse of [`encode_dev`].
+pub fn decode_dev(v: u32) -> u64 {
+    let v = v as u64;
+    let major = (v & 0xfff00) >> 8;
+    let minor = (v & 0xff) | ((v >> 12) & 0xfff00);
+    libc::makedev(major as u32, minor as u32)
 }
 
 /// How `SetSize` changes a size.
@@ -355,6 +391,16 @@ pub enum Request<'a> {
         uid: u32,
         gid: u32,
     },
+    /// Create a special file (`mknod`: FIFO, socket, character or block device, with its
+    /// `rdev` in [`encode_dev`] form); EEXIST if `path` exists. A device needs a connection
+    /// served as root (EPERM). Reply: `Created`.
+    Mknod {
+        path: &'a str,
+        mode: u32,
+        rdev: u32,
+        uid: u32,
+        gid: u32,
+    },
     /// Create a directory.
     Mkdir {
         path: &'a str,
@@ -413,7 +459,21 @@ pub enum Request<'a> {
         /// Make the entry durable (WAL sync) before answering: a server moving a file for
         /// `Rename` asks it, so that its intent record can be dropped.
         durable: bool,
+        /// A file moved by a rename: its path on the sending server `src`. The entry arrives
+        /// *pending*: visible, but its name is not removed or replaced (EAGAIN) until the
+        /// sender, having removed the source, says [`Request::Settle`] (or, asked
+        /// [`Request::MoveState`], that the move is over), so that a retried move can never
+        /// bring the name back after it was renamed on.
+        from: Option<&'a str>,
+        /// The sending server's index (with `from`).
+        src: u32,
     },
+    /// The move of file `id` to `path` (this server's) is over on its source's server: the
+    /// pending entry there becomes an ordinary one. Servers only. Reply: `Unit`.
+    Settle { path: &'a str, id: u64 },
+    /// Is the move of file `id` from `from` (this server's) still pending here (its intent
+    /// record left)? Servers only. Reply: `Bool`.
+    MoveState { from: &'a str, id: u64 },
     /// Rename anything but a directory: `from` → `to`, sent to `from`'s metadata server,
     /// which moves the entry itself, atomically when `to` is its own, else with an intent
     /// record (docs/consistency.md, "rename"). A directory source answers `ENOTSUP` (the
@@ -469,6 +529,11 @@ pub enum Request<'a> {
         size: u64,
         cap: Cap,
     },
+    /// Make everything this server acknowledged durable: its metadata (WAL sync) and, with
+    /// `data`, every chunk file (`syncfs`). `sync(2)`/`syncfs(2)` send it with `data` to
+    /// every server; an fsync of a directory without (its entries are spread over all
+    /// servers). Runs on an IO thread. Reply: `Unit`.
+    Sync { data: bool },
     /// File-system totals of this server.
     Statfs,
     /// The client is going away: the server forgets its connection (no reply). With endpoint
@@ -538,12 +603,14 @@ impl Request<'_> {
                 | Request::Readdir { .. }
                 | Request::Read { .. }
                 | Request::Fsync { .. }
+                | Request::Sync { .. }
                 | Request::Statfs
                 | Request::Bye
                 | Request::Find { .. }
                 | Request::Locate
                 | Request::Open { .. }
                 | Request::DirList { .. }
+                | Request::MoveState { .. }
         )
     }
 
@@ -554,6 +621,7 @@ impl Request<'_> {
             Request::Stat(_) => "stat",
             Request::Create { .. } => "create",
             Request::Mkdir { .. } => "mkdir",
+            Request::Mknod { .. } => "mknod",
             Request::Symlink { .. } => "symlink",
             Request::Unlink { .. } => "unlink",
             Request::Rmdir { .. } => "rmdir",
@@ -565,12 +633,15 @@ impl Request<'_> {
             Request::Utimens { .. } => "utimens",
             Request::Chown { .. } => "chown",
             Request::Attach { .. } => "attach",
+            Request::Settle { .. } => "settle",
+            Request::MoveState { .. } => "move_state",
             Request::Detach { .. } => "detach",
             Request::Rename { .. } => "rename",
             Request::Read { .. } => "read",
             Request::Write { .. } => "write",
             Request::TruncateChunks { .. } => "truncate_chunks",
             Request::Fsync { .. } => "fsync",
+            Request::Sync { .. } => "sync",
             Request::Statfs => "statfs",
             Request::Bye => "bye",
             Request::Find { .. } => "find",
@@ -617,7 +688,7 @@ pub struct StatFs {
 
 /// Version of the wire protocol: bumped whenever a request, reply, frame or tag changes
 /// meaning. A client refuses a server whose welcome names another version.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// What a server says to a client right after accepting its connection.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
@@ -778,6 +849,30 @@ pub enum Reply<'a> {
 }
 
 #[cfg(test)]
+mod dev_tests {
+    use super::*;
+
+    #[test]
+    fn device_numbers_round_trip_in_the_kernel_encoding() {
+        for (major, minor) in [
+            (0, 0),
+            (1, 3),
+            (7, 200),
+            (8, 1 << 19),
+            (4095, (1 << 20) - 1),
+        ] {
+            let dev = libc::makedev(major, minor);
+            let v = encode_dev(dev).unwrap();
+            assert_eq!(decode_dev(v), dev, "{major}:{minor}");
+        }
+        // as Linux's new_encode_dev: 1:3 is 0x103, minor bits above 8 move up by 12
+        assert_eq!(encode_dev(libc::makedev(1, 3)), Some(0x103));
+        assert_eq!(encode_dev(libc::makedev(1, 0x1234)), Some(0x0120_0134));
+        assert_eq!(encode_dev(libc::makedev(4096, 0)), None);
+    }
+}
+
+#[cfg(test)]
 mod matcher_tests {
     use super::*;
 
@@ -791,6 +886,7 @@ mod matcher_tests {
             gid: 0,
             size: 3901,
             chunk_size: 4096,
+            rdev: 0,
             atime: 0,
             mtime: 10,
             ctime: 0,

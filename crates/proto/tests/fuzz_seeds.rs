@@ -68,6 +68,8 @@ fn requests() -> Vec<(&'static str, Request<'static>, &'static [u8])> {
         attr,
         replace: true,
         durable: true,
+        from: Some("/a/f"),
+        src: 1,
     };
     let rename = Request::Rename {
         from: "/a/f",
@@ -163,6 +165,27 @@ fn requests() -> Vec<(&'static str, Request<'static>, &'static [u8])> {
         ("find", find, b""),
         ("locate", Request::Locate, b""),
         ("write_data", write_data, b""),
+        (
+            "mknod",
+            Request::Mknod {
+                path: "/a/fifo",
+                mode: libc::S_IFIFO | 0o644,
+                rdev: 0,
+                uid: 0,
+                gid: 0,
+            },
+            b"",
+        ),
+        ("sync", Request::Sync { data: true }, b""),
+        ("settle", Request::Settle { path: "/x", id: 7 }, b""),
+        (
+            "move_state",
+            Request::MoveState {
+                from: "/a/f",
+                id: 7,
+            },
+            b"",
+        ),
     ]
 }
 

@@ -799,6 +799,17 @@ impl ChunkStore for FsChunks {
         Ok(())
     }
 
+    fn sync_all(&self) -> FsResult<()> {
+        let dir = std::fs::File::open(&self.root).map_err(|e| Errno::from_io(&e))?;
+        // SAFETY: an open descriptor of the chunk directory.
+        if unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&dir)) } != 0 {
+            let e = std::io::Error::last_os_error();
+            tracing::error!("syncfs of {}: {e}", self.root.display());
+            return Err(Errno::from_io(&e));
+        }
+        Ok(())
+    }
+
     fn statfs(&self) -> FsResult<StatFs> {
         let c = std::ffi::CString::new(self.root.as_os_str().as_encoded_bytes())
             .map_err(|_| Errno::EINVAL)?;

@@ -45,6 +45,21 @@ pub struct Intent {
     pub noreplace: bool,
 }
 
+/// A file that arrived by a rename from another server and is pending there: its name here
+/// is not removed or replaced until the source's server says the move is over
+/// (docs/consistency.md, "rename").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arrival {
+    /// The path here.
+    pub path: String,
+    /// The source's server.
+    pub src: u32,
+    /// The source path there.
+    pub from: String,
+    /// The file.
+    pub id: u64,
+}
+
 /// Metadata of the entries this server owns, keyed by full path (one lookup per operation).
 pub trait MetadataStore: Send + Sync {
     /// Attributes of `path` (None if absent).
@@ -67,8 +82,20 @@ pub trait MetadataStore: Send + Sync {
     /// Removes only the entry of `path` (its inline chunk 0 stays).
     fn remove_entry(&self, path: &str) -> FsResult<()>;
     /// Puts the entry of `path` and replaces the inline chunk 0 of `attr.id` with `data`
-    /// (unless empty), dropping the inline chunk 0 of `drop_id`, atomically.
-    fn attach(&self, path: &str, attr: &Attr, data: &[u8], drop_id: Option<u64>) -> FsResult<()>;
+    /// (unless empty), dropping the inline chunk 0 of `drop_id`, and records `arrival` (a
+    /// pending move-in), atomically.
+    fn attach(
+        &self,
+        path: &str,
+        attr: &Attr,
+        data: &[u8],
+        drop_id: Option<u64>,
+        arrival: Option<&Arrival>,
+    ) -> FsResult<()>;
+    /// Forgets the pending move-in of file `id` at `path` (if that is what is recorded).
+    fn settle(&self, path: &str, id: u64) -> FsResult<()>;
+    /// Every pending move-in (at start, and for the mover to ask about).
+    fn arrivals(&self) -> FsResult<Vec<Arrival>>;
     /// Renames `from` to `to`, both this server's, in one write: the target (if any, and if
     /// not `noreplace`) is replaced and its inline chunk 0 dropped. ENOENT without a source,
     /// ENOTSUP for a directory source (the client moves directories), EEXIST / EISDIR for a
@@ -89,6 +116,10 @@ pub trait MetadataStore: Send + Sync {
     fn end_move(&self, intent: &Intent, moved: bool) -> FsResult<()>;
     /// Every intent record (at start: moves to finish).
     fn intents(&self) -> FsResult<Vec<Intent>>;
+    /// Applies an attribute change to the entry of `path` as a merge (no read-modify-write:
+    /// concurrent changes and size publications never undo each other; a change that comes
+    /// after the entry's removal leaves it absent).
+    fn change(&self, path: &str, c: rocks::Change) -> FsResult<()>;
     /// `size = max(size, new)`, `mtime = max(mtime, new)`; no read-modify-write.
     fn merge_size(&self, path: &str, size: u64, mtime: i64) -> FsResult<()>;
     /// Atomically (among appenders) takes the current end of file `path` as the offset of a
@@ -157,6 +188,8 @@ pub trait ChunkStore: Send + Sync {
     fn sync_unshared(&self, id: u64) -> FsResult<()> {
         self.sync(id)
     }
+    /// Makes every chunk file (data, checksums, the files' names) durable: `sync(2)`.
+    fn sync_all(&self) -> FsResult<()>;
     /// Totals of the local file system holding the chunks.
     fn statfs(&self) -> FsResult<StatFs>;
 }

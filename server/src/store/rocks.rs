@@ -5,13 +5,15 @@
 //!   one point lookup; a directory slice is one range scan from `E dir \0 start`.
 //! * `C` inline chunk 0: `C id (8 bytes BE)` → bytes.
 //! * `S` server state: `S next_id` → reserved high-water mark of the id counter.
+//! * `I` intent records of moves out (`I from`), `A` pending moves in (`A path`), `N` entry
+//!   counts per directory (`N dir`).
 //!
 //! Sizes grow through the `madfs.size` merge operator (max of size and mtime), so concurrent
 //! writers publish their high-water marks without a read-modify-write. A merge that reaches a
 //! removed entry leaves an empty record, which reads as "absent".
 
 use super::flush::SharedFlush;
-use super::{Created, Entry, Intent, MetadataStore};
+use super::{Arrival, Created, Entry, Intent, MetadataStore};
 use madfs_placement::{name_hash, split_parent};
 use madfs_proto::{Attr, Errno, FsResult, ATTR_BYTES};
 use rocksdb::{MergeOperands, Options, WriteBatch, WriteOptions, DB};
@@ -108,6 +110,32 @@ fn decode_intent(key: &[u8], v: &[u8]) -> Option<Intent> {
     })
 }
 
+/// Key of the pending move-in at `path` (docs/consistency.md, "rename").
+fn arrival_key(path: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(path.len() + 1);
+    k.push(b'A');
+    k.extend_from_slice(path.as_bytes());
+    k
+}
+
+/// A pending move-in's value: file id (8 bytes LE), source server (4), source path.
+fn encode_arrival(a: &Arrival) -> Vec<u8> {
+    let mut v = a.id.to_le_bytes().to_vec();
+    v.extend_from_slice(&a.src.to_le_bytes());
+    v.extend_from_slice(a.from.as_bytes());
+    v
+}
+
+fn decode_arrival(key: &[u8], v: &[u8]) -> Option<Arrival> {
+    let path = std::str::from_utf8(key.strip_prefix(b"A")?).ok()?;
+    Some(Arrival {
+        path: path.to_owned(),
+        id: u64::from_le_bytes(v.get(..8)?.try_into().ok()?),
+        src: u32::from_le_bytes(v.get(8..12)?.try_into().ok()?),
+        from: std::str::from_utf8(v.get(12..)?).ok()?.to_owned(),
+    })
+}
+
 fn inline_key(id: u64) -> [u8; 9] {
     let mut k = [0u8; 9];
     k[0] = b'C';
@@ -122,18 +150,149 @@ fn size_operand(size: u64, mtime: i64) -> [u8; 16] {
     b
 }
 
-fn fold_operands<'a>(
-    ops: impl Iterator<Item = &'a [u8]>,
-    mut size: u64,
-    mut mtime: i64,
-) -> (u64, i64) {
-    for op in ops {
-        if op.len() == 16 {
-            size = size.max(u64::from_le_bytes(op[..8].try_into().unwrap()));
-            mtime = mtime.max(i64::from_le_bytes(op[8..].try_into().unwrap()));
+/// An attribute change applied by the merge operator (no read-modify-write over a size
+/// publication or another change: none of them can undo another, docs/consistency.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// Permission bits (the type bits stay), ctime.
+    Mode { mode: u32, ctime: i64 },
+    /// Owner and/or group (`u32::MAX`: unchanged), mode bits cleared (set-id bits), ctime.
+    Owner {
+        uid: u32,
+        gid: u32,
+        clear: u32,
+        ctime: i64,
+    },
+    /// Access and/or modification time (`None`: unchanged), ctime.
+    Times {
+        atime: Option<i64>,
+        mtime: Option<i64>,
+        ctime: i64,
+    },
+    /// The size, exactly (truncate), mtime and ctime.
+    Size { size: u64, time: i64 },
+}
+
+/// Length of a change operand: tag, then four 8-byte fields (a size operand is 16 bytes).
+const CHANGE_LEN: usize = 33;
+/// `Times` field value meaning "unchanged".
+const OMIT: i64 = i64::MIN;
+
+impl Change {
+    fn encode(&self) -> [u8; CHANGE_LEN] {
+        let (tag, f): (u8, [u64; 4]) = match *self {
+            Change::Mode { mode, ctime } => (b'm', [mode as u64, 0, 0, ctime as u64]),
+            Change::Owner {
+                uid,
+                gid,
+                clear,
+                ctime,
+            } => (b'o', [uid as u64, gid as u64, clear as u64, ctime as u64]),
+            Change::Times {
+                atime,
+                mtime,
+                ctime,
+            } => (
+                b't',
+                [
+                    atime.unwrap_or(OMIT) as u64,
+                    mtime.unwrap_or(OMIT) as u64,
+                    0,
+                    ctime as u64,
+                ],
+            ),
+            Change::Size { size, time } => (b's', [size, 0, 0, time as u64]),
+        };
+        let mut b = [0u8; CHANGE_LEN];
+        b[0] = tag;
+        for (i, v) in f.iter().enumerate() {
+            b[1 + 8 * i..9 + 8 * i].copy_from_slice(&v.to_le_bytes());
+        }
+        b
+    }
+
+    fn decode(b: &[u8]) -> Option<Change> {
+        let b: &[u8; CHANGE_LEN] = b.try_into().ok()?;
+        let f = |i: usize| u64::from_le_bytes(b[1 + 8 * i..9 + 8 * i].try_into().unwrap());
+        let time = |v: u64| Some(v as i64).filter(|t| *t != OMIT);
+        Some(match b[0] {
+            b'm' => Change::Mode {
+                mode: f(0) as u32,
+                ctime: f(3) as i64,
+            },
+            b'o' => Change::Owner {
+                uid: f(0) as u32,
+                gid: f(1) as u32,
+                clear: f(2) as u32,
+                ctime: f(3) as i64,
+            },
+            b't' => Change::Times {
+                atime: time(f(0)),
+                mtime: time(f(1)),
+                ctime: f(3) as i64,
+            },
+            b's' => Change::Size {
+                size: f(0),
+                time: f(3) as i64,
+            },
+            _ => return None,
+        })
+    }
+
+    /// The attributes after this change.
+    pub fn apply(&self, a: &mut Attr) {
+        match *self {
+            Change::Mode { mode, ctime } => {
+                a.mode = (a.mode & madfs_proto::S_IFMT) | (mode & 0o7777);
+                a.ctime = ctime;
+            }
+            Change::Owner {
+                uid,
+                gid,
+                clear,
+                ctime,
+            } => {
+                if uid != u32::MAX {
+                    a.uid = uid;
+                }
+                if gid != u32::MAX {
+                    a.gid = gid;
+                }
+                a.mode &= !clear;
+                a.ctime = ctime;
+            }
+            Change::Times {
+                atime,
+                mtime,
+                ctime,
+            } => {
+                a.atime = atime.unwrap_or(a.atime);
+                a.mtime = mtime.unwrap_or(a.mtime);
+                a.ctime = ctime;
+            }
+            Change::Size { size, time } => {
+                a.size = size;
+                a.mtime = time;
+                a.ctime = time;
+            }
         }
     }
-    (size, mtime)
+}
+
+/// Applies merge operands in order: size publications (16 bytes: `size = max`, times move
+/// forward) and [`Change`]s; anything else is skipped.
+fn apply_operands<'a>(a: &mut Attr, ops: impl Iterator<Item = &'a [u8]>) {
+    for op in ops {
+        if op.len() == 16 {
+            let size = u64::from_le_bytes(op[..8].try_into().unwrap());
+            let mtime = i64::from_le_bytes(op[8..].try_into().unwrap());
+            a.size = a.size.max(size);
+            a.mtime = a.mtime.max(mtime);
+            a.ctime = a.ctime.max(mtime);
+        } else if let Some(c) = Change::decode(op) {
+            c.apply(a);
+        }
+    }
 }
 
 /// Key of the number of entries this server holds directly inside `dir`.
@@ -160,13 +319,11 @@ fn size_full_merge(key: &[u8], existing: Option<&[u8]>, ops: &MergeOperands) -> 
     }
     match existing.and_then(decode_attr) {
         Some(mut a) => {
-            let (size, mtime) = fold_operands(ops.iter(), a.size, a.mtime);
-            a.size = size;
-            a.ctime = a.ctime.max(mtime);
-            a.mtime = mtime;
+            apply_operands(&mut a, ops.iter());
             Some(encode_attr(&a).to_vec())
         }
-        // the entry is gone (unlinked while a writer was still publishing): stay gone
+        // the entry is gone (unlinked while a writer was still publishing): stay gone (an
+        // empty record reads as absent everywhere and is overwritten by the next create)
         None => Some(Vec::new()),
     }
 }
@@ -179,7 +336,17 @@ fn size_partial_merge(
     if key.first() == Some(&b'N') {
         return Some(add_counts(0, ops.iter()));
     }
-    let (size, mtime) = fold_operands(ops.iter(), 0, i64::MIN);
+    // consecutive size publications fold into one; a change keeps the operands apart (the
+    // full merge applies them in order)
+    let mut size = 0u64;
+    let mut mtime = i64::MIN;
+    for op in ops.iter() {
+        if op.len() != 16 {
+            return None;
+        }
+        size = size.max(u64::from_le_bytes(op[..8].try_into().unwrap()));
+        mtime = mtime.max(i64::from_le_bytes(op[8..].try_into().unwrap()));
+    }
     Some(size_operand(size, mtime).to_vec())
 }
 
@@ -211,7 +378,8 @@ fn count_children(db: &DB) -> anyhow::Result<()> {
         if k.first() != Some(&b'E') {
             break;
         }
-        if let Some(zero) = k.iter().position(|b| *b == 0) {
+        let present = it.value().is_some_and(|v| decode_attr(v).is_some());
+        if let Some(zero) = k.iter().position(|b| *b == 0).filter(|_| present) {
             *counts.entry(k[1..zero].to_vec()).or_default() += 1;
         }
         it.next();
@@ -313,14 +481,45 @@ impl RocksDbMeta {
         }
     }
 
+    /// Is there an entry at `path`? (An empty record, left by a size publication that came
+    /// after a removal, is none.)
     fn exists(&self, path: &str) -> FsResult<bool> {
-        Ok(self.db.get_pinned(entry_key(path)).map_err(io)?.is_some())
+        Ok(self
+            .db
+            .get_pinned(entry_key(path))
+            .map_err(io)?
+            .is_some_and(|v| decode_attr(&v).is_some()))
     }
 
     fn stripe(&self, id: u64) -> std::sync::MutexGuard<'_, ()> {
         self.stripes[(id as usize) % STRIPES]
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every record of key space `kind` (the first key byte), decoded; a damaged one is
+    /// logged (as a `what` record) and skipped.
+    fn records<T>(
+        &self,
+        kind: u8,
+        what: &str,
+        decode: fn(&[u8], &[u8]) -> Option<T>,
+    ) -> FsResult<Vec<T>> {
+        let mut out = vec![];
+        let mut it = self.db.raw_iterator();
+        it.seek([kind]);
+        while let (Some(k), Some(v)) = (it.key(), it.value()) {
+            if k.first() != Some(&kind) {
+                break;
+            }
+            match decode(k, v) {
+                Some(r) => out.push(r),
+                None => tracing::error!("damaged {what} record {:?}", String::from_utf8_lossy(k)),
+            }
+            it.next();
+        }
+        it.status().map_err(io)?;
+        Ok(out)
     }
 
     /// Flushes memtables (clean shutdown).
@@ -398,7 +597,14 @@ impl MetadataStore for RocksDbMeta {
         self.db.write(b).map_err(io)
     }
 
-    fn attach(&self, path: &str, attr: &Attr, data: &[u8], drop_id: Option<u64>) -> FsResult<()> {
+    fn attach(
+        &self,
+        path: &str,
+        attr: &Attr,
+        data: &[u8],
+        drop_id: Option<u64>,
+        arrival: Option<&Arrival>,
+    ) -> FsResult<()> {
         let _p = self.path_stripe(path);
         let new = !self.exists(path)?;
         let _g = self.stripe(attr.id);
@@ -413,7 +619,27 @@ impl MetadataStore for RocksDbMeta {
         if let Some(old) = drop_id.filter(|old| *old != attr.id) {
             b.delete(inline_key(old));
         }
+        if let Some(a) = arrival {
+            b.put(arrival_key(path), encode_arrival(a));
+        }
         self.db.write(b).map_err(io)
+    }
+
+    fn settle(&self, path: &str, id: u64) -> FsResult<()> {
+        let _p = self.path_stripe(path);
+        let key = arrival_key(path);
+        let Some(v) = self.db.get_pinned(&key).map_err(io)? else {
+            return Ok(());
+        };
+        if decode_arrival(&key, &v).is_none_or(|a| a.id == id) {
+            drop(v);
+            self.db.delete(key).map_err(io)?;
+        }
+        Ok(())
+    }
+
+    fn arrivals(&self) -> FsResult<Vec<Arrival>> {
+        self.records(b'A', "move-in", decode_arrival)
     }
 
     fn rename_local(
@@ -489,21 +715,7 @@ impl MetadataStore for RocksDbMeta {
     }
 
     fn intents(&self) -> FsResult<Vec<Intent>> {
-        let mut out = vec![];
-        let mut it = self.db.raw_iterator();
-        it.seek(b"I");
-        while let (Some(k), Some(v)) = (it.key(), it.value()) {
-            if k.first() != Some(&b'I') {
-                break;
-            }
-            match decode_intent(k, v) {
-                Some(i) => out.push(i),
-                None => tracing::error!("damaged intent record {:?}", String::from_utf8_lossy(k)),
-            }
-            it.next();
-        }
-        it.status().map_err(io)?;
-        Ok(out)
+        self.records(b'I', "intent", decode_intent)
     }
 
     fn reserve_append(&self, path: &str, len: u64, mtime: i64) -> FsResult<u64> {
@@ -521,6 +733,10 @@ impl MetadataStore for RocksDbMeta {
             .ok_or(Errno::EFBIG)?;
         self.merge_size(path, end, mtime)?;
         Ok(a.size)
+    }
+
+    fn change(&self, path: &str, c: Change) -> FsResult<()> {
+        self.db.merge(entry_key(path), c.encode()).map_err(io)
     }
 
     fn merge_size(&self, path: &str, size: u64, mtime: i64) -> FsResult<()> {
@@ -798,6 +1014,66 @@ mod tests {
         assert_eq!(m.get("/f").unwrap(), None);
     }
 
+    /// Attribute changes are merges too: applied in order with size publications, none
+    /// undoes another, none brings back a removed entry, and a name whose entry was removed
+    /// under a late publication is free again.
+    #[test]
+    fn changes_and_publications_apply_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = RocksDbMeta::open(dir.path(), 0).unwrap();
+        m.insert("/d/f", &attr(1), &[]).unwrap();
+        m.merge_size("/d/f", 100, 9).unwrap();
+        m.change(
+            "/d/f",
+            Change::Mode {
+                mode: 0o600,
+                ctime: 10,
+            },
+        )
+        .unwrap();
+        m.merge_size("/d/f", 50, 11).unwrap();
+        let times = Change::Times {
+            atime: Some(3),
+            mtime: None,
+            ctime: 12,
+        };
+        m.change("/d/f", times).unwrap();
+        let owner = Change::Owner {
+            uid: 7,
+            gid: u32::MAX,
+            clear: 0o4000,
+            ctime: 13,
+        };
+        m.change("/d/f", owner).unwrap();
+        let a = m.get("/d/f").unwrap().unwrap();
+        assert_eq!(
+            (a.size, a.mode & 0o7777, a.atime, a.mtime, a.ctime, a.uid),
+            (100, 0o600, 3, 11, 13, 7)
+        );
+        m.change("/d/f", Change::Size { size: 10, time: 20 })
+            .unwrap();
+        m.merge_size("/d/f", 20, 21).unwrap();
+        let a = m.get("/d/f").unwrap().unwrap();
+        assert_eq!((a.size, a.mtime, a.ctime), (20, 21, 21));
+        // after a removal: a publication and a change leave it absent, the name is free
+        m.remove("/d/f", 1).unwrap();
+        m.merge_size("/d/f", 7, 30).unwrap();
+        m.change(
+            "/d/f",
+            Change::Mode {
+                mode: 0o644,
+                ctime: 31,
+            },
+        )
+        .unwrap();
+        assert_eq!(m.get("/d/f").unwrap(), None);
+        assert!(!m.has_children("/d").unwrap());
+        m.insert("/d/f", &attr(2), &[]).unwrap();
+        assert!(m.has_children("/d").unwrap());
+        m.remove("/d/f", 2).unwrap();
+        assert!(!m.has_children("/d").unwrap(), "counted once in, once out");
+    }
+
     #[test]
     fn entry_counts_follow_inserts_removals_and_survive_reopen() {
         let dir = tempfile::tempdir().unwrap();
@@ -811,7 +1087,8 @@ mod tests {
                 m.insert(&format!("/d/f{i}"), &attr(10 + i), b"x").unwrap();
             }
             // a replacing attach does not count twice; a removal of a missing path is a no-op
-            m.attach("/d/f0", &attr(5000), b"y", Some(10)).unwrap();
+            m.attach("/d/f0", &attr(5000), b"y", Some(10), None)
+                .unwrap();
             m.remove_entry("/d/nope").unwrap();
             for i in 0..999 {
                 m.remove(&format!("/d/f{i}"), 10 + i).unwrap();
@@ -819,7 +1096,7 @@ mod tests {
             assert!(m.has_children("/d").unwrap());
             m.remove_entry("/d/f999").unwrap();
             assert!(!m.has_children("/d").unwrap(), "1,000 in, 1,000 out");
-            m.attach("/d/moved", &attr(7000), &[], None).unwrap();
+            m.attach("/d/moved", &attr(7000), &[], None, None).unwrap();
             assert!(m.has_children("/d").unwrap());
             // make it look like a database from before the counts: no marker, no N keys
             m.db.delete(COUNTS_MARKER).unwrap();

@@ -1,0 +1,129 @@
+//! POSIX semantics (issue 32) through the preload, each script run on a local directory and
+//! on madfs (3 servers) with the same answers expected: special files, names reusable after
+//! unlink-while-writing, attribute changes racing size publications, directory fsync and
+//! `sync`.
+
+mod common;
+
+use common::{cluster, run_env, MOUNT};
+use madfs_cluster::LocalCluster;
+
+/// Runs `script` (bash, `-eu`) in `dir`, under the preload; its stdout (asserting success).
+fn in_dir(cl: &LocalCluster, dir: &str, script: &str) -> String {
+    let s = format!("mkdir -p '{dir}' && cd '{dir}'\n{script}");
+    let argv = ["/bin/bash", "-eu", "-c", &s];
+    common::ok(run_env(cl, &argv, 20_000, &[]), script)
+}
+
+/// The same script on a local directory (the kernel's answers) and on madfs: equal output.
+fn same_as_local(cl: &LocalCluster, name: &str, script: &str) -> String {
+    let local = tempfile::tempdir().unwrap();
+    let want = in_dir(cl, &format!("{}/{name}", local.path().display()), script);
+    let got = in_dir(cl, &format!("{MOUNT}/{name}"), script);
+    assert_eq!(
+        got, want,
+        "madfs (left) and the local file system (right) differ"
+    );
+    got
+}
+
+const SPECIAL: &str = r#"
+mkfifo f1
+mknod c1 c 1 3
+mknod b1 b 7 200
+python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind("s1")'
+stat -c '%n %F %a %t:%T %h %s' f1 c1 b1 s1
+ls -1F | sort | tr '\n' ' '; echo
+echo "fifo: $(find . -type p) socket: $(find . -type s) char: $(find . -type c) block: $(find . -type b)"
+# the FIFO carries bytes between two processes
+(echo through-the-fifo > f1) & cat f1; wait
+# names in use
+mkfifo f1 2>&1 | sed 's/.*: //' || true
+mknod c1 p 2>&1 | sed 's/.*: //' || true
+python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind("s1")' 2>&1 | tail -1 | sed 's/.*] //' || true
+# they rename, change and go like any entry
+mv f1 f2; chmod 600 f2; stat -c '%n %F %a' f2
+truncate -s 0 f2 2>&1 | sed 's/.*: //' || true
+cat c1 | wc -c
+# a unix socket bound at a path takes connections there
+python3 - <<'EOF'
+import socket
+s = socket.socket(socket.AF_UNIX); s.bind("sock"); s.listen(1)
+c = socket.socket(socket.AF_UNIX); c.connect("sock"); a, _ = s.accept()
+c.send(b"hi over a madfs socket"); print(a.recv(64).decode())
+try:
+    socket.socket(socket.AF_UNIX).connect("f2")
+except OSError as e:
+    print("connect to a fifo:", e.strerror)
+EOF
+rm f2 c1 b1 s1 sock
+ls | wc -l
+"#;
+
+#[test]
+fn special_files_are_entries_with_a_type() {
+    let cl = cluster();
+    let out = same_as_local(&cl, "special", SPECIAL);
+    assert!(out.contains("f1 fifo 644 0:0 1 0"), "{out}");
+    assert!(out.contains("c1 character special file 644 1:3"), "{out}");
+    assert!(out.contains("through-the-fifo"), "{out}");
+    assert!(out.contains("hi over a madfs socket"), "{out}");
+}
+
+const REUSE: &str = r#"
+# a name is free again after an unlink while a writer still writes (and publishes sizes)
+exec 3>f
+rm f
+head -c 100000 /dev/zero >&3
+echo small >&3
+exec 3>&-
+mkdir f && rmdir f
+set -o noclobber
+echo again > f
+cat f
+stat -c '%s' f
+ls
+"#;
+
+#[test]
+fn names_are_free_after_unlink_while_writing() {
+    let cl = cluster();
+    let out = same_as_local(&cl, "reuse", REUSE);
+    assert!(out.starts_with("again\n6\nf\n"), "{out}");
+}
+
+const RACE: &str = r#"
+# chmod, touch and size publications (every dd publishes the size it wrote at close) racing on
+# one file: nothing rolls another back
+: > f
+( for i in $(seq 0 59); do dd if=/dev/zero of=f bs=64k count=1 seek=$i conv=notrunc status=none; done ) &
+( for m in 600 640 604 644 664 666 660 606 646 642 624 622 620 602 610 612 600 640 604 751; do
+    chmod $m f; done ) &
+( for i in $(seq 1 20); do touch -m -d "@$((1000000000 + i))" f; done ) &
+wait
+stat -c '%s %a' f
+"#;
+
+#[test]
+fn attribute_changes_never_roll_back_a_size() {
+    let cl = cluster();
+    for _ in 0..3 {
+        let out = same_as_local(&cl, "race", RACE);
+        assert_eq!(out.trim(), format!("{} 751", 60 * 65536), "{out}");
+        in_dir(&cl, &format!("{MOUNT}/race"), "rm -f f");
+    }
+}
+
+const DURABLE: &str = r#"
+echo data > f
+python3 -c 'import os; fd = os.open(".", os.O_RDONLY); os.fsync(fd); os.close(fd); print("dir fsync ok")'
+sync
+sync -f f && echo syncfs ok
+"#;
+
+#[test]
+fn directory_fsync_sync_and_syncfs_answer() {
+    let cl = cluster();
+    let out = same_as_local(&cl, "durable", DURABLE);
+    assert_eq!(out, "dir fsync ok\nsyncfs ok\n");
+}
