@@ -1276,6 +1276,21 @@ fn sys_unlinkat(dirfd: i64, path: isize, flags: i64) -> Ret {
         return Some(neg(Errno::EBUSY));
     }
     let rm = flags & libc::AT_REMOVEDIR as i64 != 0;
+    if rm {
+        // as the kernel: a last component "." is EINVAL, ".." ENOTEMPTY (the normal form
+        // resolved both away)
+        // SAFETY: the caller's C string (target() read it already).
+        let raw = unsafe { cstr(path) }.unwrap_or_default();
+        let last = raw
+            .rsplit(|b| *b == b'/')
+            .find(|c| !c.is_empty())
+            .unwrap_or_default();
+        match last {
+            b"." => return Some(neg(Errno::EINVAL)),
+            b".." => return Some(neg(Errno::ENOTEMPTY)),
+            _ => {}
+        }
+    }
     zero(with_links(
         &p,
         false,
