@@ -127,3 +127,30 @@ fn directory_fsync_sync_and_syncfs_answer() {
     let out = same_as_local(&cl, "durable", DURABLE);
     assert_eq!(out, "dir fsync ok\nsyncfs ok\n");
 }
+
+const DIR_TIMES: &str = r#"
+mkdir -p a b
+t() { stat -c '%.9Y %.9Z' "$1"; }
+chk() { [ "$1" != "$(t "$2")" ] && echo "$3: changed" || echo "$3: same"; }
+step() { sleep 0.05; "$@"; sleep 0.05; }
+x=$(t a); step touch a/f; chk "$x" a create
+x=$(t a); step mkdir a/d; chk "$x" a mkdir
+x=$(t a); step mkfifo a/p; chk "$x" a mkfifo
+x=$(t a); step ln -s f a/l; chk "$x" a symlink
+x=$(t a); y=$(t b); step mv a/f b/f; chk "$x" a rename-out; chk "$y" b rename-in
+x=$(t a); step rm a/p a/l; chk "$x" a unlink
+x=$(t a); step rmdir a/d; chk "$x" a rmdir
+x=$(t b); step sh -c 'echo data >> b/f'; chk "$x" b write-to-an-entry
+x=$(t b); step chmod 600 b/f; chk "$x" b chmod-of-an-entry
+"#;
+
+#[test]
+fn adding_or_removing_an_entry_changes_its_directory_times() {
+    let cl = cluster();
+    let out = same_as_local(&cl, "times", DIR_TIMES);
+    assert!(
+        out.contains("create: changed") && out.contains("rename-in: changed"),
+        "{out}"
+    );
+    assert!(out.contains("write-to-an-entry: same"), "{out}");
+}

@@ -167,7 +167,16 @@ impl Gate {
                 Who {
                     uid: hello.uid,
                     gid: hello.gid,
-                    groups: madfs_auth::groups_of(hello.uid, hello.gid),
+                    // an insecure cluster believes what the client states, groups too
+                    groups: if hello.groups.is_empty() {
+                        madfs_auth::groups_of(hello.uid, hello.gid)
+                    } else {
+                        let mut g = hello.groups.clone();
+                        g.push(hello.gid);
+                        g.sort_unstable();
+                        g.dedup();
+                        g
+                    },
                     role: if hello.role == Role::Peer {
                         Role::Peer
                     } else {
@@ -360,6 +369,7 @@ impl crate::ops::Ops {
             Request::Attach { .. }
             | Request::Detach { .. }
             | Request::Settle { .. }
+            | Request::Touch { .. }
             | Request::MoveState { .. }
             | Request::DirSet { .. }
             | Request::DirList { .. }
@@ -453,6 +463,7 @@ mod tests {
             proof,
             uid: 0,
             gid: 0,
+            groups: vec![],
         }
     }
 
@@ -597,5 +608,9 @@ mod tests {
         h.gid = 78;
         let (who, _) = g.admit(&h, 9, &[0; 32]).unwrap();
         assert_eq!((who.uid, who.gid), (77, 78));
+        // its supplementary groups too
+        h.groups = vec![65532, 65531];
+        let (who, _) = g.admit(&h, 9, &[0; 32]).unwrap();
+        assert_eq!(who.groups, vec![78, 65531, 65532]);
     }
 }

@@ -6,6 +6,7 @@
 pub mod auth;
 pub mod cap;
 pub mod control;
+pub mod dirtimes;
 pub mod fsck;
 pub mod identity;
 pub mod net;
@@ -146,6 +147,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         inline_max: ident.inline_max as u64,
         stats: stats.clone(),
         dirs: Default::default(),
+        dir_times: Default::default(),
     });
     let reserve = ops.chunks.set_reserve(cfg.reserve)?;
     tracing::debug!("{reserve} bytes kept free for metadata");
@@ -251,6 +253,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         limits: cfg.limits.clone(),
     };
     rename::start_mover(ops.clone(), stop.clone(), Duration::from_millis(500))?;
+    dirtimes::start(ops.clone(), stop.clone())?;
     local.block_on(
         &rt,
         net::run(worker, listener, tcp, net_cfg, ops.clone(), sync_tx, stop),

@@ -81,6 +81,8 @@ pub struct Ops {
     pub stats: Arc<ServerStats>,
     /// Every directory's mode and owner (ancestor checks, [`crate::perm`]).
     pub dirs: crate::perm::DirTable,
+    /// Parent directory times waiting to be sent ([`crate::dirtimes`]).
+    pub dir_times: crate::dirtimes::DirTimes,
 }
 
 /// Nanoseconds since the epoch.
@@ -110,6 +112,7 @@ pub fn runs_inline(req: &Request<'_>, meta_inline: bool) -> bool {
         | Request::Stat(_)
         | Request::Open { .. }
         | Request::DirSet { .. }
+        | Request::Touch { .. }
         | Request::Statfs
         | Request::HasChildren { .. } => true,
         Request::Create { .. }
@@ -377,12 +380,15 @@ impl Ops {
                     self.meta.get_or_insert(path, make)?
                 };
                 match found {
-                    Created::New(attr) => Ok(Answer::Created {
-                        attr,
-                        existed: false,
-                        old_size: 0,
-                        cap: Default::default(),
-                    }),
+                    Created::New(attr) => {
+                        self.parent_changed(path, attr.ctime);
+                        Ok(Answer::Created {
+                            attr,
+                            existed: false,
+                            old_size: 0,
+                            cap: Default::default(),
+                        })
+                    }
                     Created::Existed(a) if a.is_dir() => Err(Errno::EISDIR),
                     // a link: the client follows it (never truncate its target string); a
                     // special file has no data to truncate (the kernel ignores O_TRUNC there)
@@ -430,6 +436,7 @@ impl Ops {
                 let a = self.new_attr(libc::S_IFLNK | 0o777, 1, uid, gid, target.len() as u64)?;
                 // entry and target in one batch
                 self.meta.insert(path, &a, target.as_bytes())?;
+                self.parent_changed(path, a.ctime);
                 Ok(Answer::Created {
                     attr: a,
                     existed: false,
@@ -455,6 +462,7 @@ impl Ops {
                     ..self.new_attr(mode & (libc::S_IFMT | 0o7777), 1, uid, gid, 0)?
                 };
                 self.meta.insert(path, &a, &[])?;
+                self.parent_changed(path, a.ctime);
                 Ok(Answer::Created {
                     attr: a,
                     existed: false,
@@ -472,6 +480,7 @@ impl Ops {
                 self.chunks.admit_entry()?;
                 let a = self.new_attr(S_IFDIR | (mode & 0o7777), 2, uid, gid, 0)?;
                 self.meta.insert(path, &a, &[])?;
+                self.parent_changed(path, a.ctime);
                 self.dir_changed(path, Some(&a));
                 Ok(Answer::Attr(a))
             }
@@ -482,6 +491,7 @@ impl Ops {
                     return Err(Errno::EISDIR);
                 }
                 self.meta.remove(path, a.id)?;
+                self.parent_changed(path, now_ns());
                 self.drop_local_chunks(a.id, 0)?;
                 Ok(Answer::Attr(a))
             }
@@ -495,6 +505,7 @@ impl Ops {
                     return Err(Errno::ENOTEMPTY);
                 }
                 self.meta.remove(path, a.id)?;
+                self.parent_changed(path, now_ns());
                 self.dir_changed(path, None);
                 Ok(Answer::Attr(a))
             }
@@ -591,7 +602,18 @@ impl Ops {
                 from,
                 to,
                 noreplace,
-            } => self.rename(from, to, noreplace),
+            } => {
+                let r = self.rename(from, to, noreplace)?;
+                let now = now_ns();
+                self.parent_changed(from, now);
+                self.parent_changed(to, now);
+                Ok(r)
+            }
+            Request::Touch { dir, time } => {
+                path_ok(dir)?;
+                self.touch(dir, time);
+                Ok(Answer::Unit)
+            }
             Request::Settle { path, id } => {
                 path_ok(path)?;
                 self.settle(path, id).map(|_| Answer::Unit)
@@ -827,6 +849,7 @@ pub(crate) mod tests {
                 madfs_auth::Key::from_bytes([7; 32]),
             ),
             dirs: Default::default(),
+            dir_times: Default::default(),
             moving: Default::default(),
             meta: RocksMeta::open(&dir.join("db"), 0).unwrap(),
             chunks: FsChunks::open(&dir.join("data"), true).unwrap(),

@@ -183,6 +183,18 @@ impl Ops {
         Ok(())
     }
 
+    /// The attributes of `path`, from whichever server holds it.
+    fn stat_anywhere(&self, path: &str) -> FsResult<Attr> {
+        let s = madfs_placement::meta_server(path, self.peers.servers());
+        if s == self.id {
+            return self.get(path);
+        }
+        match self.peers.call(s, &Request::Stat(path), &[])? {
+            madfs_proto::Reply::Attr(a) => Ok(a),
+            _ => Err(Errno::EPROTO),
+        }
+    }
+
     fn owner_or_root(who: &Who, a: &Attr) -> FsResult<()> {
         if who.uid == 0 || who.uid == a.uid {
             Ok(())
@@ -246,7 +258,16 @@ impl Ops {
                 let p = self.parent_writable(who, from)?;
                 let a = local(from)?;
                 Self::sticky_ok(who, &p, &a)?;
-                self.parent_writable(who, to)?;
+                let q = self.parent_writable(who, to)?;
+                if q.mode & S_ISVTX != 0 && who.uid != q.uid {
+                    // a target it replaces is removed from a sticky directory: its owner's
+                    // (or the directory owner's) to remove
+                    match self.stat_anywhere(to) {
+                        Ok(t) => Self::sticky_ok(who, &q, &t)?,
+                        Err(Errno::ENOENT) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
                 // a directory that changes parent has its ".." rewritten: write on it too
                 if a.is_dir() && split_parent(from).map(|x| x.0) != split_parent(to).map(|x| x.0) {
                     Self::need(who, &a, ACCESS_W)?;
@@ -274,6 +295,9 @@ impl Ops {
             Request::Chmod { path, mode } => {
                 self.search(who, path)?;
                 let a = local(path)?;
+                if a.is_link() {
+                    return Ok(None); // answers ELOOP: the client follows it, checked there
+                }
                 Self::owner_or_root(who, &a)?;
                 if !who.groups.contains(&a.gid) && mode & S_ISGID != 0 {
                     // as the kernel: setting S_ISGID needs membership of the file's group
@@ -283,23 +307,40 @@ impl Ops {
                     }));
                 }
             }
-            Request::Chown { path, uid, gid, .. } => {
+            Request::Chown {
+                path,
+                uid,
+                gid,
+                link,
+            } => {
                 self.search(who, path)?;
                 let a = local(path)?;
+                if a.is_link() && !link {
+                    return Ok(None); // answers ELOOP: the client follows it
+                }
                 // only root gives a file away; the owner may pick one of its own groups
                 if uid != u32::MAX && uid != a.uid {
                     return Err(Errno::EPERM);
                 }
-                Self::owner_or_root(who, &a)?;
+                // chown(f, -1, -1) changes nothing but ctime: anyone may (as the kernel)
+                if uid != u32::MAX || gid != u32::MAX {
+                    Self::owner_or_root(who, &a)?;
+                }
                 if gid != u32::MAX && gid != a.gid && !who.groups.contains(&gid) {
                     return Err(Errno::EPERM);
                 }
             }
             Request::Utimens {
-                path, atime, mtime, ..
+                path,
+                atime,
+                mtime,
+                link,
             } => {
                 self.search(who, path)?;
                 let a = local(path)?;
+                if a.is_link() && !link {
+                    return Ok(None); // answers ELOOP: the client follows it
+                }
                 let now_only = matches!(atime, TimeSpec::Now | TimeSpec::Omit)
                     && matches!(mtime, TimeSpec::Now | TimeSpec::Omit);
                 if who.uid != a.uid {

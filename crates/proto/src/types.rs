@@ -468,6 +468,10 @@ pub enum Request<'a> {
         /// The sending server's index (with `from`).
         src: u32,
     },
+    /// An entry of directory `dir` (this server's) was added or removed at `time`: its mtime
+    /// and ctime move forward to it. Servers only (coalesced, see `server/src/dirtimes.rs`).
+    /// Reply: `Unit`.
+    Touch { dir: &'a str, time: i64 },
     /// The move of file `id` to `path` (this server's) is over on its source's server: the
     /// pending entry there becomes an ordinary one. Servers only. Reply: `Unit`.
     Settle { path: &'a str, id: u64 },
@@ -634,6 +638,7 @@ impl Request<'_> {
             Request::Chown { .. } => "chown",
             Request::Attach { .. } => "attach",
             Request::Settle { .. } => "settle",
+            Request::Touch { .. } => "touch",
             Request::MoveState { .. } => "move_state",
             Request::Detach { .. } => "detach",
             Request::Rename { .. } => "rename",
@@ -761,6 +766,10 @@ pub struct Hello<'a> {
     pub uid: u32,
     /// See `uid`.
     pub gid: u32,
+    /// The process's supplementary groups: believed only on an insecure cluster (elsewhere
+    /// the server's group database decides).
+    #[serde(default)]
+    pub groups: Vec<u32>,
 }
 
 /// The server's answer to a [`Hello`], on `tag::admit(server)`.

@@ -177,6 +177,14 @@ fn requests() -> Vec<(&'static str, Request<'static>, &'static [u8])> {
             b"",
         ),
         ("sync", Request::Sync { data: true }, b""),
+        (
+            "touch",
+            Request::Touch {
+                dir: "/d",
+                time: 1_700_000_000_000_000_000,
+            },
+            b"",
+        ),
         ("settle", Request::Settle { path: "/x", id: 7 }, b""),
         (
             "move_state",
@@ -257,6 +265,7 @@ fn write_fuzz_seeds() {
             proof,
             uid: 1000,
             gid: 1000,
+            groups: vec![1000, 27],
         };
         std::fs::write(
             dir.join(format!("hello-{name}")),

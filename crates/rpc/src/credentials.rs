@@ -108,7 +108,11 @@ impl Credentials {
         // SAFETY: plain getters.
         let (uid, gid) = match self {
             Credentials::Proxy { uid, gid, .. } => (*uid, *gid),
-            _ => unsafe { (libc::getuid(), libc::getgid()) },
+            _ => unsafe { (libc::geteuid(), libc::getegid()) },
+        };
+        let groups = match self {
+            Credentials::Proxy { .. } => Vec::new(),
+            _ => supplementary_groups(),
         };
         let hello = Hello {
             conn: w.conn,
@@ -117,6 +121,7 @@ impl Credentials {
             proof,
             uid,
             gid,
+            groups,
         };
         let bytes = flexbuffers::to_vec(&hello).map_err(|_| Errno::EIO)?;
         Ok(Pending { challenge, bytes })
@@ -151,4 +156,18 @@ impl Credentials {
             }
         }
     }
+}
+
+/// The calling process's supplementary groups (`getgroups`; empty if they cannot be read).
+fn supplementary_groups() -> Vec<u32> {
+    // SAFETY: a size query, then a buffer of that many entries.
+    let n = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
+    if n <= 0 {
+        return Vec::new();
+    }
+    let mut v = vec![0 as libc::gid_t; n as usize];
+    // SAFETY: `v` has room for `n` group ids.
+    let m = unsafe { libc::getgroups(n, v.as_mut_ptr()) };
+    v.truncate(m.max(0) as usize);
+    v
 }

@@ -171,6 +171,9 @@ pub enum Change {
     },
     /// The size, exactly (truncate), mtime and ctime.
     Size { size: u64, time: i64 },
+    /// An entry of this directory was added or removed at `time`: mtime and ctime move
+    /// forward to it (never back).
+    Touch { time: i64 },
 }
 
 /// Length of a change operand: tag, then four 8-byte fields (a size operand is 16 bytes).
@@ -202,6 +205,7 @@ impl Change {
                 ],
             ),
             Change::Size { size, time } => (b's', [size, 0, 0, time as u64]),
+            Change::Touch { time } => (b'h', [0, 0, 0, time as u64]),
         };
         let mut b = [0u8; CHANGE_LEN];
         b[0] = tag;
@@ -235,6 +239,7 @@ impl Change {
                 size: f(0),
                 time: f(3) as i64,
             },
+            b'h' => Change::Touch { time: f(3) as i64 },
             _ => return None,
         })
     }
@@ -274,6 +279,10 @@ impl Change {
                 a.size = size;
                 a.mtime = time;
                 a.ctime = time;
+            }
+            Change::Touch { time } => {
+                a.mtime = a.mtime.max(time);
+                a.ctime = a.ctime.max(time);
             }
         }
     }

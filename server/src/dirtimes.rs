@@ -1,0 +1,119 @@
+//! Parent directory times (docs/consistency.md, "Directory times"): adding or removing an
+//! entry marks its directory's mtime and ctime. The directory's entry lives on the server its
+//! own path hashes to, the changed entry on another, so the change travels as a `Touch`
+//! (server to server), sent by one thread per server that coalesces them: each directory gets
+//! the latest time of the changes made to it, at most one `Touch` per directory every
+//! [`EVERY`] (a directory holding every mdtest-hard file would otherwise cost a call per
+//! create; a directory of this server is touched by the same thread, locally). A `Touch` only
+//! moves times forward (a merge operand), so late or repeated ones do no harm. So a `stat` of
+//! the directory shows a change a moment (a few ms at most) after the change returned.
+
+use crate::ops::Ops;
+use crate::store::rocks::Change;
+use crate::store::MetadataStore;
+use madfs_placement::{meta_server, split_parent};
+use madfs_proto::Request;
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// Shortest interval between two `Touch`es of one directory.
+pub const EVERY: Duration = Duration::from_millis(2);
+
+/// Directory touches waiting to be sent.
+#[derive(Default)]
+pub struct DirTimes {
+    /// Directory → the latest change time not sent yet.
+    pending: Mutex<HashMap<String, i64>>,
+    wake: Condvar,
+}
+
+impl DirTimes {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues a touch of `dir` at `time` (kept: the latest).
+    fn queue(&self, dir: &str, time: i64) {
+        let mut p = self.lock();
+        match p.get_mut(dir) {
+            Some(t) => *t = (*t).max(time),
+            None => {
+                p.insert(dir.to_owned(), time);
+                self.wake.notify_one();
+            }
+        }
+    }
+}
+
+impl Ops {
+    /// The entry `path` was added or removed at `time`: its directory's mtime and ctime move
+    /// to `time` (not the root's, which is implicit).
+    pub fn parent_changed(&self, path: &str, time: i64) {
+        let Some((dir, _)) = split_parent(path) else {
+            return;
+        };
+        if dir != "/" {
+            self.dir_times.queue(dir, time);
+        }
+    }
+
+    /// `Touch`: directory `dir` (this server's) changed at `time`.
+    pub fn touch(&self, dir: &str, time: i64) {
+        if let Ok(Some(a)) = self.meta.get(dir) {
+            if a.is_dir() && (a.mtime < time || a.ctime < time) {
+                if let Err(e) = self.meta.change(dir, Change::Touch { time }) {
+                    tracing::warn!("times of directory {dir}: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// Starts the thread that sends queued touches to the directories' servers.
+pub fn start(ops: Arc<Ops>, stop: Arc<std::sync::atomic::AtomicBool>) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("madfs-dirtimes".into())
+        .spawn(move || {
+            let mut sent: HashMap<String, Instant> = HashMap::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let now = Instant::now();
+                let due: Vec<(String, i64)> = {
+                    let mut p = ops.dir_times.lock();
+                    if p.is_empty() {
+                        let (g, _) = ops
+                            .dir_times
+                            .wake
+                            .wait_timeout(p, Duration::from_millis(200))
+                            .unwrap_or_else(|e| e.into_inner());
+                        p = g;
+                    }
+                    let ready: Vec<String> = p
+                        .keys()
+                        .filter(|d| sent.get(*d).is_none_or(|t| now - *t >= EVERY))
+                        .cloned()
+                        .collect();
+                    ready
+                        .into_iter()
+                        .filter_map(|d| p.remove_entry(&d))
+                        .collect()
+                };
+                if due.is_empty() {
+                    std::thread::sleep(Duration::from_micros(500));
+                }
+                sent.retain(|_, t| now - *t < EVERY);
+                for (dir, time) in due {
+                    let s = meta_server(&dir, ops.peers.servers());
+                    if s == ops.id {
+                        ops.touch(&dir, time);
+                    } else if let Err(e) =
+                        ops.peers.call(s, &Request::Touch { dir: &dir, time }, &[])
+                    {
+                        tracing::debug!("touch of directory {dir} on server {s}: {e}");
+                    }
+                    sent.insert(dir, Instant::now());
+                }
+            }
+        })
+        .map(drop)
+}
