@@ -519,13 +519,6 @@ impl Client {
         Ok((paths, scanned))
     }
 
-    /// Does any server hold an entry inside `dir`?
-    fn has_children(&self, dir: &str) -> FsResult<bool> {
-        Ok(self
-            .broadcast(&Request::HasChildren { dir })?
-            .contains(&Reply::Bool(true)))
-    }
-
     /// A cursor over the entries of `dir` whose positions ([`dir_pos`]) lie in `[from, to)`,
     /// in position order, merged from every server a page at a time.
     pub fn dir_cursor(&self, dir: &str, from: u64, to: u64) -> FsResult<DirCursor> {
@@ -1149,14 +1142,8 @@ impl FileSystem for Client {
         if path == "/" {
             return Err(Errno::EBUSY);
         }
-        let a = self.stat(&path)?;
-        if !a.is_dir() {
-            return Err(Errno::ENOTDIR);
-        }
-        if self.has_children(&path)? {
-            return Err(Errno::ENOTEMPTY);
-        }
-        let removed = self.call(self.meta_of(&path), &Request::Rmdir { path: &path });
+        // the directory's server checks every server (server/src/rmdir.rs)
+        let removed = self.call_on(&path, &Request::Rmdir { path: &path });
         Self::dirs_gone();
         removed.map(drop)
     }

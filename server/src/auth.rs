@@ -370,6 +370,7 @@ impl crate::ops::Ops {
             | Request::Detach { .. }
             | Request::Settle { .. }
             | Request::Touch { .. }
+            | Request::Seal { .. }
             | Request::MoveState { .. }
             | Request::DirSet { .. }
             | Request::DirList { .. }

@@ -14,6 +14,7 @@ pub mod ops;
 pub mod peer;
 pub mod perm;
 pub mod rename;
+pub mod rmdir;
 pub mod stats;
 pub mod store;
 pub mod sync;
@@ -148,6 +149,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         stats: stats.clone(),
         dirs: Default::default(),
         dir_times: Default::default(),
+        sealed: Default::default(),
     });
     let reserve = ops.chunks.set_reserve(cfg.reserve)?;
     tracing::debug!("{reserve} bytes kept free for metadata");

@@ -83,6 +83,8 @@ pub struct Ops {
     pub dirs: crate::perm::DirTable,
     /// Parent directory times waiting to be sent ([`crate::dirtimes`]).
     pub dir_times: crate::dirtimes::DirTimes,
+    /// Directories an rmdir is removing ([`crate::rmdir`]).
+    pub sealed: crate::rmdir::Sealed,
 }
 
 /// Nanoseconds since the epoch.
@@ -125,6 +127,7 @@ pub fn runs_inline(req: &Request<'_>, meta_inline: bool) -> bool {
         // (`perm::DirTable`); a durable attach waits for a WAL sync: never on the net thread
         Request::Mkdir { .. }
         | Request::Rmdir { .. }
+        | Request::Seal { .. }
         | Request::Chmod { .. }
         | Request::Chown { .. }
         | Request::Detach { .. }
@@ -372,13 +375,15 @@ impl Ops {
                 };
                 // O_EXCL: the insert itself answers EEXIST; else one lookup under the
                 // path's lock finds the entry or creates it
-                let found = if excl {
-                    let a = make()?;
-                    self.meta.insert(path, &a, &[])?;
-                    Created::New(a)
-                } else {
-                    self.meta.get_or_insert(path, make)?
-                };
+                let found = self.creating(path, || {
+                    if excl {
+                        let a = make()?;
+                        self.meta.insert(path, &a, &[])?;
+                        Ok(Created::New(a))
+                    } else {
+                        self.meta.get_or_insert(path, make)
+                    }
+                })?;
                 match found {
                     Created::New(attr) => {
                         self.parent_changed(path, attr.ctime);
@@ -435,7 +440,7 @@ impl Ops {
                 }
                 let a = self.new_attr(libc::S_IFLNK | 0o777, 1, uid, gid, target.len() as u64)?;
                 // entry and target in one batch
-                self.meta.insert(path, &a, target.as_bytes())?;
+                self.creating(path, || self.meta.insert(path, &a, target.as_bytes()))?;
                 self.parent_changed(path, a.ctime);
                 Ok(Answer::Created {
                     attr: a,
@@ -461,7 +466,7 @@ impl Ops {
                     rdev: if dev { rdev } else { 0 },
                     ..self.new_attr(mode & (libc::S_IFMT | 0o7777), 1, uid, gid, 0)?
                 };
-                self.meta.insert(path, &a, &[])?;
+                self.creating(path, || self.meta.insert(path, &a, &[]))?;
                 self.parent_changed(path, a.ctime);
                 Ok(Answer::Created {
                     attr: a,
@@ -479,7 +484,7 @@ impl Ops {
                 not_root(path, Errno::EEXIST)?;
                 self.chunks.admit_entry()?;
                 let a = self.new_attr(S_IFDIR | (mode & 0o7777), 2, uid, gid, 0)?;
-                self.meta.insert(path, &a, &[])?;
+                self.creating(path, || self.meta.insert(path, &a, &[]))?;
                 self.parent_changed(path, a.ctime);
                 self.dir_changed(path, Some(&a));
                 Ok(Answer::Attr(a))
@@ -495,19 +500,10 @@ impl Ops {
                 self.drop_local_chunks(a.id, 0)?;
                 Ok(Answer::Attr(a))
             }
-            Request::Rmdir { path } => {
-                not_root(path, Errno::EBUSY)?;
-                let a = self.get(path)?;
-                if !a.is_dir() {
-                    return Err(Errno::ENOTDIR);
-                }
-                if self.meta.has_children(path)? {
-                    return Err(Errno::ENOTEMPTY);
-                }
-                self.meta.remove(path, a.id)?;
-                self.parent_changed(path, now_ns());
-                self.dir_changed(path, None);
-                Ok(Answer::Attr(a))
+            Request::Rmdir { path } => self.rmdir(path),
+            Request::Seal { dir, sealed } => {
+                path_ok(dir)?;
+                self.seal(dir, sealed)
             }
             Request::HasChildren { dir } => {
                 path_ok(dir)?;
@@ -658,8 +654,14 @@ impl Ops {
                 if let Some(a) = &arrival {
                     self.moving.arrive(a.clone());
                 }
-                self.meta
-                    .attach(path, &attr, &bulk[..t], old.map(|o| o.id), arrival.as_ref())?;
+                let attach = || {
+                    self.meta
+                        .attach(path, &attr, &bulk[..t], old.map(|o| o.id), arrival.as_ref())
+                };
+                match old {
+                    Some(_) => attach()?,
+                    None => self.creating(path, attach)?,
+                }
                 if !dir && !bulk.is_empty() {
                     // chunk 0 is exactly what came: bytes an earlier stay of this file on this
                     // server left past the inline part go (other chunks share the file). No
@@ -850,6 +852,7 @@ pub(crate) mod tests {
             ),
             dirs: Default::default(),
             dir_times: Default::default(),
+            sealed: Default::default(),
             moving: Default::default(),
             meta: RocksMeta::open(&dir.join("db"), 0).unwrap(),
             chunks: FsChunks::open(&dir.join("data"), true).unwrap(),

@@ -407,6 +407,9 @@ impl Ops {
         let perm = a.map(DirPerm::of);
         let version = a.map_or_else(crate::ops::now_ns, |a| a.ctime);
         self.dirs.apply(path, perm, version);
+        if perm.is_some() {
+            self.unsealed(path);
+        }
         let p = perm.unwrap_or(DirPerm {
             mode: 0,
             uid: 0,
@@ -433,6 +436,9 @@ impl Ops {
     /// `DirSet` from a peer.
     pub fn dir_set(&self, path: &str, p: DirPerm, gone: bool) -> FsResult<Answer> {
         self.dirs.apply(path, (!gone).then_some(p), p.version);
+        if !gone {
+            self.unsealed(path); // a directory made again: a seal an rmdir left goes
+        }
         Ok(Answer::Unit)
     }
 

@@ -256,8 +256,7 @@ impl Ops {
             pending: None,
         };
         let r = if meta_server(to, n) == self.id {
-            self.meta
-                .rename_local(from, to, noreplace, now_ns())
+            self.creating(to, || self.meta.rename_local(from, to, noreplace, now_ns()))
                 .and_then(|old| self.dropped(old))
         } else {
             self.meta

@@ -468,6 +468,11 @@ pub enum Request<'a> {
         /// The sending server's index (with `from`).
         src: u32,
     },
+    /// Directory `dir` is being removed by its server (`sealed`): creates in it wait (EAGAIN)
+    /// on this server from now on; the reply `Bool` says whether this server holds entries
+    /// in it. Or the removal failed (`!sealed`): creates go on. Servers only
+    /// (`server/src/rmdir.rs`).
+    Seal { dir: &'a str, sealed: bool },
     /// An entry of directory `dir` (this server's) was added or removed at `time`: its mtime
     /// and ctime move forward to it. Servers only (coalesced, see `server/src/dirtimes.rs`).
     /// Reply: `Unit`.
@@ -639,6 +644,7 @@ impl Request<'_> {
             Request::Attach { .. } => "attach",
             Request::Settle { .. } => "settle",
             Request::Touch { .. } => "touch",
+            Request::Seal { .. } => "seal",
             Request::MoveState { .. } => "move_state",
             Request::Detach { .. } => "detach",
             Request::Rename { .. } => "rename",

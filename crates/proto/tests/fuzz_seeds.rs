@@ -178,6 +178,14 @@ fn requests() -> Vec<(&'static str, Request<'static>, &'static [u8])> {
         ),
         ("sync", Request::Sync { data: true }, b""),
         (
+            "seal",
+            Request::Seal {
+                dir: "/d",
+                sealed: true,
+            },
+            b"",
+        ),
+        (
             "touch",
             Request::Touch {
                 dir: "/d",
