@@ -462,9 +462,17 @@ fn stat_fd(d: &Desc) -> FsResult<Attr> {
     if let Some(a) = d.fresh_attr() {
         return Ok(a);
     }
-    let mut a = conn::with(|c| c.stat_normalized(d.path()))?;
+    let mine = d.attr();
+    let mut a = match conn::with(|c| c.stat_normalized(d.path())) {
+        Ok(a) if a.id == mine.id => a,
+        // the name is gone, or names another file now (removed, or renamed away or over):
+        // what the descriptor knows of its own file, with no name left that we know of
+        // (sizes and attributes by file id: issue 32, open files)
+        Ok(_) | Err(Errno::ENOENT) => Attr { nlink: 0, ..mine },
+        Err(e) => return Err(e),
+    };
     if a.is_file() {
-        a.size = a.size.max(d.attr().size);
+        a.size = a.size.max(mine.size);
     }
     Ok(a)
 }
@@ -1454,13 +1462,39 @@ fn refuse_path(dirfd: i64, path: isize, e: Errno) -> Ret {
     Some(neg(e))
 }
 
-fn sys_linkat(olddir: i64, old: isize, newdir: i64, new: isize) -> Ret {
+fn sys_linkat(olddir: i64, old: isize, newdir: i64, new: isize, flags: i64) -> Ret {
     match (target(olddir, old), target(newdir, new)) {
         (Target::External, Target::External) => None,
-        (Target::Ours(_), Target::Ours(_)) => Some(neg(Errno::EPERM)),
+        (Target::Ours(a), Target::Ours(b)) => Some(neg(link_refused(&a, &b, flags))),
         (Target::Fail(e), _) | (_, Target::Fail(e)) => Some(neg(e)),
         _ => Some(neg(Errno::EXDEV)),
     }
+}
+
+/// Why `link(a, b)` fails: hard links are not kept yet (EPERM, what the kernel answers for a
+/// file system without them), after the errors the kernel finds first (the source missing or
+/// unreachable, the target there or its directory not writable) in the kernel's order.
+fn link_refused(a: &str, b: &str, flags: i64) -> Errno {
+    let follow = flags & libc::AT_SYMLINK_FOLLOW as i64 != 0;
+    match stat_links(a, follow) {
+        Ok(Ok(src)) if src.is_dir() => return Errno::EPERM,
+        Ok(Ok(_)) => {}
+        Ok(Err(_)) => return Errno::EXDEV, // the source leads out of madfs
+        Err(e) => return e,
+    }
+    match stat_links(b, false) {
+        Ok(_) => return Errno::EEXIST,
+        Err(Errno::ENOENT) => {}
+        Err(e) => return e,
+    }
+    if let Some((parent, _)) = madfs_placement::split_parent(b) {
+        let want = madfs_proto::ACCESS_W | madfs_proto::ACCESS_X;
+        match conn::with(|c| c.access_normalized(parent, want)) {
+            Ok(_) => {}
+            Err(e) => return e,
+        }
+    }
+    Errno::EPERM
 }
 
 fn refuse_fd(fd: i64, e: Errno) -> Ret {
@@ -2127,7 +2161,7 @@ pub fn dispatch(nr: i64, a: [isize; 6]) -> Ret {
         }
         libc::SYS_readlinkat => sys_readlinkat(f0, a1, a2, i3),
         libc::SYS_symlinkat => sys_symlinkat(a0, f1, a2),
-        libc::SYS_linkat => sys_linkat(f0, a1, f2, a3),
+        libc::SYS_linkat => sys_linkat(f0, a1, f2, a3, f4),
         libc::SYS_mknodat => crate::special::sys_mknodat(f0, a1, f2, i3),
         libc::SYS_bind => crate::special::sys_bind(f0, a1, i2),
         libc::SYS_connect => crate::special::sys_connect(f0, a1, i2),

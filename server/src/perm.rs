@@ -80,6 +80,12 @@ impl DirTable {
         }
     }
 
+    /// Is `path` known to be a removed directory (a tombstone: its server said it is gone)?
+    /// (Unknown is not removed: the table is kept best-effort.)
+    pub fn removed(&self, path: &str) -> bool {
+        path != "/" && matches!(self.read().get(path), Some((None, _)))
+    }
+
     /// Has the table been learnt from every server (or given up waiting for the missing)?
     pub fn ready(&self) -> bool {
         self.ready.load(Relaxed)

@@ -2,8 +2,8 @@
 //! are spread over every server, so its server first **seals** it on every server (`Seal`,
 //! answered with whether that server holds entries in it), then removes it and tells every
 //! server it is gone, or unseals it (ENOTEMPTY). A create in a sealed directory waits
-//! (EAGAIN, the client retries) and one in a directory the server's table does not know is
-//! ENOENT; the seal and a create's check-and-insert exclude each other, so a create racing
+//! (EAGAIN, the client retries) and one in a directory the server's table knows was removed
+//! is ENOENT; the seal and a create's check-and-insert exclude each other, so a create racing
 //! an rmdir of its parent either lands before the seal (and the rmdir says ENOTEMPTY) or
 //! after the removal (ENOENT): never an entry in a removed directory.
 
@@ -22,7 +22,7 @@ pub struct Sealed {
 
 impl Ops {
     /// Runs `make` (which adds the entry `path`) unless `path`'s directory is sealed (EAGAIN)
-    /// or gone (ENOENT, once this server knows every directory); a seal waits for it.
+    /// or known to be gone (ENOENT); a seal waits for it.
     pub fn creating<T>(&self, path: &str, make: impl FnOnce() -> FsResult<T>) -> FsResult<T> {
         let Some((dir, _)) = split_parent(path) else {
             return make();
@@ -31,7 +31,7 @@ impl Ops {
         if !sealed.is_empty() && sealed.contains(dir) {
             return Err(Errno::EAGAIN);
         }
-        if self.dirs.ready() && self.dirs.get(dir).is_none() {
+        if self.dirs.removed(dir) {
             return Err(Errno::ENOENT);
         }
         make()
