@@ -548,12 +548,31 @@ fn coordinate(mut a: Io500Args) -> Result<()> {
             }
             kids.push(c.spawn().context("spawning a rank")?);
         }
+        // a rank that fails stops the others (they would wait at its next barrier for ever)
         let mut failed = Vec::new();
-        for (r, mut k) in kids.into_iter().enumerate() {
-            let st = k.wait()?;
-            if !st.success() {
-                failed.push(format!("rank {r}: {st}"));
+        let mut left: Vec<(usize, std::process::Child)> = kids.into_iter().enumerate().collect();
+        while !left.is_empty() {
+            let mut i = 0;
+            while i < left.len() {
+                match left[i].1.try_wait()? {
+                    Some(st) => {
+                        if !st.success() {
+                            failed.push(format!("rank {}: {st}", left[i].0));
+                        }
+                        left.remove(i);
+                    }
+                    None => i += 1,
+                }
             }
+            if !failed.is_empty() {
+                for (r, k) in &mut left {
+                    let _ = k.kill();
+                    let _ = k.wait();
+                    failed.push(format!("rank {r}: stopped"));
+                }
+                left.clear();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
         }
         if !failed.is_empty() {
             bail!("{} target failed: {}", t.label, failed.join(", "));
