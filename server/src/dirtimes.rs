@@ -99,7 +99,10 @@ pub fn start(ops: Arc<Ops>, stop: Arc<std::sync::atomic::AtomicBool>) -> std::io
                         .collect()
                 };
                 if due.is_empty() {
-                    std::thread::sleep(Duration::from_micros(500));
+                    // every queued directory was touched less than EVERY ago: sleep until the
+                    // first of them is due (a 2 ms wait at most, not a poll)
+                    let first = sent.values().map(|t| EVERY.saturating_sub(now - *t)).min();
+                    std::thread::sleep(first.unwrap_or(EVERY).max(Duration::from_micros(100)));
                 }
                 sent.retain(|_, t| now - *t < EVERY);
                 for (dir, time) in due {

@@ -29,6 +29,8 @@ pub struct Moving {
     paths: Mutex<HashMap<String, bool>>,
     /// `paths.len()` + `arrivals.len()`, read without a lock on every request.
     count: AtomicUsize,
+    /// `paths.len()`: moves out only (lookups and listings hide their sources).
+    moves: AtomicUsize,
     arrivals: Mutex<HashMap<String, (Arrival, std::time::Instant)>>,
 }
 
@@ -44,6 +46,7 @@ impl Moving {
     }
 
     fn recount(&self, moves: usize) {
+        self.moves.store(moves, Relaxed);
         self.count.store(moves + self.arrivals().len(), Relaxed);
     }
 
@@ -117,7 +120,7 @@ impl Moving {
 
     /// Is `path` being moved, or parked? (No lock while nothing is.)
     pub fn busy(&self, path: &str) -> bool {
-        self.count.load(Relaxed) > 0 && self.lock().contains_key(path)
+        self.moves.load(Relaxed) > 0 && self.lock().contains_key(path)
     }
 
     /// Is any move in flight, parked, or pending here after a move in? (One atomic load.)
@@ -128,7 +131,7 @@ impl Moving {
     /// Is the entry `name` of directory `parent` the source of a move (hidden from listings
     /// and lookups until the move ends)?
     pub fn hides(&self, parent: &str, name: &str) -> bool {
-        if !self.active() {
+        if self.moves.load(Relaxed) == 0 {
             return false;
         }
         let path = if parent == "/" {
@@ -141,7 +144,7 @@ impl Moving {
 
     /// Is any move parked?
     pub fn any_parked(&self) -> bool {
-        self.count.load(Relaxed) > 0 && self.lock().values().any(|active| !active)
+        self.moves.load(Relaxed) > 0 && self.lock().values().any(|active| !active)
     }
 }
 
