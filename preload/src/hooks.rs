@@ -530,7 +530,8 @@ fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
     let access = flags & libc::O_ACCMODE;
     let create = flags & libc::O_CREAT != 0;
     let excl = flags & libc::O_EXCL != 0;
-    let trunc = flags & libc::O_TRUNC != 0 && access != libc::O_RDONLY;
+    // as the kernel: O_TRUNC truncates (and needs write permission) with O_RDONLY too
+    let trunc = flags & libc::O_TRUNC != 0 && flags & libc::O_PATH == 0;
     let mode = mode & !UMASK.load(Relaxed) & 0o7777;
     // what the server checks against the file's mode bits
     let want = if flags & libc::O_PATH != 0 {
@@ -539,6 +540,7 @@ fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
         match access {
             libc::O_WRONLY => madfs_proto::ACCESS_W,
             libc::O_RDWR => madfs_proto::ACCESS_R | madfs_proto::ACCESS_W,
+            _ if trunc => madfs_proto::ACCESS_R | madfs_proto::ACCESS_W,
             _ => madfs_proto::ACCESS_R,
         }
     };

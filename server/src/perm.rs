@@ -391,11 +391,12 @@ impl Ops {
         true
     }
 
-    /// A chown of a regular file clears its set-user-id bit, and its set-group-id bit when
+    /// A chown of anything but a directory clears its set-user-id bit, and its set-group-id bit when
     /// it is group-executable (as Linux does, for root too): the mode to store.
     pub fn chown_mode(a: &Attr, uid: u32, gid: u32) -> u32 {
         let changes = (uid != u32::MAX && uid != a.uid) || (gid != u32::MAX && gid != a.gid);
-        if !changes || !a.is_file() {
+        // every type but a directory (the kernel's chown: FIFOs and devices too)
+        if !changes || a.is_dir() {
             return a.mode;
         }
         let mut m = a.mode & !S_ISUID;
