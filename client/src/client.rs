@@ -675,6 +675,19 @@ impl Client {
         }
     }
 
+    /// `truncate`, or with `cap` (the capability of an open for writing) `ftruncate`: the
+    /// open's permission stands for the file's mode bits.
+    pub fn truncate_with(&self, path: &str, size: u64, cap: Option<Cap>) -> FsResult<()> {
+        let path = normalize(path)?;
+        let req = Request::SetSize {
+            path: &path,
+            size,
+            mode: cap.map_or(SizeMode::Exact, SizeMode::ExactWith),
+        };
+        let (a, cap) = granted(self.call_on(&path, &req)?)?;
+        self.drop_chunks(a.id, size, a.chunk_size, cap)
+    }
+
     /// Round trip of an empty request to `server`.
     pub fn ping(&self, server: u32) -> FsResult<()> {
         self.call(server, &Request::Ping).map(|_| ())
@@ -1081,14 +1094,7 @@ impl FileSystem for Client {
     }
 
     fn truncate(&self, path: &str, size: u64) -> FsResult<()> {
-        let path = normalize(path)?;
-        let req = Request::SetSize {
-            path: &path,
-            size,
-            mode: SizeMode::Exact,
-        };
-        let (a, cap) = granted(self.call_on(&path, &req)?)?;
-        self.drop_chunks(a.id, size, a.chunk_size, cap)
+        self.truncate_with(path, size, None)
     }
 
     fn unlink(&self, path: &str) -> FsResult<()> {

@@ -1083,13 +1083,14 @@ fn sys_ftruncate(fd: i64, len: i64) -> Ret {
         if len < 0 || acc(&d) == libc::O_RDONLY {
             return Err(Errno::EINVAL);
         }
-        truncate_path(d.path(), len as u64)
+        // the open's capability stands for the write permission (checked at open)
+        truncate_path(d.path(), len as u64, Some(d.cap()))
     })();
     zero(r)
 }
 
-fn truncate_path(p: &str, len: u64) -> FsResult<()> {
-    conn::with(|c| c.truncate(p, len))?;
+fn truncate_path(p: &str, len: u64, cap: Option<madfs_proto::Cap>) -> FsResult<()> {
+    conn::with(|c| c.truncate_with(p, len, cap))?;
     for d in fdtable::all() {
         if !d.is_dir() && d.path() == p {
             d.truncated(len);
@@ -1106,7 +1107,7 @@ fn sys_truncate(path: isize, len: i64) -> Ret {
     zero(with_links(
         &p,
         true,
-        |p| truncate_path(p, len as u64),
+        |p| truncate_path(p, len as u64, None),
         // SAFETY: truncate of a host path.
         |h| {
             raw_unit(unsafe {

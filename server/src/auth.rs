@@ -414,7 +414,7 @@ impl crate::ops::Ops {
             (Request::Unlink { .. }, Answer::Attr(a))
             | (
                 Request::SetSize {
-                    mode: madfs_proto::SizeMode::Exact,
+                    mode: madfs_proto::SizeMode::Exact | madfs_proto::SizeMode::ExactWith(_),
                     ..
                 },
                 Answer::Attr(a),

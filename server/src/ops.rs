@@ -297,7 +297,7 @@ impl Ops {
                 self.meta.merge_size(path, size, now_ns())?;
                 Ok(Answer::Unit)
             }
-            SizeMode::Exact => {
+            SizeMode::Exact | SizeMode::ExactWith(_) => {
                 let c = Change::Size {
                     size,
                     time: now_ns(),

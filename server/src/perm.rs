@@ -290,8 +290,19 @@ impl Ops {
             }
             Request::SetSize { path, mode, .. } => {
                 self.search(who, path)?;
-                if mode == SizeMode::Exact {
-                    Self::need(who, &local(path)?, ACCESS_W)?;
+                match mode {
+                    SizeMode::Max => {}
+                    SizeMode::Exact => Self::need(who, &local(path)?, ACCESS_W)?,
+                    SizeMode::ExactWith(cap) => {
+                        let a = local(path)?;
+                        let held = cap.id == a.id
+                            && cap.access & ACCESS_W != 0
+                            && cap.uid == who.uid
+                            && crate::cap::valid(self.peers.key(), &cap);
+                        if !held {
+                            Self::need(who, &a, ACCESS_W)?;
+                        }
+                    }
                 }
             }
             Request::Append { path, .. } => {

@@ -237,6 +237,10 @@ pub enum SizeMode {
     Max,
     /// `size = new`: truncate.
     Exact,
+    /// `size = new` through a descriptor opened for writing (`ftruncate`): the capability of
+    /// that open stands for the write permission, which the kernel checks at open, not at
+    /// `ftruncate` (a file created with mode 0 is still truncated through its descriptor).
+    ExactWith(Cap),
 }
 
 impl FindFilter<'_> {
