@@ -1322,9 +1322,36 @@ fn sys_renameat(olddir: i64, old: isize, newdir: i64, new: isize, flags: i64) ->
     if flags & !(libc::RENAME_NOREPLACE as i64) != 0 {
         return Some(neg(Errno::EINVAL));
     }
-    zero(conn::with(|c| {
-        c.rename(&a, &b, flags & libc::RENAME_NOREPLACE as i64 != 0)
-    }))
+    let noreplace = flags & libc::RENAME_NOREPLACE as i64 != 0;
+    zero(match conn::with(|c| c.rename(&a, &b, noreplace)) {
+        // a symbolic link among the ancestors (the servers see full paths): follow it
+        Err(Errno::ENOTDIR) => {
+            let (a2, b2) = (ancestors_followed(&a), ancestors_followed(&b));
+            match (a2, b2) {
+                (Err(e), _) | (_, Err(e)) => Err(e),
+                (Ok(None), Ok(None)) => Err(Errno::ENOTDIR),
+                (Ok(x), Ok(y)) => {
+                    let (x, y) = (x.unwrap_or(a), y.unwrap_or(b));
+                    conn::with(|c| c.rename(&x, &y, noreplace))
+                }
+            }
+        }
+        r => r,
+    })
+}
+
+/// `p` with the symbolic links among its ancestors followed (`None`: there are none; EXDEV
+/// when one leads out of madfs, ELOOP after too many).
+fn ancestors_followed(p: &str) -> FsResult<Option<String>> {
+    let mut cur = p.to_owned();
+    for _ in 0..MAX_LINKS {
+        match through_ancestor(&cur)? {
+            None => return Ok((cur != p).then_some(cur)),
+            Some(Followed::Ours(q)) => cur = q,
+            Some(Followed::Outside(_)) => return Err(Errno::EXDEV),
+        }
+    }
+    Err(Errno::ELOOP)
 }
 
 fn times(ts: isize) -> (TimeSpec, TimeSpec) {

@@ -154,3 +154,26 @@ fn adding_or_removing_an_entry_changes_its_directory_times() {
     );
     assert!(out.contains("write-to-an-entry: same"), "{out}");
 }
+
+const RENAME_THROUGH_LINKS: &str = r#"
+mkdir real
+ln -s real via
+echo data > real/f
+mv via/f via/g
+ls real
+mv real/g via/h && cat real/h
+ln -s loop1 loop2
+ln -s loop2 loop1
+python3 -c 'import os
+try:
+    os.rename("loop1/x", "y")
+except OSError as e:
+    print(e.strerror)'
+"#;
+
+#[test]
+fn renames_follow_symbolic_links_among_ancestors() {
+    let cl = cluster();
+    let out = same_as_local(&cl, "relinks", RENAME_THROUGH_LINKS);
+    assert_eq!(out, "g\ndata\nToo many levels of symbolic links\n");
+}
