@@ -269,6 +269,19 @@ impl Ops {
         })
     }
 
+    /// A new entry `a` at `path` with inline data `data` (a symlink's target, or nothing):
+    /// inserted unless its directory is sealed or gone, its parent's times touched.
+    fn add_entry(&self, path: &str, a: Attr, data: &[u8]) -> FsResult<Answer> {
+        self.creating(path, || self.meta.insert(path, &a, data))?;
+        self.parent_changed(path, a.ctime);
+        Ok(Answer::Created {
+            attr: a,
+            existed: false,
+            old_size: 0,
+            cap: Default::default(),
+        })
+    }
+
     pub(crate) fn get(&self, path: &str) -> FsResult<Attr> {
         if path == "/" {
             return Ok(root_attr());
@@ -440,14 +453,7 @@ impl Ops {
                 }
                 let a = self.new_attr(libc::S_IFLNK | 0o777, 1, uid, gid, target.len() as u64)?;
                 // entry and target in one batch
-                self.creating(path, || self.meta.insert(path, &a, target.as_bytes()))?;
-                self.parent_changed(path, a.ctime);
-                Ok(Answer::Created {
-                    attr: a,
-                    existed: false,
-                    old_size: 0,
-                    cap: Default::default(),
-                })
+                self.add_entry(path, a, target.as_bytes())
             }
             Request::Mknod {
                 path,
@@ -466,14 +472,7 @@ impl Ops {
                     rdev: if dev { rdev } else { 0 },
                     ..self.new_attr(mode & (libc::S_IFMT | 0o7777), 1, uid, gid, 0)?
                 };
-                self.creating(path, || self.meta.insert(path, &a, &[]))?;
-                self.parent_changed(path, a.ctime);
-                Ok(Answer::Created {
-                    attr: a,
-                    existed: false,
-                    old_size: 0,
-                    cap: Default::default(),
-                })
+                self.add_entry(path, a, &[])
             }
             Request::Mkdir {
                 path,
