@@ -4,7 +4,7 @@ use crate::fs::{DirEntry, FileSystem, OpenFlags};
 use crate::local::{self, LocalReads};
 use crate::ClientConfig;
 use futures::future::join_all;
-use madfs_placement::{chunk_server, meta_server, normalize, split_parent};
+use madfs_placement::{chunk_server, home_server, meta_server, normalize, split_parent};
 use madfs_proto::frame::{self, PREFIX};
 use madfs_proto::{
     tag, Attr, Cap, Errno, FindFilter, FsResult, Reply, Request, SizeMode, StatFs, TimeSpec,
@@ -36,6 +36,9 @@ pub struct OpenFile {
     /// What the open was granted: every data request of the file carries it.
     pub cap: Cap,
     meta: u32,
+    /// The file has no name left (open-unlinked): its home server's orphan record stands
+    /// for its entry (`meta` is the home server, requests name it by an empty path).
+    orphan: bool,
     /// Highest offset written through this handle.
     written: u64,
     dirty: bool,
@@ -57,6 +60,20 @@ impl OpenFile {
     /// Has this handle written beyond the size it last published?
     pub fn is_dirty(&self) -> bool {
         self.dirty
+    }
+
+    /// Where the file is known to be now: its path (empty once it has no name left).
+    pub fn whereabouts(&self) -> &str {
+        if self.orphan {
+            ""
+        } else {
+            &self.path
+        }
+    }
+
+    /// The path its entry is published under (empty: the orphan record).
+    fn entry(&self) -> &str {
+        self.whereabouts()
     }
 
     /// Counts writes made through another handle of the same open file up to `end`, not
@@ -291,6 +308,28 @@ impl Client {
         })
     }
 
+    /// An open file of this process is closed for good (the `FileSystem::close` of `f`, or
+    /// the last descriptor of the preload's description): its home server learns it lazily
+    /// ([`crate::hold`]).
+    pub fn closed(&self, f: &OpenFile) {
+        if f.attr.is_file() && crate::hold::closed(f.attr.id) {
+            self.flush_releases_quietly();
+        }
+    }
+
+    /// [`Client::flush_releases`], a failure only logged (a server that misses a release
+    /// keeps the file until this process's lease runs out).
+    pub fn flush_releases_quietly(&self) {
+        if let Err(e) = self.flush_releases() {
+            tracing::debug!("releases not told: {e}");
+        }
+    }
+
+    /// `call` for the modules of this crate.
+    pub(crate) fn call_server(&self, server: u32, req: &Request<'_>) -> FsResult<Reply<'static>> {
+        self.call(server, req)
+    }
+
     /// One request to `server`. `EAGAIN` (a path whose rename is in flight on that server, a
     /// server still learning the directory table) is retried until the call deadline, then
     /// answered `EIO`.
@@ -328,7 +367,11 @@ impl Client {
     ) -> (FsResult<(Attr, Cap)>, R) {
         let (raw, r) = self.t.call_sync_overlapped(
             self.meta_of(path),
-            &Request::Open { path, access },
+            &Request::Open {
+                path,
+                access,
+                holder: crate::hold::holder(),
+            },
             &[],
             SMALL_REPLY,
             meanwhile,
@@ -336,10 +379,21 @@ impl Client {
         let res = match raw.and_then(small_reply) {
             Err(Errno::ENOENT) => Err(self.refine_enoent(path)),
             // busy (a rename in flight, a server still learning the directories): as `call`
-            Err(Errno::EAGAIN) => self.call(self.meta_of(path), &Request::Open { path, access }),
+            Err(Errno::EAGAIN) => self.call(
+                self.meta_of(path),
+                &Request::Open {
+                    path,
+                    access,
+                    holder: crate::hold::holder(),
+                },
+            ),
             r => r,
         };
-        (res.and_then(granted), r)
+        let res = res.and_then(granted).and_then(|(a, cap)| {
+            self.held(path, &a)?;
+            Ok((a, cap))
+        });
+        (res, r)
     }
 
     /// An open for reading of a path in normal form, for a handle ([`Client::handle`]): its
@@ -350,6 +404,7 @@ impl Client {
             &Request::Open {
                 path,
                 access: madfs_proto::ACCESS_R,
+                holder: 0,
             },
         )?)
     }
@@ -373,6 +428,7 @@ impl Client {
                 excl: flags.excl,
                 trunc: flags.trunc,
                 access,
+                holder: crate::hold::holder(),
             };
             match self.call(meta, &req)? {
                 Reply::Created {
@@ -381,7 +437,14 @@ impl Client {
                     old_size,
                     cap,
                 } => {
-                    if existed && flags.trunc && old_size > attr.chunk_size as u64 {
+                    self.held(&path, &attr)?;
+                    // the server truncated what it holds: chunk 0 too unless that lives on
+                    // the file's home server elsewhere (renamed across servers)
+                    let elsewhere = home_server(attr.id, self.n) != meta;
+                    if existed
+                        && flags.trunc
+                        && (old_size > attr.chunk_size as u64 || (elsewhere && old_size > 0))
+                    {
                         self.drop_chunks(attr.id, 0, attr.chunk_size, cap)?;
                     }
                     (attr, cap)
@@ -394,8 +457,10 @@ impl Client {
                 &Request::Open {
                     path: &path,
                     access,
+                    holder: crate::hold::holder(),
                 },
             )?)?;
+            self.held(&path, &a)?;
             if a.is_dir() {
                 return Err(Errno::EISDIR);
             }
@@ -414,16 +479,120 @@ impl Client {
             attr,
             cap,
             meta,
+            orphan: false,
             written: 0,
             dirty: false,
             touched: BTreeSet::new(),
         })
     }
 
+    /// A regular file opened with this process as holder is held: counted here, and told to
+    /// its home server when the entry's server (which counted it otherwise) is another.
+    fn held(&self, path: &str, a: &Attr) -> FsResult<()> {
+        if !a.is_file() {
+            return Ok(());
+        }
+        crate::hold::opened(a.id);
+        if home_server(a.id, self.n) != self.meta_of(path) {
+            self.hold_elsewhere(a.id)?;
+        }
+        Ok(())
+    }
+
+    /// The file of `f` has no entry at its path any more (ESTALE): asks its home server
+    /// where it is now and points `f` there (a rename's new path, or its orphan record).
+    fn relocate(&self, f: &mut OpenFile) -> FsResult<()> {
+        let home = home_server(f.attr.id, self.n);
+        let req = Request::Where {
+            id: f.attr.id,
+            client: crate::hold::holder(),
+        };
+        let deadline = std::time::Instant::now() + self.t.timeout();
+        let mut pause = std::time::Duration::from_millis(1);
+        loop {
+            let now_at = self
+                .t
+                .call_sync(home, &req, &[], SMALL_REPLY)
+                .and_then(|raw| {
+                    Ok(match raw.decode()?.0 {
+                        Reply::Named(p) => Some(p.to_owned()),
+                        Reply::Attr(_) => None,
+                        _ => return Err(Errno::EPROTO),
+                    })
+                });
+            match now_at {
+                Ok(Some(p)) => {
+                    f.meta = self.meta_of(&p);
+                    f.path = p;
+                    f.orphan = false;
+                    return Ok(());
+                }
+                Ok(None) => {
+                    f.orphan = true;
+                    f.meta = home;
+                    return Ok(());
+                }
+                // a rename or removal of it is finishing on another server
+                Err(Errno::EAGAIN) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(std::time::Duration::from_millis(50));
+                }
+                Err(Errno::EAGAIN) => return Err(Errno::EIO),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Runs `op` on `f`, following the file when its path no longer names it (ESTALE: it
+    /// was renamed or unlinked while open).
+    fn following<T>(
+        &self,
+        f: &mut OpenFile,
+        mut op: impl FnMut(&Self, &mut OpenFile) -> FsResult<T>,
+    ) -> FsResult<T> {
+        for _ in 0..8 {
+            match op(self, f) {
+                Err(Errno::ESTALE) => self.relocate(f)?,
+                r => return r,
+            }
+        }
+        Err(Errno::EIO)
+    }
+
+    /// `fstat` of an open file: its entry's attributes, found where the file is now; nlink 0
+    /// once it has no name.
+    pub fn fstat(&self, f: &mut OpenFile) -> FsResult<Attr> {
+        let id = f.attr.id;
+        self.following(f, |c, f| {
+            if f.orphan {
+                let req = Request::Where {
+                    id,
+                    client: crate::hold::holder(),
+                };
+                let raw = c.t.call_sync(f.meta, &req, &[], SMALL_REPLY)?;
+                return match raw.decode()?.0 {
+                    Reply::Attr(a) => Ok(a),
+                    Reply::Named(_) => Err(Errno::ESTALE),
+                    _ => Err(Errno::EPROTO),
+                };
+            }
+            match c.stat_norm(&f.path) {
+                Ok(a) if a.id == id => Ok(a),
+                Ok(_) | Err(Errno::ENOENT) => Err(Errno::ESTALE),
+                Err(e) => Err(e),
+            }
+        })
+    }
+
     /// `access(2)` of a path in normal form: may this connection's user do `mask`
     /// (`ACCESS_*`; 0: does it exist)? A link answers for itself (the caller follows it).
     pub fn access_normalized(&self, path: &str, mask: u32) -> FsResult<Attr> {
-        attr_of(self.call_on(path, &Request::Open { path, access: mask })?)
+        let req = Request::Open {
+            path,
+            access: mask,
+            holder: 0,
+        };
+        attr_of(self.call_on(path, &req)?)
     }
 
     /// A handle for a file whose path (normalised) and attributes are already known, e.g. an
@@ -435,10 +604,25 @@ impl Client {
             path,
             attr,
             meta,
+            orphan: false,
             written: 0,
             dirty: false,
             touched: BTreeSet::new(),
         }
+    }
+
+    /// [`Client::handle`] of a file known to be at `whereabouts` now
+    /// ([`OpenFile::whereabouts`]: an empty path for a file with no name left).
+    pub fn handle_at(&self, path: &str, whereabouts: &str, attr: Attr, cap: Cap) -> OpenFile {
+        let mut f = self.handle(path.to_owned(), attr, cap);
+        if whereabouts.is_empty() {
+            f.orphan = true;
+            f.meta = home_server(attr.id, self.n);
+        } else if whereabouts != path {
+            f.path = whereabouts.to_owned();
+            f.meta = self.meta_of(whereabouts);
+        }
+        f
     }
 
     /// `stat` of a path already in normal form (skips normalisation; the preload library has
@@ -638,14 +822,12 @@ impl Client {
         }
     }
 
-    /// Publishes `size` as a lower bound of the size of `path` (merge with max on the server).
-    pub fn publish_size(&self, path: &str, size: u64) -> FsResult<()> {
-        let req = Request::SetSize {
-            path,
-            size,
-            mode: SizeMode::Max,
-        };
-        self.call(self.meta_of(path), &req).map(|_| ())
+    /// Publishes `size` as a lower bound of the size of open file `f` (merge with max on the
+    /// server), wherever the file is now.
+    pub fn publish_size(&self, f: &mut OpenFile, size: u64) -> FsResult<()> {
+        f.written = f.written.max(size);
+        f.dirty = true;
+        self.publish(f)
     }
 
     /// `sync(2)` for the cluster: everything every server acknowledged is made durable
@@ -683,8 +865,28 @@ impl Client {
             path: &path,
             size,
             mode: cap.map_or(SizeMode::Exact, SizeMode::ExactWith),
+            id: 0,
         };
         let (a, cap) = granted(self.call_on(&path, &req)?)?;
+        self.drop_chunks(a.id, size, a.chunk_size, cap)
+    }
+
+    /// `ftruncate` of open file `f` (written through a descriptor opened for writing: its
+    /// capability stands for the mode bits), wherever the file is now.
+    pub fn ftruncate(&self, f: &mut OpenFile, size: u64) -> FsResult<()> {
+        let cap = f.cap;
+        let id = f.attr.id;
+        let (a, cap) = self.following(f, |c, f| {
+            let req = Request::SetSize {
+                path: f.entry(),
+                size,
+                mode: SizeMode::ExactWith(cap),
+                id,
+            };
+            granted(c.call(f.meta, &req)?)
+        })?;
+        f.attr.size = size;
+        f.written = f.written.min(size);
         self.drop_chunks(a.id, size, a.chunk_size, cap)
     }
 
@@ -837,12 +1039,16 @@ impl Client {
 
     fn publish(&self, f: &mut OpenFile) -> FsResult<()> {
         if f.dirty {
-            let req = Request::SetSize {
-                path: &f.path,
-                size: f.written,
-                mode: SizeMode::Max,
-            };
-            self.call(f.meta, &req)?;
+            let (size, id) = (f.written, f.attr.id);
+            self.following(f, |c, f| {
+                let req = Request::SetSize {
+                    path: f.entry(),
+                    size,
+                    mode: SizeMode::Max,
+                    id,
+                };
+                c.call(f.meta, &req)
+            })?;
             f.dirty = false;
             f.attr.size = f.attr.size.max(f.written);
         }
@@ -899,7 +1105,7 @@ impl FileSystem for Client {
         for (chunk, in_chunk, range) in &plan {
             let (head, tail) = rest.split_at_mut(range.len());
             rest = tail;
-            let server = chunk_server(f.meta, f.attr.id, *chunk, self.n);
+            let server = chunk_server(f.attr.id, *chunk, self.n);
             // chunks ≥ 1 of a server on this host: straight from its chunk file
             if *chunk > 0 && self.is_local(server) {
                 let pos = chunk * cs + *in_chunk as u64;
@@ -951,15 +1157,17 @@ impl FileSystem for Client {
         let plan = pieces(offset, data.len(), cs, max_piece);
         let mut calls = Vec::with_capacity(plan.len());
         for (chunk, in_chunk, range) in plan {
-            let server = chunk_server(f.meta, f.attr.id, chunk, self.n);
+            let server = chunk_server(f.attr.id, chunk, self.n);
             self.t.ensure(server)?;
             f.touched.insert(server);
             calls.push((server, chunk, in_chunk, &data[range]));
         }
         let id = f.attr.id;
         let cap = f.cap;
-        // a write that stays in chunk 0 publishes the file's size in the same request
+        // a write that stays in chunk 0 publishes the file's size in the same request, when
+        // chunk 0's server (the file's home) holds its entry too
         let all_inline = calls.iter().all(|c| c.1 == 0);
+        let mut with_size = !f.orphan && chunk_server(id, 0, self.n) == f.meta;
         let path = f.path.clone();
         mutated();
         for group in calls.chunks(WINDOW) {
@@ -971,7 +1179,7 @@ impl FileSystem for Client {
             let mut pause = std::time::Duration::from_millis(1);
             loop {
                 let futs = group.iter().map(|(server, chunk, in_chunk, bulk)| {
-                    let size_of = (*chunk == 0).then_some(path.as_str());
+                    let size_of = (*chunk == 0 && with_size).then_some(path.as_str());
                     // large pieces: header and data as two messages, the data contiguous
                     let data_apart = bulk.len() >= frame::RAW_WRITE_MIN && !self.t.is_tcp();
                     let req = if data_apart {
@@ -1011,6 +1219,10 @@ impl FileSystem for Client {
                 let results = self.t.wait(&involved, async { Ok(join_all(futs).await) })?;
                 match results.into_iter().find(|r| r.is_err()) {
                     None => break,
+                    // the path names another file now (renamed or unlinked while open):
+                    // written again without the size, which the next publication takes
+                    // to where the file is
+                    Some(Err(Errno::ESTALE)) if with_size => with_size = false,
                     Some(Err(Errno::EAGAIN)) if std::time::Instant::now() < give_up => {
                         std::thread::sleep(pause);
                         pause = (pause * 2).min(std::time::Duration::from_millis(50));
@@ -1020,7 +1232,7 @@ impl FileSystem for Client {
             }
         }
         f.written = f.written.max(end);
-        if all_inline {
+        if all_inline && with_size {
             f.attr.size = f.attr.size.max(end);
         } else {
             f.dirty = true;
@@ -1030,7 +1242,6 @@ impl FileSystem for Client {
 
     fn fsync(&self, f: &mut OpenFile) -> FsResult<()> {
         let mut servers: BTreeSet<u32> = std::mem::take(&mut f.touched);
-        servers.insert(f.meta);
         // data may also have been written through other handles (other fds, other processes
         // sharing the open file): cover every server that can hold a chunk of the file
         let cs = f.attr.chunk_size.max(1) as u64;
@@ -1038,32 +1249,54 @@ impl FileSystem for Client {
         if chunks > 4 * self.n as u64 {
             servers.extend(0..self.n);
         } else {
-            servers.extend((1..chunks).map(|c| chunk_server(f.meta, f.attr.id, c, self.n)));
+            servers.extend((0..chunks.max(1)).map(|c| chunk_server(f.attr.id, c, self.n)));
         }
-        let involved: Vec<u32> = servers.into_iter().collect();
-        for s in &involved {
-            self.t.ensure(*s)?;
-        }
-        // the metadata server's request also publishes the size (no SetSize of its own)
-        let plain = Request::Fsync {
-            id: f.attr.id,
-            size_of: None,
-            size: 0,
-            cap: f.cap,
-        };
-        let publishing = Request::Fsync {
-            id: f.attr.id,
-            size_of: f.dirty.then_some(f.path.as_str()),
-            size: f.written,
-            cap: f.cap,
-        };
-        let futs = involved.iter().map(|s| {
-            let req = if *s == f.meta { &publishing } else { &plain };
-            self.t.call(*s, tag::FSYNC, req, &[], SMALL_REPLY)
-        });
-        let results = self.t.wait(&involved, async { Ok(join_all(futs).await) })?;
-        for r in results {
-            r?.decode()?;
+        let deadline = std::time::Instant::now() + self.t.timeout();
+        let mut pause = std::time::Duration::from_millis(1);
+        let mut moves = 0;
+        loop {
+            let mut involved = servers.clone();
+            involved.insert(f.meta);
+            let involved: Vec<u32> = involved.into_iter().collect();
+            for s in &involved {
+                self.t.ensure(*s)?;
+            }
+            // the metadata server's request also publishes the size (no SetSize of its own)
+            let plain = Request::Fsync {
+                id: f.attr.id,
+                size_of: None,
+                size: 0,
+                cap: f.cap,
+            };
+            let publishing = Request::Fsync {
+                id: f.attr.id,
+                size_of: f.dirty.then_some(f.entry()),
+                size: f.written,
+                cap: f.cap,
+            };
+            let futs = involved.iter().map(|s| {
+                let req = if *s == f.meta { &publishing } else { &plain };
+                self.t.call(*s, tag::FSYNC, req, &[], SMALL_REPLY)
+            });
+            let results = self.t.wait(&involved, async { Ok(join_all(futs).await) })?;
+            let failed = results
+                .into_iter()
+                .map(|r| r.and_then(|raw| raw.decode().map(drop)))
+                .find(|r| r.is_err());
+            match failed {
+                None => break,
+                // the file was renamed or unlinked while open: its size goes where it is now
+                Some(Err(Errno::ESTALE)) if moves < 8 => {
+                    moves += 1;
+                    self.relocate(f)?;
+                }
+                // its name is being moved right now
+                Some(Err(Errno::EAGAIN)) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(std::time::Duration::from_millis(50));
+                }
+                Some(r) => r?,
+            }
         }
         if f.dirty {
             f.dirty = false;
@@ -1073,22 +1306,28 @@ impl FileSystem for Client {
     }
 
     fn close(&self, mut f: OpenFile) -> FsResult<()> {
-        if self.close_sync && (f.dirty || !f.touched.is_empty()) {
+        let r = if self.close_sync && (f.dirty || !f.touched.is_empty()) {
             self.fsync(&mut f)
         } else {
             self.publish(&mut f)
-        }
+        };
+        self.closed(&f);
+        r
     }
 
     fn append(&self, f: &mut OpenFile, data: &[u8]) -> FsResult<u64> {
-        let req = Request::Append {
-            path: &f.path,
-            len: data.len() as u64,
-        };
-        let off = match self.call(f.meta, &req)? {
-            Reply::Offset(o) => o,
-            _ => return Err(Errno::EPROTO),
-        };
+        let (id, len) = (f.attr.id, data.len() as u64);
+        let off = self.following(f, |c, f| {
+            let req = Request::Append {
+                path: f.entry(),
+                len,
+                id,
+            };
+            match c.call(f.meta, &req)? {
+                Reply::Offset(o) => Ok(o),
+                _ => Err(Errno::EPROTO),
+            }
+        })?;
         self.write(f, off, data)?;
         Ok(off)
     }
@@ -1099,11 +1338,11 @@ impl FileSystem for Client {
 
     fn unlink(&self, path: &str) -> FsResult<()> {
         let path = normalize(path)?;
-        let (a, cap) = granted(self.call_on(&path, &Request::Unlink { path: &path })?)?;
-        if a.size > a.chunk_size as u64 {
-            self.drop_chunks(a.id, 0, a.chunk_size, cap)?;
-        }
-        Ok(())
+        // our own closes first: a file this process just closed is not kept as open
+        self.flush_releases_quietly();
+        // the file's home server drops its bytes everywhere, or keeps it while it is open
+        self.call_on(&path, &Request::Unlink { path: &path })
+            .map(drop)
     }
 
     fn mkdir(&self, path: &str, mode: u32) -> FsResult<()> {
@@ -1178,6 +1417,8 @@ impl FileSystem for Client {
         if !a.is_dir() {
             self.check_parent(&to)?;
         }
+        // a file it replaces may be one this process just closed (see `unlink`)
+        self.flush_releases_quietly();
         // the source's server moves the entry, or a directory's whole subtree
         // (docs/consistency.md, "rename")
         let req = Request::Rename {
@@ -1257,6 +1498,7 @@ fn small_reply(raw: RawReply) -> FsResult<Reply<'static>> {
         Reply::Replaced(a) => Reply::Replaced(a),
         Reply::Granted { attr, cap } => Reply::Granted { attr, cap },
         Reply::Dirents { .. }
+        | Reply::Named(_)
         | Reply::Found { .. }
         | Reply::Located { .. }
         | Reply::Dirs { .. } => return Err(Errno::EPROTO),

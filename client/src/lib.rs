@@ -13,6 +13,7 @@
 mod client;
 mod config;
 mod fs;
+pub mod hold;
 mod local;
 
 pub use client::{dir_pos, mutations, Client, DirCursor, OpenFile, DIR_POS_END};

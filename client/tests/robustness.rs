@@ -93,6 +93,7 @@ fn malformed_frames_do_not_hurt_the_server() {
             excl: false,
             trunc: true,
             access: 0,
+            holder: 0,
         },
         Request::Mkdir {
             path: "relative/x",

@@ -234,7 +234,6 @@ fn clients_cannot_plant_entries_or_claim_owners() {
             Request::Detach {
                 path: "/victim",
                 id: v.id,
-                drop_inline: true,
             },
         ] {
             let r = t.call_sync(server, &req, b"payload", 512).unwrap();
@@ -253,6 +252,7 @@ fn clients_cannot_plant_entries_or_claim_owners() {
             excl: true,
             trunc: false,
             access: 0,
+            holder: 0,
         },
         Request::Mkdir {
             path: "/claims-root-dir",

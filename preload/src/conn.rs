@@ -53,6 +53,15 @@ struct Flusher;
 impl Drop for Flusher {
     fn drop(&mut self) {
         crate::hooks::flush_all();
+        // the main thread's exit is the process's: its open files are released while its
+        // client still works (in `exit_group` it may be gone already)
+        // SAFETY: raw gettid/getpid syscalls.
+        let main = unsafe {
+            madfs_hookabi::raw!(libc::SYS_gettid) == madfs_hookabi::raw!(libc::SYS_getpid)
+        };
+        if main {
+            crate::hooks::release_all();
+        }
     }
 }
 
@@ -356,6 +365,32 @@ fn make_client(tcp: bool) -> FsResult<Rc<Client>> {
     })
 }
 
+/// When this process last renewed its open references (ms since the epoch).
+static RENEWED: AtomicU64 = AtomicU64::new(0);
+
+/// Renews this process's open references when [`madfs_proto::HOLD_EVERY_MS`] passed since
+/// the last renewal (and tells the closes queued), on the way of an ordinary call: the files'
+/// home servers keep what it holds while it is active, and drop it once it is gone
+/// (docs/consistency.md, "Open files"). No thread of its own: a thread would make every
+/// program multi-threaded, and `fork` then runs with malloc's locks held.
+fn renew_if_due(c: &Client) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let last = RENEWED.load(Relaxed);
+    if now.saturating_sub(last) < madfs_proto::HOLD_EVERY_MS
+        || RENEWED
+            .compare_exchange(last, now, AcqRel, Relaxed)
+            .is_err()
+    {
+        return;
+    }
+    if madfs_client::hold::any() {
+        // a server missed now has the next renewal (the lease is many renewals long)
+        let _ = c.renew_holds();
+    }
+}
+
 /// Runs `f` with this thread's client.
 pub fn with<R>(f: impl FnOnce(&Client) -> FsResult<R>) -> FsResult<R> {
     let gen = GEN.load(Acquire);
@@ -398,10 +433,19 @@ pub fn with<R>(f: impl FnOnce(&Client) -> FsResult<R>) -> FsResult<R> {
         let c = new_client()?;
         s.0 = Some((gen, c.clone()));
         let _ = FLUSHER.try_with(|_| {});
+        if madfs_client::hold::unannounced() {
+            // a fork child, or an image exec'd with open descriptions: the files' home
+            // servers learn that this process holds them too
+            c.flush_releases_quietly();
+        }
         Ok(c)
     });
     match c {
-        Ok(c) => f(&*c?),
+        Ok(c) => {
+            let c = c?;
+            renew_if_due(&c);
+            f(&c)
+        }
         // thread-local storage already torn down (process exit): a temporary client
         Err(_) => f(&*new_client()?),
     }

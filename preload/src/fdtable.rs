@@ -108,7 +108,13 @@ pub struct Desc {
     moving: RwLock<()>,
     /// Process-local cache (directory listing).
     pub local: Mutex<Local>,
+    /// Where this process found the file last (process-local): its path after a rename
+    /// while open, or empty once its last name is gone ([`madfs_client::OpenFile::whereabouts`]).
+    now_at: Mutex<Option<String>>,
 }
+
+/// A close made the batch of closes to tell the servers full ([`madfs_client::hold`]).
+pub static RELEASES_DUE: AtomicBool = AtomicBool::new(false);
 
 // SAFETY: both copies of the header live as long as the Desc; fields written after creation
 // are atomics (moved under `moving`), the others are written once before the Desc is shared.
@@ -157,6 +163,13 @@ pub struct DirState {
 
 impl Drop for Desc {
     fn drop(&mut self) {
+        let h = self.fixed();
+        if h.kind == KIND_FILE
+            && h.mode & libc::S_IFMT == libc::S_IFREG
+            && madfs_client::hold::closed(h.id)
+        {
+            RELEASES_DUE.store(true, Release);
+        }
         if self.shared.load(Acquire) {
             // SAFETY: we mapped exactly MAP_BYTES there.
             unsafe {
@@ -357,6 +370,7 @@ impl Desc {
             moving_to: AtomicI32::new(-1),
             moving: RwLock::new(()),
             local: Mutex::default(),
+            now_at: Mutex::default(),
         }))
     }
 
@@ -450,7 +464,26 @@ impl Desc {
             moving_to: AtomicI32::new(-1),
             moving: RwLock::new(()),
             local: Mutex::default(),
+            now_at: Mutex::default(),
         }))
+    }
+
+    /// Where this process found the file last ([`Desc::now_at`]); `None`: at its path.
+    pub fn whereabouts(&self) -> Option<String> {
+        self.now_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The file was found at `at` (its path, another after a rename, or empty: no name).
+    pub fn found_at(&self, at: &str) {
+        let mut g = self.now_at.lock().unwrap_or_else(|e| e.into_inner());
+        if at == self.path() {
+            *g = None;
+        } else if g.as_deref() != Some(at) {
+            *g = Some(at.to_owned());
+        }
     }
 }
 
@@ -824,9 +857,10 @@ fn template() -> i32 {
 /// regular file of our size is looked at closer (its link name, then its header's magic).
 pub fn adopt_inherited() {
     // only an image that a process with madfs fds exec'd can have any (its exec hook said so)
-    if std::env::var_os(crate::hooks::FDS_ENV).is_none() {
+    let Some(token) = std::env::var_os(crate::hooks::FDS_ENV) else {
         return;
-    }
+    };
+    madfs_client::hold::continue_image(&token.to_string_lossy());
     let mut seen: Vec<(u64, Arc<Desc>)> = Vec::new();
     let mut found = |fd: i32| {
         if let Some(d) = inherited(fd, &mut seen) {
@@ -964,6 +998,11 @@ fn inherited(fd: i32, seen: &mut Vec<(u64, Arc<Desc>)>) -> Option<Arc<Desc>> {
         return Some(d.clone());
     }
     let d = Desc::adopt(fd)?;
+    let h = d.fixed();
+    if h.kind == KIND_FILE && h.mode & libc::S_IFMT == libc::S_IFREG {
+        // held by this image from now on (its drop releases it)
+        madfs_client::hold::inherited(h.id);
+    }
     seen.push((st.st_ino, d.clone()));
     Some(d)
 }

@@ -271,8 +271,13 @@ fn empty_path(path: isize, flags: i64) -> bool {
     flags & libc::AT_EMPTY_PATH as i64 != 0 && unsafe { cstr(path) }.is_some_and(|b| b.is_empty())
 }
 
+/// The open file of description `d`, where this process found it last (see `Desc::found_at`
+/// for what comes back from an operation).
 fn file(c: &Client, d: &Desc) -> OpenFile {
-    c.handle(d.path().to_owned(), d.attr(), d.cap())
+    match d.whereabouts() {
+        Some(at) => c.handle_at(d.path(), &at, d.attr(), d.cap()),
+        None => c.handle(d.path().to_owned(), d.attr(), d.cap()),
+    }
 }
 
 fn acc(d: &Desc) -> i32 {
@@ -463,14 +468,14 @@ fn stat_fd(d: &Desc) -> FsResult<Attr> {
         return Ok(a);
     }
     let mine = d.attr();
-    let mut a = match conn::with(|c| c.stat_normalized(d.path())) {
-        Ok(a) if a.id == mine.id => a,
-        // the name is gone, or names another file now (removed, or renamed away or over):
-        // what the descriptor knows of its own file, with no name left that we know of
-        // (sizes and attributes by file id: issue 32, open files)
-        Ok(_) | Err(Errno::ENOENT) => Attr { nlink: 0, ..mine },
-        Err(e) => return Err(e),
-    };
+    // the file's entry where it is now (renamed: under its new name; unlinked: its home
+    // server's orphan record, nlink 0)
+    let mut a = conn::with(|c| {
+        let mut f = file(c, d);
+        let a = c.fstat(&mut f);
+        d.found_at(f.whereabouts());
+        a
+    })?;
     if a.is_file() {
         a.size = a.size.max(mine.size);
     }
@@ -479,7 +484,12 @@ fn stat_fd(d: &Desc) -> FsResult<Attr> {
 
 pub(crate) fn publish(d: &Desc) -> FsResult<()> {
     if let Some(size) = d.take_dirty() {
-        let r = conn::with(|c| c.publish_size(d.path(), size));
+        let r = conn::with(|c| {
+            let mut f = file(c, d);
+            let r = c.publish_size(&mut f, size);
+            d.found_at(f.whereabouts());
+            r
+        });
         if crate::entry::TRACE.load(Relaxed) {
             let msg = format!("[madfs] publish {} size={size}: {r:?}\n", d.path());
             // SAFETY: raw write to stderr.
@@ -515,6 +525,24 @@ fn open_path(p: String, flags: i32, mode: u32) -> FsResult<i32> {
             raw_res(r).map(|fd| fd as i32)
         },
     )
+}
+
+/// The open reference a successful lookup took (`madfs_client::hold`), given back unless
+/// the open ends with a description that will.
+struct Held(Option<u64>);
+
+impl Held {
+    fn of(a: &Attr) -> Held {
+        Held(a.is_file().then_some(a.id))
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(id) = self.0.take() {
+            madfs_client::hold::closed(id);
+        }
+    }
 }
 
 /// `open` of madfs path `p`; ELOOP when `p` is a symbolic link.
@@ -558,6 +586,7 @@ fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
     // the kernel fd of a plain open is made while its lookup is on the wire (dropped, as
     // on every error below, it is closed)
     let mut early: Option<fdtable::KernelFd> = None;
+    let mut held = Held(None);
     let looked_up = conn::with(|c| {
         if create {
             if flags & libc::O_DIRECTORY != 0 {
@@ -573,12 +602,16 @@ fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
                 },
                 want,
             )?;
+            held = Held::of(&f.attr);
             if f.attr.is_link() {
                 return Err(Errno::ELOOP);
             }
             return Ok((KIND_FILE, f.attr, f.cap));
         }
         let (a, k) = c.open_normalized_overlapped(p, want, || fdtable::new_kernel_fd(cloexec));
+        if let Ok((a, _)) = &a {
+            held = Held::of(a);
+        }
         // no fd (EMFILE) fails the open before anything else, as in the kernel, and so
         // before O_TRUNC changes the file
         early = Some(k?);
@@ -634,6 +667,7 @@ fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
     };
     let fd = k.fd();
     let d = Desc::create_on(k, kind, status, p, &attr, &cap, fresh)?;
+    held.0 = None; // the description's drop gives it back
     fdtable::insert(fd, d);
     Ok(fd)
 }
@@ -649,10 +683,20 @@ fn forget(fd: i64) -> FsResult<()> {
     let Some(d) = fdtable::remove(fd) else {
         return Ok(());
     };
-    if !d.is_dir() && d.take_unsynced() && conn::with(|c| Ok(c.close_sync()))? {
-        return sync_desc(&d);
+    let r = if !d.is_dir() && d.take_unsynced() && conn::with(|c| Ok(c.close_sync()))? {
+        sync_desc(&d)
+    } else {
+        publish(&d)
+    };
+    drop(d);
+    if fdtable::RELEASES_DUE.swap(false, Relaxed) {
+        // a batch of closes for the files' home servers
+        let _ = conn::with(|c| {
+            c.flush_releases_quietly();
+            Ok(())
+        });
     }
-    publish(&d)
+    r
 }
 
 /// fsync of the file behind `d`; its unpublished size travels in the fsync request to the
@@ -664,7 +708,9 @@ fn sync_desc(d: &Desc) -> FsResult<()> {
         if let Some(end) = size {
             f.wrote(end);
         }
-        c.fsync(&mut f)
+        let r = c.fsync(&mut f);
+        d.found_at(f.whereabouts());
+        r
     });
     if let (Err(_), Some(end)) = (&r, size) {
         // keep it dirty: another holder of the description may still publish it
@@ -854,23 +900,35 @@ fn do_write(d: &Desc, off: Option<u64>, data: &[u8]) -> FsResult<usize> {
     let _serial = d.local();
     conn::with(|c| {
         let mut f = file(c, d);
-        let (pos, n) = match off {
-            Some(o) => (o, c.write(&mut f, o, data)?),
-            // O_APPEND: the metadata server reserves the range atomically among appenders
-            None if d.flags() & libc::O_APPEND != 0 && !data.is_empty() => {
-                (c.append(&mut f, data)?, data.len())
-            }
-            None => {
-                let o = d.hdr().offset.load(Acquire);
-                (o, c.write(&mut f, o, data)?)
-            }
-        };
-        d.wrote(pos + n as u64, !f.is_dirty());
-        if off.is_none() {
-            d.hdr().offset.store(pos + n as u64, Release);
-        }
-        Ok(n)
+        let r = write_file(c, d, &mut f, off, data);
+        d.found_at(f.whereabouts());
+        r
     })
+}
+
+fn write_file(
+    c: &Client,
+    d: &Desc,
+    f: &mut OpenFile,
+    off: Option<u64>,
+    data: &[u8],
+) -> FsResult<usize> {
+    let (pos, n) = match off {
+        Some(o) => (o, c.write(f, o, data)?),
+        // O_APPEND: the metadata server reserves the range atomically among appenders
+        None if d.flags() & libc::O_APPEND != 0 && !data.is_empty() => {
+            (c.append(f, data)?, data.len())
+        }
+        None => {
+            let o = d.hdr().offset.load(Acquire);
+            (o, c.write(f, o, data)?)
+        }
+    };
+    d.wrote(pos + n as u64, !f.is_dirty());
+    if off.is_none() {
+        d.hdr().offset.store(pos + n as u64, Release);
+    }
+    Ok(n)
 }
 
 fn sys_read(fd: i64, buf: isize, len: i64, off: Option<i64>) -> Ret {
@@ -1083,8 +1141,20 @@ fn sys_ftruncate(fd: i64, len: i64) -> Ret {
         if len < 0 || acc(&d) == libc::O_RDONLY {
             return Err(Errno::EINVAL);
         }
-        // the open's capability stands for the write permission (checked at open)
-        truncate_path(d.path(), len as u64, Some(d.cap()))
+        // the open's capability stands for the write permission (checked at open); the
+        // file wherever it is now
+        conn::with(|c| {
+            let mut f = file(c, &d);
+            let r = c.ftruncate(&mut f, len as u64);
+            d.found_at(f.whereabouts());
+            r
+        })?;
+        for other in fdtable::all() {
+            if !other.is_dir() && other.attr().id == d.attr().id {
+                other.truncated(len as u64);
+            }
+        }
+        Ok(())
     })();
     zero(r)
 }
@@ -1782,6 +1852,19 @@ pub(crate) fn flush_all() {
     }
 }
 
+/// The process is exiting: the files it holds open are released at once (rather than when
+/// its lease runs out), so that one unlinked meanwhile is dropped now.
+pub(crate) fn release_all() {
+    if !madfs_client::hold::ever() || conn::in_vfork_child() {
+        return;
+    }
+    madfs_client::hold::exiting();
+    let _ = conn::with(|c| {
+        c.flush_releases_quietly();
+        Ok(())
+    });
+}
+
 /// `execve`: carries a madfs working directory into the new image (`MADFS_CWD`), removing a
 /// stale one. Leaves the call alone when neither applies.
 fn sys_execve(path: isize, argv: isize, envp: isize, extra: Option<(i64, i64)>) -> Ret {
@@ -1858,7 +1941,14 @@ fn sys_execve(path: isize, argv: isize, envp: isize, extra: Option<(i64, i64)>) 
         }
     }
     if fds {
-        if let Ok(s) = std::ffi::CString::new(format!("{FDS_ENV}=1")) {
+        // the new image goes on as this process's client (its open references are ours);
+        // a vfork child's image is a client of its own (the parent keeps its fds too)
+        let token = if vfork {
+            "1".to_string()
+        } else {
+            madfs_client::hold::exec_token()
+        };
+        if let Ok(s) = std::ffi::CString::new(format!("{FDS_ENV}={token}")) {
             owned.push(s);
         }
     }
@@ -2223,6 +2313,7 @@ pub fn dispatch(nr: i64, a: [isize; 6]) -> Ret {
         }
         libc::SYS_exit_group => {
             flush_all();
+            release_all();
             None
         }
         // a new process (not a thread): it must share the state of the fds it inherits

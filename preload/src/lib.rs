@@ -102,6 +102,7 @@ extern "C" fn madfs_unwind_selftest() -> libc::c_int {
 /// used (thread-local clients may already be gone; UCX's destructors have not run yet).
 extern "C" fn at_exit() {
     hooks::flush_all();
+    hooks::release_all();
 }
 
 /// Library destructor (the core is never unloaded: at exit): from here on UCX is being torn

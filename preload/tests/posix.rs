@@ -177,3 +177,111 @@ fn renames_follow_symbolic_links_among_ancestors() {
     let out = same_as_local(&cl, "relinks", RENAME_THROUGH_LINKS);
     assert_eq!(out, "g\ndata\nToo many levels of symbolic links\n");
 }
+
+const TEMPFILE: &str = r#"
+# the tempfile pattern: open, unlink (another process), go on using the descriptor; a child
+# process reads and writes through the inherited descriptor too
+yes 'some line of text' | head -c 3000000 > data
+sum=$(md5sum < data)
+exec 3<>tmp
+cat data >&3
+rm tmp
+ls | tr '\n' ' '; echo
+echo more >&3
+python3 - <<'PY'
+import hashlib, os
+st = os.fstat(3)
+print("nlink", st.st_nlink, "size", st.st_size)
+os.lseek(3, 0, 0)
+body = b""
+while True:
+    b = os.read(3, 1 << 20)
+    if not b:
+        break
+    body += b
+print(hashlib.md5(body[:3000000]).hexdigest(), body[3000000:].decode().strip())
+os.pwrite(3, b"patched", 10)
+os.ftruncate(3, 3000005)
+print("after ftruncate", os.fstat(3).st_size, os.pread(3, 7, 10).decode())
+PY
+echo "$sum" | cut -c1-32
+exec 3>&-
+# the name was free all along
+echo new > tmp; cat tmp
+"#;
+
+#[test]
+fn open_unlinked_files_keep_their_data_until_closed() {
+    let cl = cluster();
+    let out = same_as_local(&cl, "tempfile", TEMPFILE);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0].trim(), "data", "{out}");
+    assert_eq!(lines[1], "nlink 0 size 3000005", "{out}");
+    let (md5, more) = lines[2].split_once(' ').unwrap();
+    assert_eq!(md5, lines[4], "{out}");
+    assert_eq!(more, "more");
+    assert_eq!(lines[3], "after ftruncate 3000005 patched", "{out}");
+    assert_eq!(lines[5], "new");
+}
+
+const LOG_ROTATION: &str = r#"
+# a writer appends to log; another process renames it (into another directory, so most
+# likely to another server) and the writer goes on: every line ends up in the renamed file
+mkdir -p old
+exec 3>>log
+for i in $(seq 1 50); do echo "before $i" >&3; done
+mv log old/log.1
+for i in $(seq 1 50); do echo "after $i" >&3; done
+python3 -c 'import os; print("fstat size", os.fstat(3).st_size)'
+mv old/log.1 log.2
+for i in $(seq 1 50); do echo "after again $i" >&3; done
+exec 3>&-
+# a writer that seeks (not O_APPEND), renamed under it too
+exec 4<>w
+printf 0123456789 >&4
+mv w w.1
+printf abcdef >&4
+exec 4>&-
+wc -l < log.2; grep -c '^after ' log.2; tail -1 log.2; cat w.1; echo
+ls -R | tr '\n' ' '; echo
+"#;
+
+#[test]
+fn writes_follow_a_file_renamed_while_open() {
+    let cl = cluster();
+    let out = same_as_local(&cl, "logrotate", LOG_ROTATION);
+    assert!(
+        out.contains("150\n100\nafter again 50\n0123456789abcdef\n"),
+        "{out}"
+    );
+}
+
+const RENAME_OVER_OPEN: &str = r#"
+# a file renamed over another that is open: the open one keeps its data for its readers and
+# writers, the name shows the new file
+printf 'old content\n' > target
+exec 4<target
+exec 5<>target
+echo new > src
+mv src target
+cat <&4
+python3 - <<'PY'
+import os
+os.pwrite(5, b"written-after\n", 12)
+print(os.pread(5, 100, 0).decode(), end="")
+st = os.fstat(5)
+print("nlink", st.st_nlink, "size", st.st_size)
+PY
+exec 4<&- 5>&-
+cat target
+"#;
+
+#[test]
+fn renaming_over_an_open_file_keeps_its_data() {
+    let cl = cluster();
+    let out = same_as_local(&cl, "overopen", RENAME_OVER_OPEN);
+    assert_eq!(
+        out, "old content\nold content\nwritten-after\nnlink 0 size 26\nnew\n",
+        "{out}"
+    );
+}

@@ -323,6 +323,7 @@ impl crate::ops::Ops {
                 excl,
                 trunc,
                 access,
+                holder,
                 ..
             } => {
                 owned = Request::Create {
@@ -333,6 +334,7 @@ impl crate::ops::Ops {
                     excl,
                     trunc,
                     access,
+                    holder,
                 };
                 &owned
             }
@@ -372,6 +374,8 @@ impl crate::ops::Ops {
             | Request::Touch { .. }
             | Request::Seal { .. }
             | Request::MoveState { .. }
+            | Request::Forget { .. }
+            | Request::Moved { .. }
             | Request::DirSet { .. }
             | Request::DirList { .. }
                 if who.role != Role::Peer =>

@@ -10,6 +10,7 @@ pub mod dirtimes;
 pub mod fsck;
 pub mod identity;
 pub mod net;
+pub mod open;
 pub mod ops;
 pub mod peer;
 pub mod perm;
@@ -150,6 +151,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         dirs: Default::default(),
         dir_times: Default::default(),
         sealed: Default::default(),
+        opens: open::OpenRefs::new(cfg.limits.open_lease),
     });
     let reserve = ops.chunks.set_reserve(cfg.reserve)?;
     tracing::debug!("{reserve} bytes kept free for metadata");
@@ -256,6 +258,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     };
     rename::start_mover(ops.clone(), stop.clone(), Duration::from_millis(500))?;
     dirtimes::start(ops.clone(), stop.clone())?;
+    open::start(ops.clone(), stop.clone())?;
     local.block_on(
         &rt,
         net::run(worker, listener, tcp, net_cfg, ops.clone(), sync_tx, stop),

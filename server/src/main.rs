@@ -97,6 +97,11 @@ struct Args {
     /// clients reconnect before it runs out). 0: never.
     #[arg(long, default_value_t = 30_000)]
     lease_ms: u64,
+    /// Milliseconds a client process's open-file references last without renewal (an active
+    /// client renews every 10 s): a crashed (or that long idle) client's open-unlinked files
+    /// are dropped after it.
+    #[arg(long, default_value_t = 600_000)]
+    open_lease_ms: u64,
     /// Milliseconds a TCP connection may stay idle between requests. 0: never.
     #[arg(long, default_value_t = 60_000)]
     tcp_idle_ms: u64,
@@ -248,6 +253,7 @@ fn main() {
         limits: madfs_server::net::Limits {
             half_sent: Duration::from_millis(a.half_sent_ms),
             lease: Duration::from_millis(a.lease_ms),
+            open_lease: Duration::from_millis(a.open_lease_ms.max(1000)),
             tcp_idle: Duration::from_millis(a.tcp_idle_ms),
             park_bytes: a.park_mib << 20,
             ..Default::default()

@@ -92,6 +92,9 @@ pub struct Limits {
     /// A UCX connection that sent no request for this long is closed (its lease ran out);
     /// clients learn it from the welcome and reconnect before. Zero: never.
     pub lease: Duration,
+    /// A client process's open-file references last this long without renewal
+    /// (`server/src/open.rs`).
+    pub open_lease: Duration,
     /// A TCP connection silent for this long between requests is closed. Zero: never.
     pub tcp_idle: Duration,
     /// TCP requests served at once (each holds a buffer set while it is read, served and
@@ -109,6 +112,7 @@ impl Default for Limits {
             parked_max: 4096,
             orphan_wait: Duration::from_secs(30),
             lease: Duration::from_secs(30),
+            open_lease: crate::open::LEASE,
             tcp_idle: Duration::from_secs(60),
             tcp_sets: 16,
         }
@@ -528,6 +532,7 @@ fn serve_frame_unguarded(
                     dir: &l.dir,
                     token: l.token,
                 },
+                Answer::Named(p) => Reply::Named(p),
                 Answer::Dirents(v, next) => {
                     dirents = v
                         .iter()

@@ -55,6 +55,8 @@ pub enum Answer {
     Data(usize),
     /// Where the chunk files are.
     Located(Location),
+    /// The path naming an open file now (`Where`).
+    Named(String),
 }
 
 /// The stores of one server and its settings.
@@ -85,6 +87,8 @@ pub struct Ops {
     pub dir_times: crate::dirtimes::DirTimes,
     /// Directories an rmdir is removing ([`crate::rmdir`]).
     pub sealed: crate::rmdir::Sealed,
+    /// Open references of the files whose home this server is ([`crate::open`]).
+    pub opens: crate::open::OpenRefs,
 }
 
 /// Nanoseconds since the epoch.
@@ -116,6 +120,9 @@ pub fn runs_inline(req: &Request<'_>, meta_inline: bool) -> bool {
         | Request::DirSet { .. }
         | Request::Touch { .. }
         | Request::Statfs
+        | Request::Hold { .. }
+        | Request::Where { .. }
+        | Request::Moved { .. }
         | Request::HasChildren { .. } => true,
         Request::Create { .. }
         | Request::Symlink { .. }
@@ -134,6 +141,7 @@ pub fn runs_inline(req: &Request<'_>, meta_inline: bool) -> bool {
         | Request::Attach { .. }
         | Request::Settle { .. }
         | Request::MoveState { .. }
+        | Request::Forget { .. }
         | Request::DirList { .. } => false,
         // a move to another server waits for that server
         Request::Rename { .. } => false,
@@ -221,7 +229,7 @@ impl Ops {
                 .write(id, from, &data[(from - off) as usize..])?;
         }
         if let Some((p, size, mtime)) = publish {
-            self.meta.merge_size(p, size, mtime)?;
+            self.meta.publish_size(p, id, size, mtime)?;
         }
         Ok(())
     }
@@ -289,13 +297,23 @@ impl Ops {
         self.meta.get(path)?.ok_or(Errno::ENOENT)
     }
 
-    /// `SetSize`: `Max` publishes a lower bound (merge operator), `Exact` truncates.
-    fn set_size(&self, path: &str, size: u64, mode: SizeMode) -> FsResult<Answer> {
-        not_root(path, Errno::EISDIR)?;
+    /// `SetSize`: `Max` publishes a lower bound (merge operator), `Exact` truncates; `id` ≠ 0
+    /// only to the entry naming that file (ESTALE), an empty path to its orphan record.
+    fn set_size(&self, path: &str, size: u64, mode: SizeMode, id: u64) -> FsResult<Answer> {
         if size > i64::MAX as u64 {
             return Err(Errno::EFBIG); // beyond off_t
         }
-        let mut a = self.get(path)?;
+        if path.is_empty() {
+            return self.set_orphan_size(id, size, mode);
+        }
+        not_root(path, Errno::EISDIR)?;
+        let mut a = self.get(path).map_err(|e| match e {
+            Errno::ENOENT if id != 0 => Errno::ESTALE,
+            e => e,
+        })?;
+        if id != 0 && a.id != id {
+            return Err(Errno::ESTALE);
+        }
         if a.is_link() {
             return Err(Errno::ELOOP); // the client follows the link
         }
@@ -307,7 +325,7 @@ impl Ops {
         }
         match mode {
             SizeMode::Max => {
-                self.meta.merge_size(path, size, now_ns())?;
+                self.meta.publish_size(path, a.id, size, now_ns())?;
                 Ok(Answer::Unit)
             }
             SizeMode::Exact | SizeMode::ExactWith(_) => {
@@ -324,15 +342,36 @@ impl Ops {
         }
     }
 
+    /// `SetSize` of orphan `id` (open, its last name gone).
+    fn set_orphan_size(&self, id: u64, size: u64, mode: SizeMode) -> FsResult<Answer> {
+        let now = now_ns();
+        let exact = !matches!(mode, SizeMode::Max);
+        let a = self.orphan_change(id, |a| {
+            if exact {
+                Change::Size { size, time: now }.apply(a);
+            } else if size > a.size {
+                a.size = size;
+                a.mtime = a.mtime.max(now);
+            }
+        })?;
+        if exact {
+            self.meta.truncate_inline(id, size)?;
+            self.drop_local_chunks(id, size)?;
+            return Ok(Answer::Attr(a));
+        }
+        Ok(Answer::Unit)
+    }
+
     /// What an fsync request does before its flush: publish the size it carries.
     pub fn fsync_publish(&self, req: &Request<'_>) -> FsResult<()> {
         if let Request::Fsync {
+            id,
             size_of: Some(path),
             size,
             ..
         } = *req
         {
-            self.set_size(path, size, SizeMode::Max)?;
+            self.set_size(path, size, SizeMode::Max, id)?;
         }
         Ok(())
     }
@@ -346,9 +385,40 @@ impl Ops {
         }
         match *req {
             Request::Ping => Ok(Answer::Unit),
-            Request::Stat(path) | Request::Open { path, .. } => {
+            Request::Stat(path) => {
                 path_ok(path)?;
                 self.get(path).map(Answer::Attr)
+            }
+            Request::Open { path, holder, .. } => {
+                path_ok(path)?;
+                // the lookup and the reference together: an unlink either comes first
+                // (ENOENT) or finds the file open
+                let _n = (holder != 0).then(|| self.opens.name_lock(path));
+                let a = self.get(path)?;
+                self.opened(holder, &a);
+                Ok(Answer::Attr(a))
+            }
+            Request::Hold {
+                client,
+                ref add,
+                ref release,
+                ref held,
+                gone,
+            } => {
+                self.opens.hold(client, add, release, held, gone);
+                Ok(Answer::Unit)
+            }
+            Request::Where { id, client } => self.where_is(id, client),
+            Request::Forget { id, attr } => {
+                if id != attr.id {
+                    return Err(Errno::EINVAL);
+                }
+                self.forget_here(&attr).map(Answer::Bool)
+            }
+            Request::Moved { id, to } => {
+                path_ok(to)?;
+                self.note_moved(id, to);
+                Ok(Answer::Unit)
             }
             Request::DirSet {
                 path,
@@ -378,9 +448,12 @@ impl Ops {
                 gid,
                 excl,
                 trunc,
+                holder,
                 ..
             } => {
                 not_root(path, Errno::EISDIR)?;
+                // the entry and its open reference together (see `Open`)
+                let _n = (holder != 0).then(|| self.opens.name_lock(path));
                 // only a new entry needs room (opening an existing file never)
                 let make = &mut || {
                     self.chunks.admit_entry()?;
@@ -397,6 +470,8 @@ impl Ops {
                         self.meta.get_or_insert(path, make)
                     }
                 })?;
+                let (Created::New(a) | Created::Existed(a)) = &found;
+                self.opened(holder, a);
                 match found {
                     Created::New(attr) => {
                         self.parent_changed(path, attr.ctime);
@@ -490,13 +565,13 @@ impl Ops {
             }
             Request::Unlink { path } => {
                 not_root(path, Errno::EISDIR)?;
+                let _n = self.opens.name_lock(path);
                 let a = self.get(path)?;
                 if a.is_dir() {
                     return Err(Errno::EISDIR);
                 }
-                self.meta.remove(path, a.id)?;
+                self.unlink_file(path, &a)?;
                 self.parent_changed(path, now_ns());
-                self.drop_local_chunks(a.id, 0)?;
                 Ok(Answer::Attr(a))
             }
             Request::Rmdir { path } => self.rmdir(path),
@@ -521,7 +596,12 @@ impl Ops {
                 }
                 Ok(Answer::Dirents(v, next))
             }
-            Request::SetSize { path, size, mode } => self.set_size(path, size, mode),
+            Request::SetSize {
+                path,
+                size,
+                mode,
+                id,
+            } => self.set_size(path, size, mode, id),
             Request::Chmod { path, mode } => {
                 not_root(path, Errno::EPERM)?;
                 let mut a = self.get(path)?;
@@ -560,13 +640,27 @@ impl Ops {
                 self.meta.change(path, c)?;
                 Ok(Answer::Attr(a))
             }
-            Request::Append { path, len } => {
+            Request::Append { path, len, id } => {
+                if path.is_empty() {
+                    // an open-unlinked file's
+                    let mut at = 0;
+                    self.orphan_change(id, |a| {
+                        at = a.size;
+                        a.size = a.size.saturating_add(len);
+                        a.mtime = now_ns();
+                    })?;
+                    return Ok(Answer::Offset(at));
+                }
                 not_root(path, Errno::EISDIR)?;
-                if self.get(path)?.is_link() {
-                    return Err(Errno::ELOOP);
+                match self.get(path) {
+                    Ok(a) if a.is_link() && (id == 0 || a.id == id) => return Err(Errno::ELOOP),
+                    // the descriptor's file was renamed or unlinked: the client asks its home
+                    Err(Errno::ENOENT) if id != 0 => return Err(Errno::ESTALE),
+                    Err(e) => return Err(e),
+                    Ok(_) => {}
                 }
                 self.meta
-                    .reserve_append(path, len, now_ns())
+                    .reserve_append(path, id, len, now_ns())
                     .map(Answer::Offset)
             }
             Request::Chown {
@@ -627,9 +721,11 @@ impl Ops {
             } => {
                 not_root(path, Errno::EISDIR)?;
                 let dir = attr.is_dir();
-                if bulk.len() as u64 > MAX_CHUNK || (dir && !bulk.is_empty()) {
-                    return Err(Errno::EINVAL);
+                if !bulk.is_empty() {
+                    return Err(Errno::EINVAL); // chunk 0 stays on the file's home server
                 }
+                // a replaced file is forgotten under its name's lock (see `Unlink`)
+                let _n = self.opens.name_lock(path);
                 let old = self.meta.get(path)?;
                 match old {
                     Some(o) if !replace && o.id != attr.id => return Err(Errno::EEXIST),
@@ -642,7 +738,6 @@ impl Ops {
                     ctime: now_ns(),
                     ..attr
                 };
-                let t = (self.inline_max as usize).min(bulk.len());
                 let arrival = from.map(|from| crate::store::Arrival {
                     path: path.to_owned(),
                     src,
@@ -653,34 +748,17 @@ impl Ops {
                 if let Some(a) = &arrival {
                     self.moving.arrive(a.clone());
                 }
-                let attach = || {
-                    self.meta
-                        .attach(path, &attr, &bulk[..t], old.map(|o| o.id), arrival.as_ref())
-                };
+                let attach = || self.meta.attach(path, &attr, &[], arrival.as_ref());
                 match old {
                     Some(_) => attach()?,
                     None => self.creating(path, attach)?,
                 }
-                if !dir && !bulk.is_empty() {
-                    // chunk 0 is exactly what came: bytes an earlier stay of this file on this
-                    // server left past the inline part go (other chunks share the file). No
-                    // bulk: a move within this server (a directory rename's), chunk 0 stays.
-                    let cs = attr.chunk_size.max(1) as u64;
-                    self.chunks
-                        .punch(attr.id, t as u64, cs.saturating_sub(t as u64))?;
-                }
-                if bulk.len() > t {
-                    self.chunks.write(attr.id, t as u64, &bulk[t..])?;
-                }
                 let old = old.filter(|o| o.id != attr.id);
-                if let Some(o) = old.filter(|o| !o.is_dir()) {
-                    // the replaced file's bytes on this server
-                    self.drop_local_chunks(o.id, 0)?;
+                if let Some(o) = &old {
+                    // the replaced file's last name is gone
+                    self.forget(o)?;
                 }
                 if durable {
-                    if bulk.len() > t {
-                        self.chunks.sync(attr.id)?;
-                    }
                     self.meta.sync(self.meta.mark())?;
                 }
                 if dir {
@@ -688,23 +766,13 @@ impl Ops {
                 }
                 Ok(Answer::Replaced(old))
             }
-            Request::Detach {
-                path,
-                id,
-                drop_inline,
-            } => {
+            Request::Detach { path, id } => {
                 not_root(path, Errno::EBUSY)?;
                 let a = self.get(path)?;
                 if a.id != id {
                     return Err(Errno::ENOENT);
                 }
-                if drop_inline {
-                    self.meta.remove(path, id)?;
-                    // chunk 0's bytes beyond the inline part (other chunks may share the file)
-                    self.chunks.punch(id, 0, a.chunk_size.max(1) as u64)?;
-                } else {
-                    self.meta.remove_entry(path)?;
-                }
+                self.meta.remove_entry(path)?;
                 if a.is_dir() {
                     self.dir_changed(path, None);
                 }
@@ -760,6 +828,11 @@ impl Ops {
             } => {
                 if chunk_size == 0 {
                     return Err(Errno::EINVAL);
+                }
+                if size < chunk_size as u64
+                    && madfs_placement::home_server(id, self.peers.servers()) == self.id
+                {
+                    self.meta.truncate_inline(id, size)?; // chunk 0 lives here
                 }
                 self.chunks.truncate(id, size)?;
                 Ok(Answer::Unit)
@@ -836,6 +909,7 @@ pub(crate) mod tests {
             excl: true,
             trunc: false,
             access: 0,
+            holder: 0,
         }
     }
 
@@ -852,6 +926,7 @@ pub(crate) mod tests {
             dirs: Default::default(),
             dir_times: Default::default(),
             sealed: Default::default(),
+            opens: crate::open::OpenRefs::new(crate::open::LEASE),
             moving: Default::default(),
             meta: RocksMeta::open(&dir.join("db"), 0).unwrap(),
             chunks: FsChunks::open(&dir.join("data"), true).unwrap(),
@@ -871,6 +946,7 @@ pub(crate) mod tests {
             excl,
             trunc: false,
             access: 0,
+            holder: 0,
         }
     }
 
@@ -885,11 +961,13 @@ pub(crate) mod tests {
             path: "/f",
             size: i64::MAX as u64 + 1,
             mode: SizeMode::Exact,
+            id: 0,
         };
         assert_eq!(o.execute(&big, b"", &mut d).err(), Some(Errno::EFBIG));
         let append = Request::Append {
             path: "/f",
             len: u64::MAX,
+            id: 0,
         };
         assert_eq!(o.execute(&append, b"", &mut d).err(), Some(Errno::EFBIG));
         let n = FIND_SCAN_MAX + 100;
@@ -1013,6 +1091,7 @@ pub(crate) mod tests {
                 path: "/f",
                 size: 5,
                 mode: SizeMode::Max,
+                id: 0,
             },
             b"",
             &mut d,
@@ -1023,6 +1102,7 @@ pub(crate) mod tests {
                 path: "/f",
                 size: 3,
                 mode: SizeMode::Max,
+                id: 0,
             },
             b"",
             &mut d,
@@ -1058,6 +1138,7 @@ pub(crate) mod tests {
             excl: false,
             trunc: true,
             access: 0,
+            holder: 0,
         };
         let Answer::Created {
             attr,

@@ -231,7 +231,7 @@ impl Ops {
         let local = |p: &str| self.get(p);
         match *req {
             Request::Stat(path) => self.search(who, path)?,
-            Request::Open { path, access } => {
+            Request::Open { path, access, .. } => {
                 self.search(who, path)?;
                 Self::need(who, &local(path)?, access)?;
             }
@@ -285,6 +285,31 @@ impl Ops {
                 self.search(who, dir)?;
                 let d = self.dirs.get(dir).ok_or(Errno::ENOENT)?;
                 if !allowed(who, libc::S_IFDIR | d.mode, d.uid, d.gid, ACCESS_R) {
+                    return Err(Errno::EACCES);
+                }
+            }
+            // an open-unlinked file (its home server's orphan record): what its descriptor
+            // was granted, or its owner's
+            Request::SetSize {
+                path: "", mode, id, ..
+            } => {
+                let a = self.orphan(id)?.ok_or(Errno::ENOENT)?;
+                let granted = match mode {
+                    SizeMode::ExactWith(cap) => {
+                        cap.id == id
+                            && cap.access & ACCESS_W != 0
+                            && cap.uid == who.uid
+                            && crate::cap::valid(self.peers.key(), &cap)
+                    }
+                    _ => false,
+                };
+                if !granted && a.uid != who.uid {
+                    return Err(Errno::EACCES);
+                }
+            }
+            Request::Append { path: "", id, .. } => {
+                let a = self.orphan(id)?.ok_or(Errno::ENOENT)?;
+                if a.uid != who.uid {
                     return Err(Errno::EACCES);
                 }
             }

@@ -13,7 +13,7 @@
 //! client retries): of two concurrent renames of one source exactly one wins.
 
 use crate::ops::{now_ns, Answer, Ops};
-use crate::store::{Arrival, ChunkStore, Intent, MetadataStore};
+use crate::store::{Arrival, Intent, MetadataStore};
 use madfs_placement::meta_server;
 use madfs_proto::{Attr, Errno, FsResult, Reply, Request};
 use std::collections::HashMap;
@@ -205,7 +205,20 @@ impl Ops {
             | Request::Utimens { path, .. }
             | Request::Chown { path, .. }
             | Request::Attach { path, .. }
-            | Request::Detach { path, .. } => (path, false),
+            | Request::Detach { path, .. }
+            // a size published to a name being moved would stay behind: the writer waits
+            | Request::Write {
+                size_of: Some(path),
+                ..
+            }
+            | Request::WriteData {
+                size_of: Some(path),
+                ..
+            }
+            | Request::Fsync {
+                size_of: Some(path),
+                ..
+            } => (path, false),
             _ => return None,
         };
         if !self.moving.busy(path) {
@@ -247,7 +260,8 @@ impl Ops {
         if meta_server(from, n) != self.id {
             return Err(Errno::EINVAL); // sent to the wrong server
         }
-        if self.get(from)?.is_dir() {
+        let a = self.get(from)?;
+        if a.is_dir() {
             return self.rename_dir(from, to, noreplace);
         }
         if !self.moving.claim(from) {
@@ -259,6 +273,8 @@ impl Ops {
             pending: None,
         };
         let r = if meta_server(to, n) == self.id {
+            // a replaced file is forgotten under its name's lock (see `Unlink`)
+            let _n = self.opens.name_lock(to);
             self.creating(to, || self.meta.rename_local(from, to, noreplace, now_ns()))
                 .and_then(|old| self.dropped(old))
         } else {
@@ -279,37 +295,16 @@ impl Ops {
         // an unfinished move ([`Ops::finish_intents`] retries it) keeps the path busy
         claim.pending = Some(matches!(r, Err(Errno::EIO)) && self.intent_left(from));
         drop(claim);
-        if let Ok(Answer::Replaced(Some(old))) = &r {
-            self.drop_everywhere(old);
+        if r.is_ok() {
+            // descriptors of the file find it under its new name
+            self.moved(a.id, to);
         }
         r
     }
 
-    /// The bytes of a file that a rename replaced, on every server (chunks are placed by
-    /// file id); what cannot be reached now is a leak, not an error of the rename.
-    fn drop_everywhere(&self, old: &Attr) {
-        if old.is_dir() || old.size <= old.chunk_size as u64 {
-            return; // chunk 0 went with the entry
-        }
-        let req = Request::TruncateChunks {
-            id: old.id,
-            size: 0,
-            chunk_size: old.chunk_size,
-            cap: Default::default(),
-        };
-        for s in 0..self.peers.servers() {
-            if let Err(e) = self.on(s, &req) {
-                tracing::warn!(
-                    "rename: bytes of replaced file {} on server {s} left ({e})",
-                    old.id
-                );
-            }
-        }
-    }
-
     /// Rename of directory `from` (this server's): keys hold full paths, so every
-    /// descendant's entry moves (files by a `Rename` each, done by their own server, with
-    /// their chunk 0; other chunks stay, placed by file id). The new tree is built top-down
+    /// descendant's entry moves (files by a `Rename` each, done by their own server; chunks
+    /// stay, placed by file id). The new tree is built top-down
     /// before the old one is removed bottom-up, so a concurrent reader may see an entry
     /// under both names for a moment, never under neither (docs/consistency.md). Every step
     /// is a call between servers: no client says what an entry is.
@@ -397,11 +392,7 @@ impl Ops {
             }
         }
         for (d, id) in dirs.iter().rev() {
-            let req = Request::Detach {
-                path: d,
-                id: *id,
-                drop_inline: false,
-            };
+            let req = Request::Detach { path: d, id: *id };
             self.on(meta_server(d, n), &req)?;
         }
         Ok(Answer::Replaced(None))
@@ -428,26 +419,20 @@ impl Ops {
             .map_or(true, |v| v.iter().any(|i| i.from == from))
     }
 
-    /// The replaced entry of a local rename: its bytes on this server go too.
+    /// The replaced entry of a local rename: its last name is gone.
     fn dropped(&self, old: Option<Attr>) -> FsResult<Answer> {
-        if let Some(o) = old.filter(|o| !o.is_dir()) {
-            self.chunks.truncate(o.id, 0)?;
+        if let Some(o) = &old {
+            self.forget(o)?;
         }
         Ok(Answer::Replaced(old))
     }
 
-    /// Sends the entry of `it` with its chunk 0 to the target's server and ends the move:
+    /// Sends the entry of `it` to the target's server (chunk 0 stays on the file's home
+    /// server) and ends the move:
     /// `Ok(replaced)` when the target has it, the target's errno when it refused (the source
     /// stays), `EIO` when it could not be reached (the intent stays, to be finished later).
     fn finish_move(&self, it: &Intent) -> FsResult<Option<Attr>> {
         let a = it.attr;
-        let mut chunk0 = Vec::new();
-        if !a.is_dir() && a.size > 0 {
-            let len = a.size.min(a.chunk_size.max(1) as u64) as usize;
-            chunk0.resize(len, 0);
-            let n = self.read_chunk0(a.id, 0, &mut chunk0)?;
-            chunk0.truncate(n);
-        }
         let req = Request::Attach {
             path: &it.to,
             attr: Attr {
@@ -460,7 +445,7 @@ impl Ops {
             src: self.id,
         };
         let dst = meta_server(&it.to, self.peers.servers());
-        match self.peers.call(dst, &req, &chunk0) {
+        match self.peers.call(dst, &req, &[]) {
             Ok(Reply::Replaced(old)) => {
                 fault("rename-after-attach");
                 self.meta.end_move(it, true)?;
@@ -472,10 +457,6 @@ impl Ops {
                 if let Err(e) = self.peers.call(dst, &settle, &[]) {
                     tracing::debug!("settle {} on server {dst}: {e}", it.to);
                 }
-                // Chunk 0's bytes past the inline part stay in this server's file of the id
-                // (a leak until the file is removed; fsck's to reclaim): punching them here
-                // could destroy the same file's chunk 0 if it came back to this server under
-                // another name meanwhile (docs/consistency.md, "rename", known limit).
                 Ok(old)
             }
             Ok(_) => Err(Errno::EPROTO),
@@ -566,6 +547,9 @@ impl Ops {
                 pending: None,
             };
             let r = self.finish_move(&it);
+            if r.is_ok() {
+                self.moved(it.attr.id, &it.to);
+            }
             let pending = matches!(r, Err(Errno::EIO));
             if pending {
                 left += 1;

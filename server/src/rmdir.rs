@@ -109,7 +109,7 @@ impl Ops {
                 return Err(e);
             }
         }
-        let removed = self.meta.remove(path, a.id);
+        let removed = self.meta.remove(path, a.id, None);
         if removed.is_ok() {
             self.parent_changed(path, now_ns());
             // every server learns it is gone (creates in it are ENOENT from then on)

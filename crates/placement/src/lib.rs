@@ -9,7 +9,9 @@
 //!   cluster from N to N+1 servers moves ≈ 1/(N+1) of the paths.
 //! * [`data_server`]: the server of data chunk *i ≥ 1* of a file, placed by the file's immutable
 //!   id, so chunks do not move when a file is renamed. Chunk 0 lives inline in RocksDB on the
-//!   file's metadata server ([`chunk_server`] encodes that rule).
+//!   file's *home* server ([`home_server`]: the server that made the id, which is the metadata
+//!   server of the name it was created under), so no chunk moves when a file is renamed, and
+//!   an open descriptor's I/O never follows a name ([`chunk_server`] encodes both rules).
 //! * [`name_hash`]: the directory position of an entry (readdir order and cookie).
 
 use madfs_proto::Errno;
@@ -60,11 +62,23 @@ pub fn data_server(id: u64, chunk: u64, n: u32) -> u32 {
     jump_hash(hash64(&key, CHUNK_SEED), n)
 }
 
-/// Server of any chunk: chunk 0 is inline on the metadata server `meta`, the others are
-/// placed by file id.
-pub fn chunk_server(meta: u32, id: u64, chunk: u64, n: u32) -> u32 {
+/// Home server of file `id` among `n` servers: the server that made the id (its top 16 bits,
+/// see the server's id allocator). It keeps the file's chunk 0, its open references and, once
+/// its last name is gone while it is open, its orphan record (docs/consistency.md, "Open
+/// files"). An id naming no server of this cluster falls back to a hash of the id.
+pub fn home_server(id: u64, n: u32) -> u32 {
+    let s = (id >> 48) as u32;
+    if s < n {
+        s
+    } else {
+        data_server(id, 0, n)
+    }
+}
+
+/// Server of any chunk of file `id`: chunk 0 on its [`home_server`], the others placed by id.
+pub fn chunk_server(id: u64, chunk: u64, n: u32) -> u32 {
     if chunk == 0 {
-        meta
+        home_server(id, n)
     } else {
         data_server(id, chunk, n)
     }
@@ -216,7 +230,11 @@ mod tests {
             [(1u64, 1u64), (1, 2), (99, 7), (1 << 48, 3)].map(|(i, c)| data_server(i, c, 5)),
             DATA_5
         );
-        assert_eq!(chunk_server(4, 1, 0, 5), 4);
+        // chunk 0 on the server that made the id; an id of no server here falls back to a hash
+        assert_eq!(chunk_server((3 << 48) | 17, 0, 5), 3);
+        assert_eq!(home_server((3 << 48) | 17, 5), 3);
+        assert_eq!(home_server(9 << 48, 5), data_server(9 << 48, 0, 5));
+        assert_eq!(chunk_server(99, 7, 5), data_server(99, 7, 5));
     }
     const NAME_HASH_FILE0: u64 = 8_013_791_070_622_528_087;
     const JUMP_10: [u32; 5] = [6, 6, 8, 5, 9];

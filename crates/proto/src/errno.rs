@@ -60,6 +60,7 @@ errnos!(
     ENOEXEC,
     EADDRINUSE,
     ECONNREFUSED,
+    ESTALE,
 );
 
 impl Errno {

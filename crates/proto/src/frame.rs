@@ -179,6 +179,14 @@ mod tests {
                 excl: true,
                 trunc: false,
                 access: 0,
+                holder: 7,
+            },
+            Request::Hold {
+                client: 7,
+                add: vec![1],
+                release: vec![2, 3],
+                held: vec![1, 1],
+                gone: false,
             },
             Request::Write {
                 id: 42,
@@ -192,6 +200,7 @@ mod tests {
                 path: "/x",
                 size: 99,
                 mode: SizeMode::Max,
+                id: 5,
             },
             Request::Readdir {
                 dir: "/",

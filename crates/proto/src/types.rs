@@ -363,12 +363,19 @@ pub enum Request<'a> {
         /// What the open wants of an existing file ([`ACCESS_R`] | [`ACCESS_W`]), checked
         /// against its mode bits.
         access: u32,
+        /// The opening client process ([`Request::Hold`]): the file's home server counts an
+        /// open reference of it, so that the file outlives its names until closed. 0: none.
+        holder: u64,
     },
     /// Look up `path` to open it (or for `access(2)`) wanting `access` ([`ACCESS_R`],
     /// [`ACCESS_W`], [`ACCESS_X`]; 0: exists). Reply: `Attr`; EACCES when the connection's
     /// user may not. A symbolic link answers its own attributes, unchecked (the client
-    /// follows it).
-    Open { path: &'a str, access: u32 },
+    /// follows it). `holder`: as in `Create` (0 for `access(2)` and other lookups).
+    Open {
+        path: &'a str,
+        access: u32,
+        holder: u64,
+    },
     /// Another server's directory changed (made, its mode or owner changed, or gone when
     /// `gone`): every server keeps every directory's mode and owner to check search
     /// permission on a path's ancestors locally. Servers only. `version`: the directory's
@@ -425,15 +432,20 @@ pub enum Request<'a> {
         start: u64,
         max_bytes: u32,
     },
-    /// Change the size recorded in the inode.
+    /// Change the size recorded in the inode. `id` ≠ 0: only if `path` still names file `id`
+    /// (ESTALE otherwise: the descriptor's file was renamed or unlinked; the client asks its
+    /// home server [`Request::Where`]); `path` empty: the open-unlinked file `id` itself, at
+    /// its home server.
     SetSize {
         path: &'a str,
         size: u64,
         mode: SizeMode,
+        id: u64,
     },
     /// `O_APPEND`: reserve `len` bytes at the end of the file atomically (the size grows by
-    /// `len` at once); the reply `Written(offset)`-like `Offset` says where to write.
-    Append { path: &'a str, len: u64 },
+    /// `len` at once); the reply `Written(offset)`-like `Offset` says where to write. `id` and
+    /// an empty `path` as in `SetSize`.
+    Append { path: &'a str, len: u64, id: u64 },
     /// Change permission bits.
     Chmod { path: &'a str, mode: u32 },
     /// Change times. `link`: of a symbolic link itself (`AT_SYMLINK_NOFOLLOW`); otherwise a
@@ -452,8 +464,9 @@ pub enum Request<'a> {
         gid: u32,
         link: bool,
     },
-    /// Put an existing entry at `path` (rename's second half). Bulk: a file's inline chunk 0.
-    /// Replaces what is at `path` unless `replace` is false (EEXIST): a file replaces a file
+    /// Put an existing entry at `path` (rename's second half; no bulk: chunk 0 stays on the
+    /// file's home server). Replaces what is at `path` unless `replace` is false (EEXIST): a
+    /// file replaces a file
     /// (a directory: EISDIR), a directory replaces a directory the client found empty (a
     /// file: ENOTDIR).
     Attach {
@@ -496,13 +509,10 @@ pub enum Request<'a> {
         to: &'a str,
         noreplace: bool,
     },
-    /// Remove the entry at `path` if it still names file `id` (rename's last step); keeps the
-    /// inline chunk 0 unless `drop_inline`.
-    Detach {
-        path: &'a str,
-        id: u64,
-        drop_inline: bool,
-    },
+    /// Remove the entry at `path` if it still names file `id` (a directory rename's last
+    /// step).
+    Detach { path: &'a str, id: u64 },
+
     /// Read `len` bytes of chunk `chunk` of a file at `offset` within the chunk. Reply bulk:
     /// the bytes that exist (short at the end of the stored data). `chunk_size`: the file's
     /// (a server keeps a file's chunks at their byte positions in one local file).
@@ -515,8 +525,9 @@ pub enum Request<'a> {
         cap: Cap,
     },
     /// Write the request's bulk data into chunk `chunk` at `offset`. For chunk 0 (inline on
-    /// the metadata server) `size_of` may name the file's path: the end of the write is then
-    /// published as its size in the same request (a small file costs no extra size RPC).
+    /// the home server) `size_of` may name the file's path when that server holds its entry:
+    /// the end of the write is then published as its size in the same request (a small file
+    /// costs no extra size RPC); ESTALE, writing nothing, if the path no longer names `id`.
     Write {
         id: u64,
         chunk: u64,
@@ -535,7 +546,7 @@ pub enum Request<'a> {
     /// Make every acknowledged write of file `id` on this server durable (WAL + chunk files).
     /// Sent on the fsync tag. With `size_of` (to the metadata server), `size` is first
     /// published as a lower bound of that path's size, as `SetSize` `Max` does: a writer's
-    /// fsync and its size publication are one request.
+    /// fsync and its size publication are one request (ESTALE as `SetSize` with an `id`).
     Fsync {
         id: u64,
         size_of: Option<&'a str>,
@@ -564,6 +575,32 @@ pub enum Request<'a> {
         after: &'a [u8],
         max_bytes: u32,
     },
+    /// Open references of client process `client` (a random number it chose, sent by each of
+    /// its connections) to files whose home server this is: `add` and `release` one each;
+    /// `held` is every file it holds here afterwards (one id per open description), taken
+    /// instead when this server does not know the client (it restarted, or the client's lease
+    /// ran out). Also the client's lease renewal (every [`HOLD_EVERY_MS`]): a client silent
+    /// for the server's open lease loses its references (docs/consistency.md, "Open files").
+    /// Reply: `Unit`.
+    Hold {
+        client: u64,
+        add: Vec<u64>,
+        release: Vec<u64>,
+        held: Vec<u64>,
+        /// The client process is exiting: every reference it has here goes.
+        gone: bool,
+    },
+    /// Where is file `id` (this server is its home), which client `client` holds open, now?
+    /// Reply `Named(path)` after a rename, `Attr` (nlink 0) when its last name is gone, EAGAIN
+    /// while a rename or removal of it is finishing, ENOENT if `client` does not hold it.
+    Where { id: u64, client: u64 },
+    /// The last name of file `id` (this server is its home) was removed by its metadata
+    /// server, `attr` as it was: kept as an orphan while open, else its bytes are dropped on
+    /// every server. Servers only. Reply: `Bool(orphaned)`.
+    Forget { id: u64, attr: Attr },
+    /// File `id` (this server is its home) was renamed to `to`: descriptors of it find it
+    /// there. Servers only. Reply: `Unit`.
+    Moved { id: u64, to: &'a str },
     /// Where this server keeps its chunk files, for clients on the same host that read them
     /// directly (docs/architecture.md, "Local reads"). Reply: `Located`.
     Locate,
@@ -581,6 +618,11 @@ pub enum Request<'a> {
         cap: Cap,
     },
 }
+
+/// How often a client process holding files open renews its references ([`Request::Hold`]),
+/// milliseconds, on the way of its calls; servers keep them for a lease many times longer
+/// (10 minutes by default).
+pub const HOLD_EVERY_MS: u64 = 10_000;
 
 /// Read permission (`R_OK`).
 pub const ACCESS_R: u32 = 4;
@@ -665,6 +707,10 @@ impl Request<'_> {
             Request::Open { .. } => "open",
             Request::DirSet { .. } => "dir_set",
             Request::DirList { .. } => "dir_list",
+            Request::Hold { .. } => "hold",
+            Request::Where { .. } => "where",
+            Request::Forget { .. } => "forget",
+            Request::Moved { .. } => "moved",
         }
     }
 }
@@ -703,7 +749,7 @@ pub struct StatFs {
 
 /// Version of the wire protocol: bumped whenever a request, reply, frame or tag changes
 /// meaning. A client refuses a server whose welcome names another version.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// What a server says to a client right after accepting its connection.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
@@ -835,6 +881,8 @@ pub enum Reply<'a> {
     Replaced(Option<Attr>),
     /// Bytes written.
     Written(u32),
+    /// The path that names an open file now (`Where`).
+    Named(&'a str),
     /// Offset reserved by `Append`.
     Offset(u64),
     /// `Find` results: paths relative to the directory searched, entries examined, and the

@@ -28,6 +28,7 @@ fn requests() -> Vec<(&'static str, Request<'static>, &'static [u8])> {
         excl: true,
         trunc: false,
         access: 0,
+        holder: 9,
     };
     let symlink = Request::Symlink {
         path: "/l",
@@ -50,6 +51,7 @@ fn requests() -> Vec<(&'static str, Request<'static>, &'static [u8])> {
         path: "/a/f",
         size: 10,
         mode: SizeMode::Exact,
+        id: 0,
     };
     let utimens = Request::Utimens {
         path: "/a/f",
@@ -76,11 +78,7 @@ fn requests() -> Vec<(&'static str, Request<'static>, &'static [u8])> {
         to: "/b",
         noreplace: false,
     };
-    let detach = Request::Detach {
-        path: "/x",
-        id: 7,
-        drop_inline: true,
-    };
+    let detach = Request::Detach { path: "/x", id: 7 };
     let read = Request::Read {
         id: 7,
         chunk: 1,
@@ -136,10 +134,23 @@ fn requests() -> Vec<(&'static str, Request<'static>, &'static [u8])> {
         ("readdir", readdir, b""),
         ("set_size", set_size, b""),
         (
+            "hold",
+            Request::Hold {
+                client: 9,
+                add: vec![3],
+                release: vec![4],
+                held: vec![3],
+                gone: false,
+            },
+            b"",
+        ),
+        ("where", Request::Where { id: 3, client: 9 }, b""),
+        (
             "append",
             Request::Append {
                 path: "/a/f",
                 len: 9,
+                id: 3,
             },
             b"",
         ),

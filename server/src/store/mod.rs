@@ -77,19 +77,28 @@ pub trait MetadataStore: Send + Sync {
         path: &str,
         make: &mut dyn FnMut() -> FsResult<Attr>,
     ) -> FsResult<Created>;
-    /// Removes the entry of `path` and the inline chunk 0 of file `id`, atomically.
-    fn remove(&self, path: &str, id: u64) -> FsResult<()>;
+    /// Removes the entry of `path` and the inline chunk 0 of file `id`, atomically; or, with
+    /// `orphan`, keeps chunk 0 and records file `id` as an orphan with those attributes.
+    fn remove(&self, path: &str, id: u64, orphan: Option<&Attr>) -> FsResult<()>;
+    /// Records file `id` as an orphan (open, no name left) with attributes `orphan`; `None`:
+    /// forgets the orphan record and the file's inline chunk 0.
+    fn put_orphan(&self, id: u64, orphan: Option<&Attr>) -> FsResult<()>;
+    /// The orphan record of file `id`.
+    fn orphan(&self, id: u64) -> FsResult<Option<Attr>>;
+    /// Every orphan record.
+    fn orphans(&self) -> FsResult<Vec<(u64, Attr)>>;
+    /// [`MetadataStore::merge_size`] if `path` still names file `id` (ESTALE otherwise).
+    fn publish_size(&self, path: &str, id: u64, size: u64, mtime: i64) -> FsResult<()>;
     /// Removes only the entry of `path` (its inline chunk 0 stays).
     fn remove_entry(&self, path: &str) -> FsResult<()>;
     /// Puts the entry of `path` and replaces the inline chunk 0 of `attr.id` with `data`
-    /// (unless empty), dropping the inline chunk 0 of `drop_id`, and records `arrival` (a
-    /// pending move-in), atomically.
+    /// (unless empty), and records `arrival` (a pending move-in), atomically. (A replaced
+    /// file's bytes are its home server's to drop: `Ops::forget`.)
     fn attach(
         &self,
         path: &str,
         attr: &Attr,
         data: &[u8],
-        drop_id: Option<u64>,
         arrival: Option<&Arrival>,
     ) -> FsResult<()>;
     /// Forgets the pending move-in of file `id` at `path` (if that is what is recorded).
@@ -99,7 +108,8 @@ pub trait MetadataStore: Send + Sync {
     /// Renames `from` to `to`, both this server's, in one write: the target (if any, and if
     /// not `noreplace`) is replaced and its inline chunk 0 dropped. ENOENT without a source,
     /// ENOTSUP for a directory source (the client moves directories), EEXIST / EISDIR for a
-    /// target that may not be replaced. Returns the replaced entry.
+    /// target that may not be replaced. Returns the replaced entry (its bytes are its home
+    /// server's to drop: `Ops::forget`).
     fn rename_local(
         &self,
         from: &str,
@@ -112,7 +122,8 @@ pub trait MetadataStore: Send + Sync {
     /// `from` exists.
     fn begin_move(&self, from: &str, to: &str, noreplace: bool) -> FsResult<Attr>;
     /// Ends the move of `intent`, durably: with `moved`, the source entry (if it still names
-    /// the moved file) and its inline chunk 0 go with the intent record; else only the record.
+    /// the moved file) goes with the intent record; else only the record. (Chunk 0 never
+    /// moves: it stays on the file's home server.)
     fn end_move(&self, intent: &Intent, moved: bool) -> FsResult<()>;
     /// Every intent record (at start: moves to finish).
     fn intents(&self) -> FsResult<Vec<Intent>>;
@@ -122,9 +133,10 @@ pub trait MetadataStore: Send + Sync {
     fn change(&self, path: &str, c: rocks::Change) -> FsResult<()>;
     /// `size = max(size, new)`, `mtime = max(mtime, new)`; no read-modify-write.
     fn merge_size(&self, path: &str, size: u64, mtime: i64) -> FsResult<()>;
-    /// Atomically (among appenders) takes the current end of file `path` as the offset of a
-    /// `len`-byte append and grows the size past it. Returns the offset.
-    fn reserve_append(&self, path: &str, len: u64, mtime: i64) -> FsResult<u64>;
+    /// Atomically (among appenders) takes the current end of file `path` (which must name
+    /// file `id`, unless 0: ESTALE) as the offset of a `len`-byte append and grows the size
+    /// past it. Returns the offset.
+    fn reserve_append(&self, path: &str, id: u64, len: u64, mtime: i64) -> FsResult<u64>;
     /// Entries of `dir` with hash ≥ `start`, in hash order, until about `max_bytes` of names;
     /// entries sharing a position (hash >> 1) are never split. Returns the entries and the hash to go on from.
     fn list(&self, dir: &str, start: u64, max_bytes: usize) -> FsResult<(Vec<Entry>, Option<u64>)>;
@@ -144,7 +156,8 @@ pub trait MetadataStore: Send + Sync {
     fn read_inline(&self, id: u64, offset: u64, out: &mut [u8]) -> FsResult<usize>;
     /// Writes `data` into inline chunk 0 of file `id` at `offset` (zero-filling a gap) and,
     /// with `size_of = Some((path, size, mtime))`, merges that size into the entry of `path`
-    /// in the same atomic write (one WAL record for a small file's write).
+    /// in the same atomic write (one WAL record for a small file's write); ESTALE, writing
+    /// nothing, if `path` does not name file `id`.
     fn write_inline(
         &self,
         id: u64,

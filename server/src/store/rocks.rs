@@ -143,6 +143,20 @@ fn inline_key(id: u64) -> [u8; 9] {
     k
 }
 
+/// Orphan record of file `id`: its attributes after its last name went while it was open
+/// (`server/src/open.rs`).
+fn orphan_key(id: u64) -> [u8; 9] {
+    let mut k = [0u8; 9];
+    k[0] = b'O';
+    k[1..].copy_from_slice(&id.to_be_bytes());
+    k
+}
+
+fn decode_orphan(k: &[u8], v: &[u8]) -> Option<(u64, Attr)> {
+    let id = u64::from_be_bytes(k.get(1..9)?.try_into().ok()?);
+    Some((id, decode_attr(v)?))
+}
+
 fn size_operand(size: u64, mtime: i64) -> [u8; 16] {
     let mut b = [0u8; 16];
     b[..8].copy_from_slice(&size.to_le_bytes());
@@ -531,6 +545,18 @@ impl RocksDbMeta {
         Ok(out)
     }
 
+    /// The entry of `path`, which must name file `id` (0: any): ENOENT without one, ESTALE
+    /// for another file (a descriptor's file was renamed or unlinked). The caller holds the
+    /// path's lock.
+    fn names(&self, path: &str, id: u64) -> FsResult<Attr> {
+        match self.get(path)? {
+            Some(a) if id == 0 || a.id == id => Ok(a),
+            Some(_) => Err(Errno::ESTALE),
+            None if id != 0 => Err(Errno::ESTALE),
+            None => Err(Errno::ENOENT),
+        }
+    }
+
     /// Flushes memtables (clean shutdown).
     pub fn flush(&self) -> FsResult<()> {
         self.db.flush().map_err(io)
@@ -583,7 +609,7 @@ impl MetadataStore for RocksDbMeta {
         Ok(Created::New(attr))
     }
 
-    fn remove(&self, path: &str, id: u64) -> FsResult<()> {
+    fn remove(&self, path: &str, id: u64, orphan: Option<&Attr>) -> FsResult<()> {
         let _p = self.path_stripe(path);
         let _g = self.stripe(id);
         let mut b = WriteBatch::default();
@@ -591,8 +617,42 @@ impl MetadataStore for RocksDbMeta {
             b.delete(entry_key(path));
             Self::count(&mut b, path, -1);
         }
-        b.delete(inline_key(id));
+        match orphan {
+            Some(a) => b.put(orphan_key(id), encode_attr(a)),
+            None => b.delete(inline_key(id)),
+        }
         self.db.write(b).map_err(io)
+    }
+
+    fn put_orphan(&self, id: u64, orphan: Option<&Attr>) -> FsResult<()> {
+        let _g = self.stripe(id);
+        let mut b = WriteBatch::default();
+        match orphan {
+            Some(a) => b.put(orphan_key(id), encode_attr(a)),
+            None => {
+                b.delete(orphan_key(id));
+                b.delete(inline_key(id));
+            }
+        }
+        self.db.write(b).map_err(io)
+    }
+
+    fn orphan(&self, id: u64) -> FsResult<Option<Attr>> {
+        Ok(self
+            .db
+            .get_pinned(orphan_key(id))
+            .map_err(io)?
+            .and_then(|v| decode_attr(&v)))
+    }
+
+    fn orphans(&self) -> FsResult<Vec<(u64, Attr)>> {
+        self.records(b'O', "orphan", decode_orphan)
+    }
+
+    fn publish_size(&self, path: &str, id: u64, size: u64, mtime: i64) -> FsResult<()> {
+        let _p = self.path_stripe(path);
+        self.names(path, id)?;
+        self.merge_size(path, size, mtime)
     }
 
     fn remove_entry(&self, path: &str) -> FsResult<()> {
@@ -611,7 +671,6 @@ impl MetadataStore for RocksDbMeta {
         path: &str,
         attr: &Attr,
         data: &[u8],
-        drop_id: Option<u64>,
         arrival: Option<&Arrival>,
     ) -> FsResult<()> {
         let _p = self.path_stripe(path);
@@ -624,9 +683,6 @@ impl MetadataStore for RocksDbMeta {
         }
         if !data.is_empty() {
             b.put(inline_key(attr.id), data);
-        }
-        if let Some(old) = drop_id.filter(|old| *old != attr.id) {
-            b.delete(inline_key(old));
         }
         if let Some(a) = arrival {
             b.put(arrival_key(path), encode_arrival(a));
@@ -678,9 +734,8 @@ impl MetadataStore for RocksDbMeta {
         b.put(entry_key(to), encode_attr(&a));
         b.delete(entry_key(from));
         Self::count(&mut b, from, -1);
-        match old {
-            Some(o) => b.delete(inline_key(o.id)),
-            None => Self::count(&mut b, to, 1),
+        if old.is_none() {
+            Self::count(&mut b, to, 1);
         }
         self.db.write(b).map_err(io)?;
         Ok(old)
@@ -713,12 +768,9 @@ impl MetadataStore for RocksDbMeta {
         let _p = self.path_stripe(from);
         let mut b = WriteBatch::default();
         b.delete(intent_key(from));
-        if moved {
-            if self.get(from)?.is_some_and(|a| a.id == intent.attr.id) {
-                b.delete(entry_key(from));
-                Self::count(&mut b, from, -1);
-            }
-            b.delete(inline_key(intent.attr.id));
+        if moved && self.get(from)?.is_some_and(|a| a.id == intent.attr.id) {
+            b.delete(entry_key(from));
+            Self::count(&mut b, from, -1);
         }
         self.write_synced(b)
     }
@@ -727,11 +779,11 @@ impl MetadataStore for RocksDbMeta {
         self.records(b'I', "intent", decode_intent)
     }
 
-    fn reserve_append(&self, path: &str, len: u64, mtime: i64) -> FsResult<u64> {
-        // appenders to one path serialise on a stripe; concurrent size publications are merges
-        // (max), so they can only move the end further, never back
-        let _g = self.stripe(madfs_placement::hash64(path.as_bytes(), 0));
-        let a = self.get(path)?.ok_or(Errno::ENOENT)?;
+    fn reserve_append(&self, path: &str, id: u64, len: u64, mtime: i64) -> FsResult<u64> {
+        // appenders to one path serialise on its lock; concurrent size publications are
+        // merges (max), so they can only move the end further, never back
+        let _p = self.path_stripe(path);
+        let a = self.names(path, id)?;
         if a.is_dir() {
             return Err(Errno::EISDIR);
         }
@@ -871,6 +923,12 @@ impl MetadataStore for RocksDbMeta {
         data: &[u8],
         size_of: Option<(&str, u64, i64)>,
     ) -> FsResult<()> {
+        // a size goes only to the entry that still names this file (checked under the path's
+        // lock: a rename or unlink moves or removes it under the same lock)
+        let _p = size_of.map(|(path, ..)| self.path_stripe(path));
+        if let Some((path, ..)) = size_of {
+            self.names(path, id)?;
+        }
         let _g = self.stripe(id);
         let key = inline_key(id);
         let off = offset as usize;
@@ -972,7 +1030,7 @@ mod tests {
         let a = m.get("/d/a").unwrap().unwrap();
         assert_eq!((a.size, a.mtime), (100, 9));
         // a merge after removal leaves the entry absent
-        m.remove("/d/a", 1).unwrap();
+        m.remove("/d/a", 1, None).unwrap();
         m.merge_size("/d/a", 7, 1).unwrap();
         assert_eq!(m.get("/d/a").unwrap(), None);
         assert!(!m.has_children("/d").unwrap());
@@ -1016,7 +1074,7 @@ mod tests {
         let a = m.get("/f").unwrap().unwrap();
         assert_eq!((a.size, a.mtime), (n - 1, n as i64 - 1));
         // a removal among them still wins over later publications
-        m.remove("/f", 1).unwrap();
+        m.remove("/f", 1, None).unwrap();
         for i in 0..2 * MAX_SUCCESSIVE_MERGES as u64 {
             m.merge_size("/f", i, 1).unwrap();
         }
@@ -1065,7 +1123,7 @@ mod tests {
         let a = m.get("/d/f").unwrap().unwrap();
         assert_eq!((a.size, a.mtime, a.ctime), (20, 21, 21));
         // after a removal: a publication and a change leave it absent, the name is free
-        m.remove("/d/f", 1).unwrap();
+        m.remove("/d/f", 1, None).unwrap();
         m.merge_size("/d/f", 7, 30).unwrap();
         m.change(
             "/d/f",
@@ -1079,7 +1137,7 @@ mod tests {
         assert!(!m.has_children("/d").unwrap());
         m.insert("/d/f", &attr(2), &[]).unwrap();
         assert!(m.has_children("/d").unwrap());
-        m.remove("/d/f", 2).unwrap();
+        m.remove("/d/f", 2, None).unwrap();
         assert!(!m.has_children("/d").unwrap(), "counted once in, once out");
     }
 
@@ -1096,16 +1154,15 @@ mod tests {
                 m.insert(&format!("/d/f{i}"), &attr(10 + i), b"x").unwrap();
             }
             // a replacing attach does not count twice; a removal of a missing path is a no-op
-            m.attach("/d/f0", &attr(5000), b"y", Some(10), None)
-                .unwrap();
+            m.attach("/d/f0", &attr(5000), b"y", None).unwrap();
             m.remove_entry("/d/nope").unwrap();
             for i in 0..999 {
-                m.remove(&format!("/d/f{i}"), 10 + i).unwrap();
+                m.remove(&format!("/d/f{i}"), 10 + i, None).unwrap();
             }
             assert!(m.has_children("/d").unwrap());
             m.remove_entry("/d/f999").unwrap();
             assert!(!m.has_children("/d").unwrap(), "1,000 in, 1,000 out");
-            m.attach("/d/moved", &attr(7000), &[], None, None).unwrap();
+            m.attach("/d/moved", &attr(7000), &[], None).unwrap();
             assert!(m.has_children("/d").unwrap());
             // make it look like a database from before the counts: no marker, no N keys
             m.db.delete(COUNTS_MARKER).unwrap();
@@ -1157,7 +1214,7 @@ mod tests {
         }
         for round in 0..50u64 {
             let a = m.get(&format!("/d/f{round}")).unwrap().unwrap();
-            m.remove(&format!("/d/f{round}"), a.id).unwrap();
+            m.remove(&format!("/d/f{round}"), a.id, None).unwrap();
         }
         assert!(!m.has_children("/d").unwrap(), "each path counted once");
     }
