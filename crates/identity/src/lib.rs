@@ -3,7 +3,7 @@
 //! read by a client that belongs to another cluster, another size or another data format.
 //!
 //! ```text
-//! cluster = { id = "5f0c…", format = 1, servers = 3, chunk_size = 752128, inline_max = 65536, auth = "key", owner = "1000:1000", replication = 1, checksums = "crc32c" }
+//! cluster = { id = "5f0c…", format = 2, servers = 3, chunk_size = 752128, inline_max = 65536, auth = "key", owner = "1000:1000", replication = 1, checksums = "crc32c" }
 //! ```
 //! - `id`: random, made when the cluster's first server starts on an empty data directory;
 //!   kept in every data directory (`identity.toml`) and in the cluster file's first line, and
@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// Format of a data directory (RocksDB keys and values, chunk files) written by this build.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 /// A cluster's random 64-bit id; written as 16 hex digits.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -330,7 +330,7 @@ mod tests {
         assert!(line.contains("id = \"5f0c00001234abcd\""), "{line}");
         assert_eq!(ClusterIdentity::from_line(&line).unwrap(), a);
         // any TOML spelling of the same table
-        let spaced = "cluster={id='5f0c00001234abcd',format=1,servers=3,chunk_size=752128,inline_max=65536,auth='none',replication=1,checksums='crc32c'}";
+        let spaced = "cluster={id='5f0c00001234abcd',format=2,servers=3,chunk_size=752128,inline_max=65536,auth='none',replication=1,checksums='crc32c'}";
         assert_eq!(ClusterIdentity::from_line(spaced).unwrap(), a);
         // a record made before checksums existed has none
         let old = spaced.replace(",checksums='crc32c'", "");
