@@ -390,7 +390,7 @@ impl Client {
             r => r,
         };
         let res = res.and_then(granted).and_then(|(a, cap)| {
-            self.held(path, &a)?;
+            self.held(self.meta_of(path), &a)?;
             Ok((a, cap))
         });
         (res, r)
@@ -437,7 +437,7 @@ impl Client {
                     old_size,
                     cap,
                 } => {
-                    self.held(&path, &attr)?;
+                    self.held(meta, &attr)?;
                     // the server truncated what it holds: chunk 0 too unless that lives on
                     // the file's home server elsewhere (renamed across servers)
                     let elsewhere = home_server(attr.id, self.n) != meta;
@@ -460,7 +460,7 @@ impl Client {
                     holder: crate::hold::holder(),
                 },
             )?)?;
-            self.held(&path, &a)?;
+            self.held(meta, &a)?;
             if a.is_dir() {
                 return Err(Errno::EISDIR);
             }
@@ -488,12 +488,12 @@ impl Client {
 
     /// A regular file opened with this process as holder is held: counted here, and told to
     /// its home server when the entry's server (which counted it otherwise) is another.
-    fn held(&self, path: &str, a: &Attr) -> FsResult<()> {
+    fn held(&self, meta: u32, a: &Attr) -> FsResult<()> {
         if !a.is_file() {
             return Ok(());
         }
         crate::hold::opened(a.id);
-        if home_server(a.id, self.n) != self.meta_of(path) {
+        if home_server(a.id, self.n) != meta {
             self.hold_elsewhere(a.id)?;
         }
         Ok(())

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 /// Closes queued before they are sent.
-pub const RELEASE_BATCH: usize = 64;
+pub const RELEASE_BATCH: usize = 256;
 
 #[derive(Default)]
 struct Registry {
