@@ -236,6 +236,16 @@ impl Client {
         self.send_holds(false)
     }
 
+    /// The process is ending: every server that counted an open of it forgets all its
+    /// references now (what the preload does at exit; a program using the library calls it
+    /// last).
+    pub fn goodbye(&self) {
+        if ever() {
+            exiting();
+            self.flush_releases_quietly();
+        }
+    }
+
     /// Renews this process's references on every server holding some (every
     /// [`madfs_proto::HOLD_EVERY_MS`]), with the queued closes.
     pub fn renew_holds(&self) -> FsResult<()> {

@@ -1858,9 +1858,8 @@ pub(crate) fn release_all() {
     if !madfs_client::hold::ever() || conn::in_vfork_child() {
         return;
     }
-    madfs_client::hold::exiting();
     let _ = conn::with(|c| {
-        c.flush_releases_quietly();
+        c.goodbye();
         Ok(())
     });
 }

@@ -220,6 +220,15 @@ impl OpenRefs {
     }
 }
 
+/// The orphan record of file `a`, whose last name is going now.
+fn orphan_of(a: &Attr) -> Attr {
+    Attr {
+        nlink: 0,
+        ctime: now_ns(),
+        ..*a
+    }
+}
+
 impl Ops {
     /// `id` was opened by `holder` through this server: counted here if this is its home
     /// (the client tells the home server itself otherwise).
@@ -257,20 +266,11 @@ impl Ops {
         }
         let g = self.opens.lock();
         if g.count.contains_key(&a.id) {
-            let o = Attr {
-                nlink: 0,
-                ctime: now_ns(),
-                ..*a
-            };
-            return self.meta.remove(path, a.id, Some(&o));
+            return self.meta.remove(path, a.id, Some(&orphan_of(a)));
         }
         drop(g);
         self.meta.remove(path, a.id, None)?;
-        self.chunks.truncate(a.id, 0)?;
-        if a.size > a.chunk_size as u64 {
-            self.opens.errand(Errand::Drop(*a));
-        }
-        Ok(())
+        self.drop_chunks(a)
     }
 
     /// [`Ops::forget`] on the home server; `Ok(true)`: kept as an orphan.
@@ -278,12 +278,7 @@ impl Ops {
         {
             let g = self.opens.lock();
             if g.count.contains_key(&a.id) {
-                let o = Attr {
-                    nlink: 0,
-                    ctime: now_ns(),
-                    ..*a
-                };
-                self.meta.put_orphan(a.id, Some(&o))?;
+                self.meta.put_orphan(a.id, Some(&orphan_of(a)))?;
                 return Ok(true);
             }
         }
@@ -295,6 +290,11 @@ impl Ops {
     /// servers by the open-files thread.
     fn drop_file(&self, a: &Attr) -> FsResult<()> {
         self.meta.put_orphan(a.id, None)?;
+        self.drop_chunks(a)
+    }
+
+    /// The chunk files of file `a`: here now, on the other servers by the open-files thread.
+    fn drop_chunks(&self, a: &Attr) -> FsResult<()> {
         self.chunks.truncate(a.id, 0)?;
         if a.size > a.chunk_size as u64 {
             self.opens.errand(Errand::Drop(*a));

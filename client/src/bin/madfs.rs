@@ -94,7 +94,10 @@ fn main() {
             std::process::exit(2);
         }
     };
-    if let Err(e) = run(&client, cli.cmd) {
+    let r = run(&client, cli.cmd);
+    // the servers drop what this process still held open at once (not after its lease)
+    client.goodbye();
+    if let Err(e) = r {
         eprintln!("madfs: {e}");
         std::process::exit(1);
     }
