@@ -379,6 +379,7 @@ fn renew_if_due(c: &Client) {
         .map_or(0, |d| d.as_millis() as u64);
     let last = RENEWED.load(Relaxed);
     if now.saturating_sub(last) < madfs_proto::HOLD_EVERY_MS
+        || in_vfork_child()
         || RENEWED
             .compare_exchange(last, now, AcqRel, Relaxed)
             .is_err()
