@@ -26,9 +26,12 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 /// fds at or above this are never madfs fds (we refuse to create them there).
 pub use madfs_hookabi::MAX_FD;
-const MAGIC: u64 = u64::from_le_bytes(*b"MADFSFD3");
-const PATH_CAP: usize = 4096;
-const MAP_BYTES: usize = 8192;
+const MAGIC: u64 = u64::from_le_bytes(*b"MADFSFD4");
+/// The longest madfs path a description keeps: a relative argument of up to PATH_MAX − 1
+/// bytes below a deep working directory resolves to more, as the kernel allows
+/// ([`madfs_placement::TREE_PATH_MAX`]).
+const PATH_CAP: usize = madfs_placement::TREE_PATH_MAX + 1;
+const MAP_BYTES: usize = PATH_CAP + 4096;
 /// Name of the backing memfds (`/proc/self/fd/N` → `/memfd:madfs (deleted)`).
 pub const MEMFD_NAME: &[u8] = b"madfs\0";
 
@@ -62,13 +65,13 @@ pub struct Header {
     /// Size known when opened (or last truncated).
     pub size: AtomicU64,
     /// The first `path_len` bytes are the path; the rest is never read (left uninitialised
-    /// in a process-local header: zeroing 4 KiB on every open cost more than the open's
+    /// in a process-local header: zeroing the path room on every open cost more than the open's
     /// bookkeeping).
     path: [MaybeUninit<u8>; PATH_CAP],
 }
 
 /// The process-local header of the last description dropped, kept for the next open (a
-/// 4 KiB allocation and free less per open+close).
+/// 16 KiB allocation and free less per open+close).
 static SPARE: AtomicPtr<MaybeUninit<Header>> = AtomicPtr::new(std::ptr::null_mut());
 
 /// How long after `open` an `fstat` may be answered from the attributes `open` fetched.
