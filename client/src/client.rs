@@ -71,11 +71,6 @@ impl OpenFile {
         }
     }
 
-    /// The path its entry is published under (empty: the orphan record).
-    fn entry(&self) -> &str {
-        self.whereabouts()
-    }
-
     /// Counts writes made through another handle of the same open file up to `end`, not
     /// published yet: the next `fsync` (or `close`) of this handle publishes them.
     pub fn wrote(&mut self, end: u64) {
@@ -503,31 +498,17 @@ impl Client {
     /// where it is now and points `f` there (a rename's new path, or its orphan record).
     fn relocate(&self, f: &mut OpenFile) -> FsResult<()> {
         let home = home_server(f.attr.id, self.n);
-        let req = Request::Where {
-            id: f.attr.id,
-            client: crate::hold::holder(),
-        };
         let deadline = std::time::Instant::now() + self.t.timeout();
         let mut pause = std::time::Duration::from_millis(1);
         loop {
-            let now_at = self
-                .t
-                .call_sync(home, &req, &[], SMALL_REPLY)
-                .and_then(|raw| {
-                    Ok(match raw.decode()?.0 {
-                        Reply::Named(p) => Some(p.to_owned()),
-                        Reply::Attr(_) => None,
-                        _ => return Err(Errno::EPROTO),
-                    })
-                });
-            match now_at {
-                Ok(Some(p)) => {
+            match self.where_is(f.attr.id) {
+                Ok(Ok(p)) => {
                     f.meta = self.meta_of(&p);
                     f.path = p;
                     f.orphan = false;
                     return Ok(());
                 }
-                Ok(None) => {
+                Ok(Err(_)) => {
                     f.orphan = true;
                     f.meta = home;
                     return Ok(());
@@ -540,6 +521,23 @@ impl Client {
                 Err(Errno::EAGAIN) => return Err(Errno::EIO),
                 Err(e) => return Err(e),
             }
+        }
+    }
+
+    /// `Where` of open file `id` at its home server: `Ok(path)` naming it now, or
+    /// `Err(attributes)` of its orphan record (no name left).
+    fn where_is(&self, id: u64) -> FsResult<Result<String, Attr>> {
+        let req = Request::Where {
+            id,
+            client: crate::hold::holder(),
+        };
+        let raw = self
+            .t
+            .call_sync(home_server(id, self.n), &req, &[], SMALL_REPLY)?;
+        match raw.decode()?.0 {
+            Reply::Named(p) => Ok(Ok(p.to_owned())),
+            Reply::Attr(a) => Ok(Err(a)),
+            _ => Err(Errno::EPROTO),
         }
     }
 
@@ -565,16 +563,8 @@ impl Client {
         let id = f.attr.id;
         self.following(f, |c, f| {
             if f.orphan {
-                let req = Request::Where {
-                    id,
-                    client: crate::hold::holder(),
-                };
-                let raw = c.t.call_sync(f.meta, &req, &[], SMALL_REPLY)?;
-                return match raw.decode()?.0 {
-                    Reply::Attr(a) => Ok(a),
-                    Reply::Named(_) => Err(Errno::ESTALE),
-                    _ => Err(Errno::EPROTO),
-                };
+                // its orphan record (a path instead: followed like a rename)
+                return c.where_is(id)?.map_or_else(Ok, |_| Err(Errno::ESTALE));
             }
             match c.stat_norm(&f.path) {
                 Ok(a) if a.id == id => Ok(a),
@@ -878,7 +868,7 @@ impl Client {
         let id = f.attr.id;
         let (a, cap) = self.following(f, |c, f| {
             let req = Request::SetSize {
-                path: f.entry(),
+                path: f.whereabouts(),
                 size,
                 mode: SizeMode::ExactWith(cap),
                 id,
@@ -1042,7 +1032,7 @@ impl Client {
             let (size, id) = (f.written, f.attr.id);
             self.following(f, |c, f| {
                 let req = Request::SetSize {
-                    path: f.entry(),
+                    path: f.whereabouts(),
                     size,
                     mode: SizeMode::Max,
                     id,
@@ -1270,7 +1260,7 @@ impl FileSystem for Client {
             };
             let publishing = Request::Fsync {
                 id: f.attr.id,
-                size_of: f.dirty.then_some(f.entry()),
+                size_of: f.dirty.then_some(f.whereabouts()),
                 size: f.written,
                 cap: f.cap,
             };
@@ -1319,7 +1309,7 @@ impl FileSystem for Client {
         let (id, len) = (f.attr.id, data.len() as u64);
         let off = self.following(f, |c, f| {
             let req = Request::Append {
-                path: f.entry(),
+                path: f.whereabouts(),
                 len,
                 id,
             };

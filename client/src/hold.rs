@@ -202,31 +202,32 @@ fn due(n: u32, all: bool) -> Vec<(u32, u64, Vec<u64>, Vec<u64>)> {
     }
     let all = all || !r.announced;
     r.announced = true;
-    let mut per: HashMap<u32, (Vec<u64>, Vec<u64>)> = HashMap::new();
+    let mut per: HashMap<u32, Vec<u64>> = HashMap::new();
     for id in r.released.drain(..) {
-        per.entry(home_server(id, n)).or_default().0.push(id);
+        per.entry(home_server(id, n)).or_default().push(id);
     }
     if all {
-        for (id, k) in &r.held {
+        for id in r.held.keys() {
             per.entry(home_server(*id, n)).or_default();
-            let _ = k;
         }
     }
     // every server written to gets the whole list of what we hold there (and is told when
     // this process goes)
     r.homes.extend(per.keys().map(|s| *s as u64));
-    let held = &r.held;
     per.into_iter()
-        .map(|(s, (release, _))| {
-            let mut list = Vec::new();
-            for (id, k) in held {
-                if home_server(*id, n) == s {
-                    list.extend(std::iter::repeat_n(*id, *k as usize));
-                }
-            }
-            (s, r.client, release, list)
-        })
+        .map(|(s, release)| (s, r.client, release, held_on(r, s, n)))
         .collect()
+}
+
+/// What `r` holds on server `s` of `n`: one id per open description.
+fn held_on(r: &Registry, s: u32, n: u32) -> Vec<u64> {
+    let mut list = Vec::new();
+    for (id, k) in &r.held {
+        if home_server(*id, n) == s {
+            list.extend(std::iter::repeat_n(*id, *k as usize));
+        }
+    }
+    list
 }
 
 impl Client {
@@ -282,13 +283,7 @@ impl Client {
             let Some(r) = g.as_ref() else {
                 return Ok(());
             };
-            let mut list = Vec::new();
-            for (i, k) in &r.held {
-                if home_server(*i, self.servers()) == s {
-                    list.extend(std::iter::repeat_n(*i, *k as usize));
-                }
-            }
-            (r.client, list)
+            (r.client, held_on(r, s, self.servers()))
         };
         let req = Request::Hold {
             client,

@@ -221,6 +221,15 @@ impl Ops {
     /// may do everything the kernel lets root do, and existence is checked by the request
     /// itself. May rewrite the request (a chmod by someone outside the file's group loses
     /// S_ISGID): the result is what to run instead.
+    /// Is `cap` a valid grant of write access to file `id` for `who` (the capability of an
+    /// open for writing stands for the file's mode bits)?
+    fn grants_write(&self, who: &Who, cap: &madfs_proto::Cap, id: u64) -> bool {
+        cap.id == id
+            && cap.access & ACCESS_W != 0
+            && cap.uid == who.uid
+            && crate::cap::valid(self.peers.key(), cap)
+    }
+
     pub fn check<'r>(&self, who: &Who, req: &Request<'r>) -> FsResult<Option<Request<'r>>> {
         if who.uid == 0 {
             return Ok(None);
@@ -295,12 +304,7 @@ impl Ops {
             } => {
                 let a = self.orphan(id)?.ok_or(Errno::ENOENT)?;
                 let granted = match mode {
-                    SizeMode::ExactWith(cap) => {
-                        cap.id == id
-                            && cap.access & ACCESS_W != 0
-                            && cap.uid == who.uid
-                            && crate::cap::valid(self.peers.key(), &cap)
-                    }
+                    SizeMode::ExactWith(cap) => self.grants_write(who, &cap, id),
                     _ => false,
                 };
                 if !granted && a.uid != who.uid {
@@ -320,11 +324,7 @@ impl Ops {
                     SizeMode::Exact => Self::need(who, &local(path)?, ACCESS_W)?,
                     SizeMode::ExactWith(cap) => {
                         let a = local(path)?;
-                        let held = cap.id == a.id
-                            && cap.access & ACCESS_W != 0
-                            && cap.uid == who.uid
-                            && crate::cap::valid(self.peers.key(), &cap);
-                        if !held {
+                        if !self.grants_write(who, &cap, a.id) {
                             Self::need(who, &a, ACCESS_W)?;
                         }
                     }
