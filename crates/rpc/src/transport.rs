@@ -66,6 +66,11 @@ enum Net {
         _context: Arc<Context>,
         worker: Rc<Worker>,
         conns: RefCell<Vec<Option<Conn>>>,
+        /// Connections given up on (a deadline passed, or the server restarted), kept open:
+        /// closing an endpoint whose peer is gone (error mode `none`) is undefined behaviour
+        /// in UCX, and crashed a server ("no UCT EP in the worker hash of discarded UCT EPs").
+        /// One per give-up; never freed (see `Drop`).
+        retired: RefCell<Vec<Conn>>,
     },
     /// Plain TCP: for processes that cannot use UCX (a `fork` child of a process that had UCX
     /// running: UCX's global async thread does not exist in the child).
@@ -193,6 +198,7 @@ impl Transport {
             _context: context,
             worker,
             conns: RefCell::new(vec![None; n]),
+            retired: RefCell::new(vec![]),
         };
         Ok(Self::with_net(net, addrs, cluster_file, settings))
     }
@@ -323,12 +329,15 @@ impl Transport {
         s
     }
 
-    /// Drops the connection to `server`; the next call reconnects.
+    /// Gives the connection to `server` up; the next call reconnects. (A UCX endpoint is
+    /// kept, not closed: see `Net::Ucx::retired`.)
     pub fn invalidate(&self, server: u32) {
         match &self.net {
-            Net::Ucx { conns, .. } => {
+            Net::Ucx { conns, retired, .. } => {
                 if let Some(c) = conns.borrow_mut().get_mut(server as usize) {
-                    *c = None;
+                    if let Some(old) = c.take() {
+                        retired.borrow_mut().push(old);
+                    }
                 }
             }
             Net::Tcp { conns } => {
@@ -968,9 +977,20 @@ impl Drop for Transport {
     /// client threads came and went. Best effort, ≤ 200 ms; what does not finish is
     /// force-closed.
     fn drop(&mut self) {
-        let Net::Ucx { conns, worker, .. } = &self.net else {
+        let Net::Ucx {
+            conns,
+            worker,
+            retired,
+            ..
+        } = &self.net
+        else {
             return;
         };
+        // never closed (see `Net::Ucx::retired`): they keep the worker (and its fds) alive
+        // until the process exits — a leak per transport that ever gave a connection up
+        for c in retired.borrow_mut().drain(..) {
+            std::mem::forget(c);
+        }
         // the worker goes too before another thread may reuse its fds (see `LIFECYCLE`)
         let _one = lifecycle();
         let live: Vec<Conn> = conns.borrow().iter().flatten().cloned().collect();
