@@ -118,6 +118,7 @@ fn filter(newer_ns: i64) -> FindFilter<'static> {
         size: Some((SIZE, 1)),
         newer_than: Some(newer_ns),
         kind: None,
+        pending: false,
     }
 }
 

@@ -847,6 +847,26 @@ impl Client {
         }
     }
 
+    /// `link(2)`: `to` becomes a new name of the file at `from` (a symbolic link there gets
+    /// the name itself). Returns the file's attributes, its names counted.
+    pub fn link(&self, from: &str, to: &str) -> FsResult<Attr> {
+        let from = normalize(from)?;
+        let to = self.new_entry(to)?;
+        let req = Request::Link {
+            from: &from,
+            to: &to,
+        };
+        match self.call(self.meta_of(&from), &req) {
+            Ok(r) => attr_of(r),
+            // which of the two paths is missing (or leads through a non-directory)?
+            Err(Errno::ENOENT) => match self.stat_normalized(&from) {
+                Ok(_) => Err(self.refine_enoent(&to)),
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
     /// `truncate`, or with `cap` (the capability of an open for writing) `ftruncate`: the
     /// open's permission stands for the file's mode bits.
     pub fn truncate_with(&self, path: &str, size: u64, cap: Option<Cap>) -> FsResult<()> {
@@ -878,6 +898,22 @@ impl Client {
         f.attr.size = size;
         f.written = f.written.min(size);
         self.drop_chunks(a.id, size, a.chunk_size, cap)
+    }
+
+    /// Before a write by someone other than root: the file's set-id bits go, as the kernel
+    /// clears them (one request, only for a file that has them).
+    fn drop_privs(&self, f: &mut OpenFile) -> FsResult<()> {
+        let (id, cap) = (f.attr.id, f.cap);
+        let a = self.following(f, |c, f| {
+            let req = Request::DropPrivs {
+                path: f.whereabouts(),
+                id,
+                cap,
+            };
+            attr_of(c.call(f.meta, &req)?)
+        })?;
+        f.attr.mode = a.mode;
+        Ok(())
     }
 
     /// Round trip of an empty request to `server`.
@@ -1138,6 +1174,9 @@ impl FileSystem for Client {
         if data.is_empty() {
             return Ok(0);
         }
+        if self.uid != 0 && madfs_proto::privs_of(f.attr.mode) != 0 {
+            self.drop_privs(f)?;
+        }
         let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
         if end > i64::MAX as u64 {
             return Err(Errno::EFBIG);
@@ -1357,6 +1396,10 @@ impl FileSystem for Client {
         };
         self.call(self.meta_of(&path), &req)?;
         Ok(())
+    }
+
+    fn link(&self, from: &str, to: &str) -> FsResult<()> {
+        Client::link(self, from, to).map(drop)
     }
 
     fn readlink(&self, path: &str) -> FsResult<String> {

@@ -121,6 +121,10 @@ pub trait FileSystem {
     fn symlink(&self, target: &str, path: &str) -> FsResult<()> {
         Err(Errno::ENOSYS)
     }
+    /// Gives the file at `from` the new name `to` (a hard link).
+    fn link(&self, from: &str, to: &str) -> FsResult<()> {
+        Err(Errno::ENOSYS)
+    }
     /// The target of the symbolic link at `path` (EINVAL if it is not a link).
     fn readlink(&self, path: &str) -> FsResult<String> {
         Err(Errno::ENOSYS)

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{client, cluster, data, get, put, sum};
+use common::{client, cluster, data, get, put, settle, sum, Known};
 use madfs_client::{Errno, FileSystem};
 use madfs_placement::meta_server;
 use std::time::{Duration, Instant};
@@ -151,37 +151,8 @@ fn a_server_killed_mid_rename_leaves_exactly_one_name() {
     }
 }
 
-/// What a renamer knows of file `i`: its name generation, or two candidates after a rename
-/// whose answer was lost.
-#[derive(Clone, Copy, Debug)]
-enum Known {
-    At(u32),
-    OneOf(u32, u32),
-}
-
 fn name(i: usize, g: u32) -> String {
     format!("/h/f{i}.{g}")
-}
-
-/// The one name of file `i` among `k`'s candidates once exactly one exists (bounded wait:
-/// a move left pending by a killed server finishes when it is back).
-fn settle(c: &madfs_client::Client, i: usize, k: Known, until: Instant) -> Option<u32> {
-    let (a, b) = match k {
-        Known::At(g) => (g, g),
-        Known::OneOf(a, b) => (a, b),
-    };
-    while Instant::now() < until {
-        let there: Vec<u32> = [a, b]
-            .into_iter()
-            .filter(|g| c.stat(&name(i, *g)).is_ok())
-            .collect();
-        match there[..] {
-            [g] => return Some(g),
-            [g, h] if g == h => return Some(g),
-            _ => std::thread::sleep(Duration::from_millis(100)),
-        }
-    }
-    None
 }
 
 /// Random servers SIGKILLed and restarted while a client renames files round after round:
@@ -212,7 +183,9 @@ fn renames_under_random_server_kills_keep_every_file_once() {
             let until = Instant::now() + Duration::from_secs(60);
             while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < until {
                 for (i, k) in known.iter_mut().enumerate() {
-                    let Some(g) = settle(&c, i, *k, Instant::now() + Duration::from_secs(5)) else {
+                    let Some(g) = settle(&c, *k, Instant::now() + Duration::from_secs(5), &|g| {
+                        name(i, g)
+                    }) else {
                         continue; // a server is down: later
                     };
                     *k = match c.rename(&name(i, g), &name(i, g + 1), false) {
@@ -250,8 +223,8 @@ fn renames_under_random_server_kills_keep_every_file_once() {
     let until = Instant::now() + Duration::from_secs(30);
     let mut names = vec![];
     for (i, k) in known.iter().enumerate() {
-        let g =
-            settle(&c, i, *k, until).unwrap_or_else(|| panic!("file {i} ({k:?}): no single name"));
+        let g = settle(&c, *k, until, &|g| name(i, g))
+            .unwrap_or_else(|| panic!("file {i} ({k:?}): no single name"));
         assert_eq!(sum(&get(&c, &name(i, g))), sum(&bytes(i)), "file {i}");
         names.push(format!("f{i}.{g}"));
     }

@@ -143,6 +143,9 @@ impl std::ops::Deref for HdrRef<'_> {
 pub struct Local {
     /// Directory listing state for getdents64.
     pub dir: DirState,
+    /// A write through this description cleared the file's set-id bits (`DropPrivs`): later
+    /// writes do not ask again.
+    pub privs_dropped: bool,
 }
 
 /// Where a directory fd's listing stands. The shared offset is the cookie (`d_off`): 0 before

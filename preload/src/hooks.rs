@@ -897,10 +897,14 @@ fn do_write(d: &Desc, off: Option<u64>, data: &[u8]) -> FsResult<usize> {
     if acc(d) == libc::O_RDONLY {
         return Err(Errno::EBADF);
     }
-    let _serial = d.local();
+    let mut local = d.local();
     conn::with(|c| {
         let mut f = file(c, d);
+        if local.privs_dropped {
+            f.attr.mode &= !madfs_proto::privs_of(f.attr.mode);
+        }
         let r = write_file(c, d, &mut f, off, data);
+        local.privs_dropped |= madfs_proto::privs_of(f.attr.mode) == 0;
         d.found_at(f.whereabouts());
         r
     })
@@ -1382,6 +1386,9 @@ fn sys_unlinkat(dirfd: i64, path: isize, flags: i64) -> Ret {
 }
 
 fn sys_renameat(olddir: i64, old: isize, newdir: i64, new: isize, flags: i64) -> Ret {
+    if old == 0 || new == 0 {
+        return None; // the kernel's EFAULT (not EXDEV for the other path)
+    }
     let (a, b) = (target(olddir, old), target(newdir, new));
     let (a, b) = match (a, b) {
         (Target::External, Target::External) => return None,
@@ -1563,38 +1570,39 @@ fn refuse_path(dirfd: i64, path: isize, e: Errno) -> Ret {
 }
 
 fn sys_linkat(olddir: i64, old: isize, newdir: i64, new: isize, flags: i64) -> Ret {
-    match (target(olddir, old), target(newdir, new)) {
-        (Target::External, Target::External) => None,
-        (Target::Ours(a), Target::Ours(b)) => Some(neg(link_refused(&a, &b, flags))),
-        (Target::Fail(e), _) | (_, Target::Fail(e)) => Some(neg(e)),
-        _ => Some(neg(Errno::EXDEV)),
+    if old == 0 || new == 0 {
+        return None; // the kernel's EFAULT (not EXDEV for the other path)
     }
+    let (a, b) = match (target(olddir, old), target(newdir, new)) {
+        (Target::External, Target::External) => return None,
+        (Target::Ours(a), Target::Ours(b)) => (a, b),
+        (Target::Fail(e), _) | (_, Target::Fail(e)) => return Some(neg(e)),
+        _ => return Some(neg(Errno::EXDEV)),
+    };
+    if flags & !(libc::AT_SYMLINK_FOLLOW | libc::AT_EMPTY_PATH) as i64 != 0 {
+        return Some(neg(Errno::EINVAL));
+    }
+    zero(link_ours(
+        &a,
+        &b,
+        flags & libc::AT_SYMLINK_FOLLOW as i64 != 0,
+    ))
 }
 
-/// Why `link(a, b)` fails: hard links are not kept yet (EPERM, what the kernel answers for a
-/// file system without them), after the errors the kernel finds first (the source missing or
-/// unreachable, the target there or its directory not writable) in the kernel's order.
-fn link_refused(a: &str, b: &str, flags: i64) -> Errno {
-    let follow = flags & libc::AT_SYMLINK_FOLLOW as i64 != 0;
-    match stat_links(a, follow) {
-        Ok(Ok(src)) if src.is_dir() => return Errno::EPERM,
-        Ok(Ok(_)) => {}
-        Ok(Err(_)) => return Errno::EXDEV, // the source leads out of madfs
-        Err(e) => return e,
+/// `link(a, b)` of two madfs paths: links among `a`'s ancestors (and the last one with
+/// `follow`) and among `b`'s ancestors are followed; one leading out of madfs is EXDEV.
+fn link_ours(a: &str, b: &str, follow: bool) -> FsResult<()> {
+    let src = match stat_links_with(a, follow, |p, _| p.to_owned())? {
+        Ok(p) => p,
+        Err(_) => return Err(Errno::EXDEV), // the source leads out of madfs
+    };
+    match conn::with(|c| c.link(&src, b)) {
+        Err(Errno::ENOTDIR) => match ancestors_followed(b)? {
+            Some(b2) => conn::with(|c| c.link(&src, &b2)).map(drop),
+            None => Err(Errno::ENOTDIR),
+        },
+        r => r.map(drop),
     }
-    match stat_links(b, false) {
-        Ok(_) => return Errno::EEXIST,
-        Err(Errno::ENOENT) => {}
-        Err(e) => return e,
-    }
-    if let Some((parent, _)) = madfs_placement::split_parent(b) {
-        let want = madfs_proto::ACCESS_W | madfs_proto::ACCESS_X;
-        match conn::with(|c| c.access_normalized(parent, want)) {
-            Ok(_) => {}
-            Err(e) => return e,
-        }
-    }
-    Errno::EPERM
 }
 
 fn refuse_fd(fd: i64, e: Errno) -> Ret {
@@ -1758,6 +1766,7 @@ fn sys_ioctl(fd: i64, req: i64, arg: isize) -> Ret {
         size: (f.size_unit != 0).then_some((f.size, f.size_unit)),
         newer_than: (f.newer_than_ns != i64::MIN).then_some(f.newer_than_ns),
         kind: (f.kind != 0).then_some(f.kind),
+        pending: false,
     };
     let dir = d.path().to_string();
     let r = conn::with(|c| c.find(&dir, &filter));

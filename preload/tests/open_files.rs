@@ -123,3 +123,48 @@ fn unlinked_bytes_stay_while_open_and_go_with_the_last_close_or_the_lease() {
     let took = gone_within(&cl, id, 5).expect("dropped after the last close");
     eprintln!("closed: bytes dropped {took:.1} s after the holder exited");
 }
+
+#[test]
+fn a_hard_linked_file_keeps_its_bytes_until_its_last_name_and_descriptor_go() {
+    let cl = cluster(4000);
+    let dir = format!("{MOUNT}/links");
+    let id: u64 = bash(
+        &cl,
+        &format!(
+            "mkdir -p {dir}/x {dir}/y && cd {dir} && head -c 3000000 /dev/urandom > f && \
+             ln f x/g && ln x/g y/h && stat -c %i f"
+        ),
+        20_000,
+    )
+    .trim()
+    .parse()
+    .unwrap();
+    let before = chunk_files(&cl, id);
+    assert!(before.len() >= 2, "{before:?}");
+    let sum = |name: &str| bash(&cl, &format!("md5sum < {dir}/{name}"), 20_000);
+    let want = sum("f");
+    // every name but the last: the bytes stay, readable through what is left
+    bash(&cl, &format!("rm {dir}/f {dir}/x/g"), 20_000);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(chunk_files(&cl, id), before, "dropped with a name left");
+    assert_eq!(sum("y/h"), want);
+    assert_eq!(
+        bash(&cl, &format!("stat -c %h {dir}/y/h"), 20_000).trim(),
+        "1"
+    );
+    // the last name goes while a process holds it open: kept until it closes
+    let out = bash(
+        &cl,
+        &format!(
+            "exec 3<{dir}/y/h; rm {dir}/y/h; sleep 1.5; \
+             ls {}/server*/data/*/$(printf %016x {id}) 2>/dev/null | wc -l; md5sum <&3; exec 3<&-",
+            cl.root().display()
+        ),
+        20_000,
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].trim().parse::<u32>().unwrap() >= 2, "{out}");
+    assert_eq!(format!("{}\n", lines[1]), want, "{out}");
+    let took = gone_within(&cl, id, 5).expect("dropped after the last name and close");
+    eprintln!("hard-linked file: bytes dropped {took:.1} s after the last close");
+}

@@ -16,6 +16,7 @@ echo hidden > "$B/ro/root600"; chmod 0600 "$B/ro/root600"
 echo shared > "$B/sticky/rootowned"; chmod 0666 "$B/sticky/rootowned"
 chgrp 65534 "$B/grp"; chmod 0570 "$B/grp"
 echo g > "$B/grp/file"; chmod 0604 "$B/grp/file"
+echo s > "$B/pub/setid"; chmod 6777 "$B/pub/setid"
 echo setup-done
 "#;
 
@@ -60,6 +61,11 @@ step 33 sh -c "echo x > '$B/sticky/by-nobody'"
 step 34 rm -f "$B/sticky/by-nobody"
 step 35 test -x "$B/ro"
 step 36 chgrp 0 "$B/pub/mydir/f"
+step 37 sh -c "echo w >> '$B/pub/setid'"
+echo "setid after a write: $(stat -c %a "$B/pub/setid")"
+step 38 ln "$B/ro/rootfile" "$B/pub/hl"
+step 39 ln "$B/pub/setid" "$B/pub/hl2"
+step 40 ln "$B/ro/rootfile" "$B/ro/hl"
 "#;
 
 /// Runs `script` with `B` = `base`, as root or as nobody, with or without the preload.

@@ -285,3 +285,57 @@ fn renaming_over_an_open_file_keeps_its_data() {
         "{out}"
     );
 }
+
+const HARD_LINKS: &str = r#"
+# names of one file in several directories (most likely on several servers)
+printf 'one\n' > a
+ln a b
+mkdir -p d1 d2
+ln a d1/c
+ln b d2/e
+stat -c '%n %h %s %a %F' a b d1/c d2/e
+[ "$(stat -c %i a)" = "$(stat -c %i d2/e)" ] && echo same file
+# data and attributes are the file's, whichever name shows them
+printf 'two\n' >> d1/c
+cat b
+chmod 600 d2/e; stat -c '%a' a
+touch -m -d @1000000000 b; stat -c '%Y' d1/c
+truncate -s 2 a; cat d2/e; echo
+python3 -c 'import os; fd = os.open("b", os.O_WRONLY | os.O_APPEND); os.write(fd, b"-appended"); os.close(fd)'
+cat d1/c; echo
+# what link refuses
+ln a b 2>&1 | sed 's/.*: //' || true
+ln d1 d3 2>&1 | sed 's/.*: //' || true
+ln nope x 2>&1 | sed 's/.*: //' || true
+ln a nodir/x 2>&1 | sed 's/.*: //' || true
+# names go one by one; the others keep the file
+rm a; stat -c '%h %s' b
+mv d1/c d2/c2; stat -c '%h %s' d2/c2
+# a rename between two names of one file does nothing
+python3 -c 'import os; os.rename("b", "d2/e")'; ls b d2/e
+# the last names gone while open: still read through the descriptor
+exec 3<b
+rm b d2/e d2/c2
+cat <&3; echo
+exec 3<&-
+# a symbolic link gets a second name itself; link -L follows it
+printf 'target data\n' > t
+ln -s t sl
+ln sl sl2; readlink sl2; stat -c '%h' sl
+ln -L sl hard; stat -c '%h' t; cat hard
+rm t sl sl2 hard
+ls -R | tr '\n' ' '; echo
+"#;
+
+#[test]
+fn hard_links_share_data_and_attributes() {
+    let cl = cluster();
+    let out = same_as_local(&cl, "hardlinks", HARD_LINKS);
+    assert!(out.contains("a 4 4 644 regular file\n"), "{out}");
+    assert!(
+        out.contains("same file\none\ntwo\n600\n1000000000\non\non-appended\n"),
+        "{out}"
+    );
+    assert!(out.contains("File exists\n"), "{out}");
+    assert!(out.contains("3 11\n3 11\n"), "{out}");
+}

@@ -376,6 +376,7 @@ impl crate::ops::Ops {
             | Request::MoveState { .. }
             | Request::Forget { .. }
             | Request::Moved { .. }
+            | Request::Linked { .. }
             | Request::DirSet { .. }
             | Request::DirList { .. }
                 if who.role != Role::Peer =>

@@ -42,6 +42,10 @@ pub fn scan(
     for i in meta.intents()? {
         referenced.insert(i.attr.id);
     }
+    // open-unlinked files, and files with several names (kept by id)
+    for (id, _) in meta.orphans()? {
+        referenced.insert(id);
+    }
     Ok(FsckReport {
         server,
         servers,

@@ -9,6 +9,7 @@ pub mod control;
 pub mod dirtimes;
 pub mod fsck;
 pub mod identity;
+pub mod link;
 pub mod net;
 pub mod open;
 pub mod ops;

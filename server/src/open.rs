@@ -46,7 +46,7 @@ struct Holder {
 }
 
 #[derive(Default)]
-struct Inner {
+pub(crate) struct Inner {
     clients: HashMap<u64, Holder>,
     /// File id → references over all clients.
     count: HashMap<u64, u64>,
@@ -122,7 +122,7 @@ impl OpenRefs {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -275,6 +275,12 @@ impl Ops {
 
     /// [`Ops::forget`] on the home server; `Ok(true)`: kept as an orphan.
     pub(crate) fn forget_here(&self, a: &Attr) -> FsResult<bool> {
+        if crate::store::is_stub(a) {
+            // one name of several: the home server counts one fewer
+            return self
+                .linked_here(a.id, madfs_proto::LinkOp::Drop)
+                .map(|b| b.nlink == 0);
+        }
         {
             let g = self.opens.lock();
             if g.count.contains_key(&a.id) {
@@ -392,7 +398,8 @@ impl Ops {
                     // checked and dropped under the references' lock: a late `Hold` of the
                     // client that had it cannot bring it back half-dropped
                     let g = self.opens.lock();
-                    if g.count.contains_key(&id) || self.opens.in_grace(&a) {
+                    // a file with several names keeps its record here while it has any
+                    if a.nlink > 0 || g.count.contains_key(&id) || self.opens.in_grace(&a) {
                         continue;
                     }
                     if let Err(e) = self.drop_file(&a) {

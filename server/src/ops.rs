@@ -5,9 +5,11 @@
 use crate::stats::ServerStats;
 use crate::store::chunks::{FsChunks, Location};
 use crate::store::rocks::{Change, RocksMeta};
-use crate::store::{ChunkStore, Created, Entry, MetadataStore};
+use crate::store::{is_stub, ChunkStore, Created, Entry, MetadataStore};
 use madfs_placement::check_normalized;
-use madfs_proto::{Attr, Errno, FsResult, Request, SizeMode, StatFs, TimeSpec, S_IFDIR, S_IFREG};
+use madfs_proto::{
+    Attr, Errno, FsResult, LinkOp, Request, SizeMode, StatFs, TimeSpec, S_IFDIR, S_IFREG,
+};
 use std::sync::Arc;
 
 /// Entries one `Find` request examines at most: a page ends there even when nothing matched,
@@ -142,6 +144,9 @@ pub fn runs_inline(req: &Request<'_>, meta_inline: bool) -> bool {
         | Request::Settle { .. }
         | Request::MoveState { .. }
         | Request::Forget { .. }
+        | Request::Link { .. }
+        | Request::Linked { .. }
+        | Request::DropPrivs { .. }
         | Request::DirList { .. } => false,
         // a move to another server waits for that server
         Request::Rename { .. } => false,
@@ -290,11 +295,12 @@ impl Ops {
         })
     }
 
+    /// The attributes of `path` (a name of a file with several names: from its home server).
     pub(crate) fn get(&self, path: &str) -> FsResult<Attr> {
         if path == "/" {
             return Ok(root_attr());
         }
-        self.meta.get(path)?.ok_or(Errno::ENOENT)
+        self.resolved(self.meta.get(path)?.ok_or(Errno::ENOENT)?)
     }
 
     /// `SetSize`: `Max` publishes a lower bound (merge operator), `Exact` truncates; `id` ≠ 0
@@ -307,7 +313,7 @@ impl Ops {
             return self.set_orphan_size(id, size, mode);
         }
         not_root(path, Errno::EISDIR)?;
-        let mut a = self.get(path).map_err(|e| match e {
+        let (mut a, linked) = self.lookup(path).map_err(|e| match e {
             Errno::ENOENT if id != 0 => Errno::ESTALE,
             e => e,
         })?;
@@ -323,6 +329,13 @@ impl Ops {
         if a.is_special() {
             return Err(Errno::EINVAL); // as truncate(2) of a FIFO or device
         }
+        if linked {
+            // kept by id at its home server
+            return match mode {
+                SizeMode::Max => self.linked(a.id, LinkOp::Grow(size)).map(|_| Answer::Unit),
+                _ => self.linked(a.id, LinkOp::Size(size)).map(Answer::Attr),
+            };
+        }
         match mode {
             SizeMode::Max => {
                 self.meta.publish_size(path, a.id, size, now_ns())?;
@@ -336,7 +349,7 @@ impl Ops {
                 c.apply(&mut a);
                 self.meta.truncate_inline(a.id, size)?;
                 self.drop_local_chunks(a.id, size)?;
-                self.meta.change(path, c)?;
+                self.change_file(path, a.id, c)?;
                 Ok(Answer::Attr(a))
             }
         }
@@ -420,6 +433,12 @@ impl Ops {
                 self.note_moved(id, to);
                 Ok(Answer::Unit)
             }
+            Request::Link { from, to } => {
+                path_ok(from)?;
+                self.link(from, to)
+            }
+            Request::Linked { id, op } => self.linked_here(id, op).map(Answer::Attr),
+            Request::DropPrivs { path, id, .. } => self.drop_privs(path, id).map(Answer::Attr),
             Request::DirSet {
                 path,
                 mode,
@@ -437,7 +456,12 @@ impl Ops {
                 };
                 self.dir_set(path, p, gone)
             }
-            Request::DirList { after } => {
+            Request::DirList {
+                after,
+                from,
+                started,
+            } => {
+                self.peers.restarted(from, started);
                 let (v, next) = self.dir_page(after)?;
                 Ok(Answer::Dirs(v, next))
             }
@@ -470,6 +494,10 @@ impl Ops {
                         self.meta.get_or_insert(path, make)
                     }
                 })?;
+                let found = match found {
+                    Created::Existed(a) => Created::Existed(self.resolved(a)?),
+                    f => f,
+                };
                 let (Created::New(a) | Created::Existed(a)) = &found;
                 self.opened(holder, a);
                 match found {
@@ -501,7 +529,7 @@ impl Ops {
                             c.apply(&mut a);
                             self.meta.truncate_inline(a.id, 0)?;
                             self.drop_local_chunks(a.id, 0)?;
-                            self.meta.change(path, c)?;
+                            self.change_file(path, a.id, c)?;
                         }
                         Ok(Answer::Created {
                             attr: a,
@@ -566,10 +594,16 @@ impl Ops {
             Request::Unlink { path } => {
                 not_root(path, Errno::EISDIR)?;
                 let _n = self.opens.name_lock(path);
-                let a = self.get(path)?;
-                if a.is_dir() {
+                let raw = self.meta.get(path)?.ok_or(Errno::ENOENT)?;
+                if raw.is_dir() {
                     return Err(Errno::EISDIR);
                 }
+                if is_stub(&raw) {
+                    let a = self.unlink_stub(path, &raw)?;
+                    self.parent_changed(path, now_ns());
+                    return Ok(Answer::Attr(a));
+                }
+                let a = raw;
                 self.unlink_file(path, &a)?;
                 self.parent_changed(path, now_ns());
                 Ok(Answer::Attr(a))
@@ -613,7 +647,7 @@ impl Ops {
                     ctime: now_ns(),
                 };
                 c.apply(&mut a);
-                self.meta.change(path, c)?;
+                self.change_file(path, a.id, c)?;
                 if a.is_dir() {
                     self.dir_changed(path, Some(&a));
                 }
@@ -637,7 +671,7 @@ impl Ops {
                     ctime: now,
                 };
                 c.apply(&mut a);
-                self.meta.change(path, c)?;
+                self.change_file(path, a.id, c)?;
                 Ok(Answer::Attr(a))
             }
             Request::Append { path, len, id } => {
@@ -652,8 +686,15 @@ impl Ops {
                     return Ok(Answer::Offset(at));
                 }
                 not_root(path, Errno::EISDIR)?;
-                match self.get(path) {
-                    Ok(a) if a.is_link() && (id == 0 || a.id == id) => return Err(Errno::ELOOP),
+                match self.lookup(path) {
+                    Ok((a, _)) if a.is_link() && (id == 0 || a.id == id) => {
+                        return Err(Errno::ELOOP)
+                    }
+                    // a name of a file with several names: its size is kept at its home
+                    Ok((a, true)) if id == 0 || a.id == id => {
+                        let b = self.linked(a.id, LinkOp::Append(len))?;
+                        return Ok(Answer::Offset(b.size - len));
+                    }
                     // the descriptor's file was renamed or unlinked: the client asks its home
                     Err(Errno::ENOENT) if id != 0 => return Err(Errno::ESTALE),
                     Err(e) => return Err(e),
@@ -681,7 +722,7 @@ impl Ops {
                     ctime: now_ns(),
                 };
                 c.apply(&mut a);
-                self.meta.change(path, c)?;
+                self.change_file(path, a.id, c)?;
                 if a.is_dir() {
                     self.dir_changed(path, Some(&a));
                 }
@@ -729,6 +770,10 @@ impl Ops {
                 let old = self.meta.get(path)?;
                 match old {
                     Some(o) if !replace && o.id != attr.id => return Err(Errno::EEXIST),
+                    // a new name of a file with several names (`Link`): never over one
+                    Some(_) if !replace && from.is_none() && is_stub(&attr) => {
+                        return Err(Errno::EEXIST)
+                    }
                     // a directory replaces only an (empty: the client checked) directory
                     Some(o) if dir && !o.is_dir() => return Err(Errno::ENOTDIR),
                     Some(o) if !dir && o.is_dir() => return Err(Errno::EISDIR),
@@ -869,6 +914,9 @@ impl Ops {
                 let mut bytes = 0usize;
                 let mut scanned = 0u64;
                 let matcher = filter.matcher();
+                // only a server's own directory rename sees what other finds do not
+                let hidden =
+                    |parent: &str, name: &str| !filter.pending && self.moving.hides(parent, name);
                 // matches travel relative to `dir` (fewer bytes, so fewer pages)
                 let base = if dir == "/" {
                     "/".to_string()
@@ -877,7 +925,7 @@ impl Ops {
                 };
                 let next = self.meta.scan_subtree(dir, after, &mut |parent, name, a| {
                     scanned += 1;
-                    if matcher.matches(name, a) && !self.moving.hides(parent, name) {
+                    if matcher.matches(name, a) && !hidden(parent, name) {
                         let rel = if parent == dir {
                             name.to_string()
                         } else {

@@ -7,6 +7,7 @@ use madfs_proto::{Errno, FsResult, Reply, Request};
 use madfs_rpc::{cluster_file, ClusterIdentity, Context, Credentials, Transport, UcxSettings};
 use std::cell::RefCell;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 
 /// How this server reaches its peers.
@@ -17,10 +18,15 @@ pub struct Peers {
     ctx: OnceLock<Arc<Context>>,
     /// What this server proves to its peers.
     key: madfs_auth::Key,
+    /// When this server started (ns), told to its peers with `DirList`.
+    started: i64,
+    /// Per server: when it last said it started (0: not yet).
+    starts: Vec<AtomicI64>,
 }
 
 thread_local! {
-    static TRANSPORT: RefCell<Option<Transport>> = const { RefCell::new(None) };
+    /// This thread's transport, and per server the start it has a connection to.
+    static TRANSPORT: RefCell<Option<(Transport, Vec<i64>)>> = const { RefCell::new(None) };
 }
 
 /// Largest reply a peer call expects (an `Attr`-sized answer).
@@ -37,12 +43,23 @@ impl Peers {
         ucx: UcxSettings,
         key: madfs_auth::Key,
     ) -> Self {
+        let starts = (0..identity.servers).map(|_| AtomicI64::new(0)).collect();
         Peers {
             identity,
             cluster_file,
             ucx,
             ctx: OnceLock::new(),
             key,
+            started: crate::ops::now_ns(),
+            starts,
+        }
+    }
+
+    /// Server `server` says it started at `started` (ns): connections to an earlier run of
+    /// it are dropped before their next call.
+    pub fn restarted(&self, server: u32, started: i64) {
+        if let Some(s) = self.starts.get(server as usize) {
+            s.store(started, Relaxed);
         }
     }
 
@@ -85,7 +102,10 @@ impl Peers {
     ) -> FsResult<(Vec<String>, Option<Vec<u8>>)> {
         let req = Request::Find {
             dir,
-            filter: Default::default(),
+            filter: madfs_proto::FindFilter {
+                pending: true,
+                ..Default::default()
+            },
             after,
             max_bytes: FIND_PAGE as u32,
         };
@@ -104,8 +124,13 @@ impl Peers {
         &self,
         server: u32,
         after: &[u8],
+        me: u32,
     ) -> FsResult<(Vec<(String, u32, u32, u32, i64)>, Option<Vec<u8>>)> {
-        let req = Request::DirList { after };
+        let req = Request::DirList {
+            after,
+            from: me,
+            started: self.started,
+        };
         self.call_with(server, &req, &[], 4 * FIND_PAGE, |reply| match reply {
             Reply::Dirs { entries, next } => Ok((
                 entries
@@ -129,9 +154,21 @@ impl Peers {
         TRANSPORT.with(|slot| {
             let mut slot = slot.borrow_mut();
             if slot.is_none() {
-                *slot = Some(self.transport()?);
+                let seen = vec![0; self.starts.len()];
+                *slot = Some((self.transport()?, seen));
             }
-            let t = slot.as_ref().ok_or(Errno::EIO)?;
+            let (t, seen) = slot.as_mut().ok_or(Errno::EIO)?;
+            // a connection to an earlier run of the server would wait out the deadline
+            if let (Some(now), Some(had)) = (
+                self.starts.get(server as usize),
+                seen.get_mut(server as usize),
+            ) {
+                let now = now.load(Relaxed);
+                if *had != now {
+                    t.invalidate(server);
+                    *had = now;
+                }
+            }
             let raw = t.call_sync(server, req, bulk, cap)?;
             let (reply, _) = raw.decode()?;
             take(reply)

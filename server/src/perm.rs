@@ -190,7 +190,7 @@ impl Ops {
     }
 
     /// The attributes of `path`, from whichever server holds it.
-    fn stat_anywhere(&self, path: &str) -> FsResult<Attr> {
+    pub(crate) fn stat_anywhere(&self, path: &str) -> FsResult<Attr> {
         let s = madfs_placement::meta_server(path, self.peers.servers());
         if s == self.id {
             return self.get(path);
@@ -288,6 +288,39 @@ impl Ops {
                     Self::need(who, &a, ACCESS_W)?;
                 }
             }
+            // the open's write capability, else write permission on the file
+            Request::DropPrivs { path, id, cap } if !self.grants_write(who, &cap, id) => {
+                let a = if path.is_empty() {
+                    self.orphan(id)?.ok_or(Errno::ENOENT)?
+                } else {
+                    self.search(who, path)?;
+                    local(path)?
+                };
+                Self::need(who, &a, ACCESS_W)?;
+            }
+            Request::Link { from, to } => {
+                // the kernel's order: the source, the target's lookup (EEXIST), the
+                // protected_hardlinks rule, then write on the target's directory
+                self.search(who, from)?;
+                let a = local(from)?;
+                self.search(who, to)?;
+                match self.stat_anywhere(to) {
+                    Ok(_) => return Err(Errno::EEXIST),
+                    Err(Errno::ENOENT) => {}
+                    Err(e) => return Err(e),
+                }
+                // Linux's protected_hardlinks (on by default): someone else's file only if it
+                // is a regular file, not set-id, that `who` may read and write
+                if who.uid != a.uid
+                    && (!a.is_file()
+                        || a.mode & S_ISUID != 0
+                        || a.mode & (S_ISGID | 0o010) == (S_ISGID | 0o010)
+                        || !allowed(who, a.mode, a.uid, a.gid, ACCESS_R | ACCESS_W))
+                {
+                    return Err(Errno::EPERM);
+                }
+                self.parent_writable(who, to)?;
+            }
             Request::Readdir { dir, .. }
             | Request::HasChildren { dir }
             | Request::Find { dir, .. } => {
@@ -308,13 +341,13 @@ impl Ops {
                     _ => false,
                 };
                 if !granted && a.uid != who.uid {
-                    return Err(Errno::EACCES);
+                    Self::need(who, &a, ACCESS_W)?;
                 }
             }
             Request::Append { path: "", id, .. } => {
                 let a = self.orphan(id)?.ok_or(Errno::ENOENT)?;
                 if a.uid != who.uid {
-                    return Err(Errno::EACCES);
+                    Self::need(who, &a, ACCESS_W)?;
                 }
             }
             Request::SetSize { path, mode, .. } => {
@@ -522,7 +555,7 @@ impl Ops {
             let (entries, next) = if s == self.id {
                 self.dir_page(&after)?
             } else {
-                self.peers.dir_page(s, &after)?
+                self.peers.dir_page(s, &after, self.id)?
             };
             for (path, mode, uid, gid, version) in entries {
                 let p = DirPerm {

@@ -32,6 +32,8 @@ pub struct Moving {
     /// `paths.len()`: moves out only (lookups and listings hide their sources).
     moves: AtomicUsize,
     arrivals: Mutex<HashMap<String, (Arrival, std::time::Instant)>>,
+    /// Directories whose rename runs here now.
+    dirs: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Moving {
@@ -116,6 +118,18 @@ impl Moving {
         let mut m = self.lock();
         m.remove(path);
         self.recount(m.len());
+    }
+
+    /// Claims directory `path` for its rename (or the rename's completion); false while
+    /// another runs.
+    fn claim_dir(&self, path: &str) -> bool {
+        let mut d = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
+        d.insert(path.to_owned())
+    }
+
+    fn release_dir(&self, path: &str) {
+        let mut d = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
+        d.remove(path);
     }
 
     /// Is `path` being moved, or parked? (No lock while nothing is.)
@@ -232,7 +246,9 @@ impl Ops {
     /// crashed, and then the mover asks it within a second or two).
     fn while_arriving(&self, req: &Request<'_>) -> Option<Errno> {
         let (path, keeps) = match *req {
-            Request::Unlink { path } | Request::Detach { path, .. } => (path, None),
+            Request::Unlink { path } | Request::Rmdir { path } | Request::Detach { path, .. } => {
+                (path, None)
+            }
             Request::Rename { from, to, .. } => {
                 if self.moving.pending_arrival(to).is_some() {
                     return Some(Errno::EAGAIN);
@@ -304,10 +320,12 @@ impl Ops {
 
     /// Rename of directory `from` (this server's): keys hold full paths, so every
     /// descendant's entry moves (files by a `Rename` each, done by their own server; chunks
-    /// stay, placed by file id). The new tree is built top-down
-    /// before the old one is removed bottom-up, so a concurrent reader may see an entry
-    /// under both names for a moment, never under neither (docs/consistency.md). Every step
-    /// is a call between servers: no client says what an entry is.
+    /// stay, placed by file id). An intent record is written durably first; the new tree is
+    /// built top-down before the old one is removed bottom-up, so a concurrent reader may see
+    /// an entry under both names for a moment, never under neither (docs/consistency.md).
+    /// A crash or an unreachable server leaves the record: the mover (or the restarted
+    /// server) finishes the rename ([`Ops::finish_dir_intents`]). Every step is a call
+    /// between servers: no client says what an entry is.
     fn rename_dir(&self, from: &str, to: &str, noreplace: bool) -> FsResult<Answer> {
         let n = self.peers.servers();
         let a = self.get(from)?;
@@ -336,7 +354,95 @@ impl Ops {
             }
             Err(e) => return Err(e),
         };
-        // every descendant, sorted: a directory comes before what it holds
+        if !self.moving.claim_dir(from) {
+            return Err(Errno::EAGAIN); // another rename of it runs
+        }
+        // the rename that ran before this one claimed it may have moved it, or left it
+        // pending (the mover finishes that first)
+        let free = match self.meta.get(from) {
+            Ok(Some(d)) if d.id == a.id => match self.meta.dir_intents() {
+                Ok(v) if v.iter().any(|i| i.from == from) => Err(Errno::EAGAIN),
+                Ok(_) => Ok(()),
+                Err(e) => Err(e),
+            },
+            Ok(_) => Err(Errno::ENOENT),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = free {
+            self.moving.release_dir(from);
+            return Err(e);
+        }
+        let it = Intent {
+            from: from.to_owned(),
+            to: to.to_owned(),
+            attr: a,
+            noreplace: !replace,
+        };
+        tracing::debug!("rename {from} -> {to}: intent");
+        let r = self.meta.begin_dir_move(&it).and_then(|()| {
+            fault("dirrename-after-intent");
+            self.dir_move(&it, true)
+        });
+        self.moving.release_dir(from);
+        // left pending (the mover finishes it): EIO, as a file move to an unreachable server
+        // (not EAGAIN: the client would send the rename again and then find no source)
+        r.map(|()| Answer::Replaced(None)).map_err(|e| match e {
+            Errno::EAGAIN => Errno::EIO,
+            e => e,
+        })
+    }
+
+    /// The steps of the rename of directory `it.from` (its intent record written), again
+    /// after a crash or an unreachable server: the new directory, then every descendant
+    /// (sorted: a directory before what it holds; a file by a `Rename` of its own server;
+    /// what moved already is found no more), then the old directories bottom-up, then the
+    /// record. Every step may be done twice. `first`: the rename's own run, whose refused
+    /// first step (the target's name taken meanwhile, its parent gone) ends it with that
+    /// errno; after that, or in a later run, a failure leaves the record for the mover.
+    fn dir_move(&self, it: &Intent, first: bool) -> FsResult<()> {
+        let n = self.peers.servers();
+        let (from, to, a) = (it.from.as_str(), it.to.as_str(), it.attr);
+        let stat = |p: &str| match self.on(meta_server(p, n), &Request::Stat(p))? {
+            Answer::Attr(a) => Ok(a),
+            _ => Err(Errno::EPROTO),
+        };
+        let done = || {
+            self.meta.end_dir_move(from)?;
+            // the new name is free (if this is lost, its server's mover asks `MoveState`)
+            let settle = Request::Settle { path: to, id: a.id };
+            if let Err(e) = self.on(meta_server(to, n), &settle) {
+                tracing::debug!("settle {to}: {e}");
+            }
+            Ok(())
+        };
+        match self.meta.get(from)? {
+            Some(d) if d.id == a.id => {}
+            // the old name's removal was the last step: done
+            _ => return done(),
+        }
+        let attach = |path: &str, attr: Attr, replace: bool, pending: Option<&str>| {
+            let req = Request::Attach {
+                path,
+                attr,
+                replace,
+                durable: pending.is_some(),
+                from: pending,
+                src: self.id,
+            };
+            self.on(meta_server(path, n), &req).map(drop)
+        };
+        // the new directory is a pending move-in until the rename is over: nothing renames,
+        // removes or replaces it meanwhile (a client whose answer was lost may try)
+        tracing::debug!("rename {from} -> {to}: attaching the new directory");
+        match attach(to, a, !it.noreplace, Some(from)) {
+            Ok(()) => {}
+            Err(e) if first && !matches!(e, Errno::EIO | Errno::ETIMEDOUT | Errno::EAGAIN) => {
+                self.meta.end_dir_move(from)?;
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        }
+        fault("dirrename-after-attach");
         let mut subtree = Vec::new();
         for s in 0..n {
             let mut after = Vec::new();
@@ -344,7 +450,10 @@ impl Ops {
                 let (paths, next) = if s == self.id {
                     let req = Request::Find {
                         dir: from,
-                        filter: Default::default(),
+                        filter: madfs_proto::FindFilter {
+                            pending: true,
+                            ..Default::default()
+                        },
                         after: &after,
                         max_bytes: 16 << 10,
                     };
@@ -363,24 +472,21 @@ impl Ops {
             }
         }
         subtree.sort();
-        let attach = |path: &str, attr: Attr, replace: bool| {
-            let req = Request::Attach {
-                path,
-                attr,
-                replace,
-                durable: false,
-                from: None,
-                src: self.id,
-            };
-            self.on(meta_server(path, n), &req).map(drop)
-        };
-        attach(to, a, replace)?;
         let mut dirs = vec![(from.to_string(), a.id)];
-        for old in &subtree {
+        for (k, old) in subtree.iter().enumerate() {
+            if k == subtree.len() / 2 {
+                fault("dirrename-halfway");
+            }
             let new = format!("{to}{}", &old[from.len()..]);
-            let attr = stat(old)?;
-            if attr.is_dir() {
-                attach(&new, attr, false)?;
+            // a file whose own move is pending is hidden from lookups (ENOENT): its `Rename`
+            // below waits for that move (EAGAIN), and this rename stays pending until then
+            let attr = match stat(old) {
+                Ok(a) => Some(a),
+                Err(Errno::ENOENT) => None,
+                Err(e) => return Err(e),
+            };
+            if let Some(attr) = attr.filter(|a| a.is_dir()) {
+                attach(&new, attr, false, None)?;
                 dirs.push((old.clone(), attr.id));
             } else {
                 let req = Request::Rename {
@@ -388,14 +494,57 @@ impl Ops {
                     to: &new,
                     noreplace: true,
                 };
-                self.on(meta_server(old, n), &req)?;
+                // a move of that file left pending (its server restarted) finishes first
+                let mut tries = 0;
+                loop {
+                    match self.on(meta_server(old, n), &req) {
+                        Err(Errno::EAGAIN) if tries < 100 => {
+                            tries += 1;
+                            std::thread::sleep(std::time::Duration::from_millis(20));
+                        }
+                        Err(Errno::ENOENT) => break, // gone meanwhile
+                        r => {
+                            r?;
+                            break;
+                        }
+                    }
+                }
             }
         }
         for (d, id) in dirs.iter().rev() {
             let req = Request::Detach { path: d, id: *id };
-            self.on(meta_server(d, n), &req)?;
+            match self.on(meta_server(d, n), &req) {
+                Ok(_) | Err(Errno::ENOENT) => {}
+                Err(e) => return Err(e),
+            }
         }
-        Ok(Answer::Replaced(None))
+        done()
+    }
+
+    /// Finishes the directory renames whose intent records are left (a crash, or a server
+    /// that could not be reached), except those running. Returns how many are still pending.
+    pub fn finish_dir_intents(&self) -> FsResult<usize> {
+        // not before every peer has heard of this server's start (`DirList`): a peer's call
+        // back on a connection to its previous run would wait out the deadline
+        if !self.dirs.ready() {
+            return Ok(0);
+        }
+        let mut left = 0;
+        for it in self.meta.dir_intents()? {
+            if !self.moving.claim_dir(&it.from) {
+                continue;
+            }
+            let r = self.dir_move(&it, false);
+            self.moving.release_dir(&it.from);
+            match r {
+                Ok(()) => tracing::info!("pending rename {} -> {} finished", it.from, it.to),
+                Err(e) => {
+                    left += 1;
+                    tracing::warn!("pending rename {} -> {}: {e}; retried", it.from, it.to);
+                }
+            }
+        }
+        Ok(left)
     }
 
     /// `req` done by server `server`: this one directly, another through a peer call.
@@ -491,11 +640,8 @@ impl Ops {
 
     /// `MoveState`: is the move of file `id` out of `from` still pending here?
     pub fn move_state(&self, from: &str, id: u64) -> FsResult<bool> {
-        Ok(self
-            .meta
-            .intents()?
-            .iter()
-            .any(|i| i.from == from && i.attr.id == id))
+        let pending = |v: Vec<Intent>| v.iter().any(|i| i.from == from && i.attr.id == id);
+        Ok(pending(self.meta.intents()?) || pending(self.meta.dir_intents()?))
     }
 
     /// `Settle`: the move-in of file `id` at `path` is over.
@@ -577,6 +723,9 @@ pub fn start_mover(
                     if let Err(e) = ops.finish_intents() {
                         tracing::error!("pending renames: {e}");
                     }
+                }
+                if let Err(e) = ops.finish_dir_intents() {
+                    tracing::error!("pending directory renames: {e}");
                 }
                 ops.settle_arrivals();
                 std::thread::sleep(every);

@@ -575,6 +575,7 @@ fn find<T: Target>(t: &T, cx: &Ctx, out: &mut RankOut) -> Result<()> {
             size: Some((size, 1)),
             newer_than: Some(cx.timestamp_ns),
             kind: None,
+            pending: false,
         };
         let (paths, scanned) = c.find(if dir.is_empty() { "/" } else { &dir }, &filter)?;
         // the barrier files are not part of the tree IO500 searches

@@ -161,6 +161,7 @@ fn main() {
         size: args.size,
         newer_than,
         kind: args.kind,
+        pending: false,
     };
     let (mut paths, mut examined) = match client.find(&dir, &filter) {
         Ok(r) => r,

@@ -30,6 +30,17 @@ enum Cmd {
     Rmdir { path: String },
     /// Remove a file.
     Rm { path: String },
+    /// Rename FROM to TO (a file or a directory), done by FROM's server. With --stdin: one
+    /// "FROM TO" pair per line, answered "ok" or "error ERRNO" per line as each is done
+    /// (after a first line "ready": connected to every server).
+    Mv {
+        #[arg(num_args = 0..=2)]
+        paths: Vec<String>,
+        #[arg(long)]
+        stdin: bool,
+    },
+    /// Give the file at FROM the new name TO (a hard link).
+    Ln { from: String, to: String },
     /// Copy a local file (or `-` for stdin) into madfs.
     Put {
         local: String,
@@ -168,6 +179,32 @@ fn run(c: &Client, cmd: Cmd) -> Result<(), Box<dyn std::error::Error>> {
         Cmd::Mkdir { path } => c.mkdir(&path, 0o755)?,
         Cmd::Rmdir { path } => c.rmdir(&path)?,
         Cmd::Rm { path } => c.unlink(&path)?,
+        Cmd::Mv {
+            paths,
+            stdin: false,
+        } => match &paths[..] {
+            [from, to] => c.rename(from, to, false)?,
+            _ => return Err("madfs mv: FROM TO, or --stdin".into()),
+        },
+        Cmd::Mv { stdin: true, .. } => {
+            // connected to every server first: "ready"
+            c.connect_all()?;
+            let mut out = std::io::stdout();
+            writeln!(out, "ready")?;
+            out.flush()?;
+            for line in std::io::stdin().lines() {
+                let line = line?;
+                let Some((from, to)) = line.split_once(' ') else {
+                    return Err(format!("madfs mv --stdin: not 'FROM TO': {line:?}").into());
+                };
+                match c.rename(from, to, false) {
+                    Ok(()) => writeln!(out, "ok")?,
+                    Err(e) => writeln!(out, "error {e:?}")?,
+                }
+                out.flush()?;
+            }
+        }
+        Cmd::Ln { from, to } => drop(c.link(&from, &to)?),
         Cmd::Put { local, path, sync } => {
             let mut input: Box<dyn Read> = if local == "-" {
                 Box::new(std::io::stdin())

@@ -1,7 +1,7 @@
 //! Shared fixture of the integration tests: real `madfs-server` processes on 127.0.0.1.
 #![allow(dead_code)]
 
-use madfs_client::{Client, ClientConfig, FileSystem, OpenFlags};
+use madfs_client::{Client, ClientConfig, Errno, FileSystem, OpenFlags};
 use madfs_cluster::{LocalCluster, Options};
 use std::sync::Once;
 use std::time::Duration;
@@ -107,4 +107,46 @@ pub fn tcp_request(secret: u64, req: &madfs_proto::Request<'_>) -> Vec<u8> {
     msg.extend_from_slice(&p);
     msg.extend_from_slice(h);
     msg
+}
+
+/// What a renamer knows of an object: its name generation, or two candidates after a rename
+/// whose answer was lost.
+#[derive(Clone, Copy, Debug)]
+pub enum Known {
+    At(u32),
+    OneOf(u32, u32),
+}
+
+/// The one name among `k`'s candidates (`name(generation)`) once exactly one exists (bounded
+/// wait: a move left pending by a killed server finishes when it is back; a directory half
+/// moved is finished by its server's mover).
+pub fn settle(
+    c: &Client,
+    k: Known,
+    until: std::time::Instant,
+    name: &dyn Fn(u32) -> String,
+) -> Option<u32> {
+    let (a, b) = match k {
+        Known::At(g) => (g, g),
+        Known::OneOf(a, b) => (a, b),
+    };
+    while std::time::Instant::now() < until {
+        // (a server that is down answers neither way: ask again)
+        let mut there = vec![];
+        let mut known = true;
+        for g in [a, b] {
+            match c.stat(&name(g)) {
+                Ok(_) => there.push(g),
+                Err(Errno::ENOENT) => {}
+                Err(_) => known = false,
+            }
+        }
+        match there[..] {
+            _ if !known => std::thread::sleep(Duration::from_millis(50)),
+            [g] => return Some(g),
+            [g, h] if g == h => return Some(g),
+            _ => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+    None
 }

@@ -389,10 +389,15 @@ pub enum Request<'a> {
         gone: bool,
     },
     /// The directories this server holds, in key order after `after` (empty: from the
-    /// start): what a starting server learns its table from. Servers only. Reply: `Dirs`.
+    /// start): what a starting server learns its table from. `from` is that server and
+    /// `started` when it started (ns): a server told a new start drops its connections to
+    /// the previous run (a call on one would wait out its deadline). Servers only. Reply:
+    /// `Dirs`.
     DirList {
         #[serde(with = "serde_bytes")]
         after: &'a [u8],
+        from: u32,
+        started: i64,
     },
     /// Create a symbolic link at `path` to `target` (stored as the link's data); EEXIST if
     /// `path` exists. Reply: `Created`.
@@ -617,6 +622,60 @@ pub enum Request<'a> {
         size_of: Option<&'a str>,
         cap: Cap,
     },
+    /// Give the file at `from` (not followed: a symbolic link gets a second name itself) the
+    /// new name `to`: link(2). Sent to `from`'s server. EEXIST if `to` exists, EPERM for a
+    /// directory. Reply: `Attr` (the file's, with its names counted).
+    Link { from: &'a str, to: &'a str },
+    /// A write by someone other than root clears the file's set-user-ID bit (and its
+    /// set-group-ID bit when group-executable), as the kernel does: the writer's open file
+    /// `id` at `path` (empty: its orphan record at its home server; ESTALE when `path` names
+    /// another file), `cap` its open's capability. Reply: `Attr` after.
+    DropPrivs { path: &'a str, id: u64, cap: Cap },
+    /// Servers only: `op` on the attributes of file `id`, which has (had) several names and
+    /// is kept by id on its home server (docs/consistency.md, "Hard links"). Reply: `Attr`
+    /// after the change.
+    Linked { id: u64, op: LinkOp },
+}
+
+/// What [`Request::Linked`] does to a file's attributes kept by id.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkOp {
+    /// Nothing (a lookup).
+    Stat,
+    /// One name more. `Some(attr)`: the file's attributes when it gets its second name
+    /// (from then on kept by id).
+    Add(Option<Attr>),
+    /// One name fewer; at none the file is forgotten (kept while open, else dropped).
+    Drop,
+    /// Permission bits.
+    Mode(u32),
+    /// Owner and/or group (`u32::MAX`: unchanged), mode bits cleared.
+    Owner { uid: u32, gid: u32, clear: u32 },
+    /// Access and/or modification time (`None`: unchanged).
+    Times {
+        atime: Option<i64>,
+        mtime: Option<i64>,
+    },
+    /// The size exactly (truncate).
+    Size(u64),
+    /// The size at least (a publication).
+    Grow(u64),
+    /// An `O_APPEND` reservation of `len` bytes: the reply's size is the new end.
+    Append(u64),
+}
+
+/// The set-id bits of `mode` a write by anyone but root clears (the kernel's
+/// `file_remove_privs`): S_ISUID, and S_ISGID when the file is group-executable (else it
+/// marks mandatory locking and stays). Directories keep theirs.
+pub fn privs_of(mode: u32) -> u32 {
+    if mode & S_IFMT == S_IFDIR {
+        return 0;
+    }
+    let mut bits = mode & 0o4000;
+    if mode & 0o2010 == 0o2010 {
+        bits |= 0o2000;
+    }
+    bits
 }
 
 /// How often a client process holding files open renews its references ([`Request::Hold`]),
@@ -645,6 +704,10 @@ pub struct FindFilter<'a> {
     pub newer_than: Option<i64>,
     /// `S_IFREG` or `S_IFDIR` (find's `-type f|d`).
     pub kind: Option<u32>,
+    /// Also entries whose move to another server is pending (hidden from lookups and from
+    /// other finds): what a directory rename must move too. Servers only look at it.
+    #[serde(default)]
+    pub pending: bool,
 }
 
 impl Request<'_> {
@@ -711,6 +774,9 @@ impl Request<'_> {
             Request::Where { .. } => "where",
             Request::Forget { .. } => "forget",
             Request::Moved { .. } => "moved",
+            Request::Link { .. } => "link",
+            Request::Linked { .. } => "linked",
+            Request::DropPrivs { .. } => "drop_privs",
         }
     }
 }
@@ -749,7 +815,7 @@ pub struct StatFs {
 
 /// Version of the wire protocol: bumped whenever a request, reply, frame or tag changes
 /// meaning. A client refuses a server whose welcome names another version.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// What a server says to a client right after accepting its connection.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]

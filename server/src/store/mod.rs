@@ -10,6 +10,13 @@ mod sums;
 
 use madfs_proto::{Attr, FsResult, StatFs};
 
+/// Is `a` (an entry as stored) a name of a file with several names, whose attributes live
+/// by id on its home server (docs/consistency.md, "Hard links")? Such an entry keeps the
+/// file's id and type and nlink 0; a directory never is one.
+pub fn is_stub(a: &Attr) -> bool {
+    a.nlink == 0 && !a.is_dir()
+}
+
 /// One entry of a directory slice.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
@@ -127,10 +134,27 @@ pub trait MetadataStore: Send + Sync {
     fn end_move(&self, intent: &Intent, moved: bool) -> FsResult<()>;
     /// Every intent record (at start: moves to finish).
     fn intents(&self) -> FsResult<Vec<Intent>>;
+    /// Records durably that directory `it.from` (this server's) is being renamed to `it.to`
+    /// (`noreplace`: no directory was there to replace).
+    fn begin_dir_move(&self, it: &Intent) -> FsResult<()>;
+    /// The rename of directory `from` is over (durably).
+    fn end_dir_move(&self, from: &str) -> FsResult<()>;
+    /// Every directory rename in flight or left by a crash.
+    fn dir_intents(&self) -> FsResult<Vec<Intent>>;
     /// Applies an attribute change to the entry of `path` as a merge (no read-modify-write:
     /// concurrent changes and size publications never undo each other; a change that comes
-    /// after the entry's removal leaves it absent).
+    /// after the entry's removal leaves it absent). ESTALE if the entry is a name of a file
+    /// with several names ([`is_stub`]): its attributes are changed at its home server.
     fn change(&self, path: &str, c: rocks::Change) -> FsResult<()>;
+    /// Makes the entry of `path` (file `id`, one name) a name of a file with several names:
+    /// under the path's lock (no size publication or change in between), `adopt` gets the
+    /// file's attributes (and keeps them by id at its home), then the entry becomes a stub.
+    fn to_stub(
+        &self,
+        path: &str,
+        id: u64,
+        adopt: &mut dyn FnMut(&Attr) -> FsResult<()>,
+    ) -> FsResult<Attr>;
     /// `size = max(size, new)`, `mtime = max(mtime, new)`; no read-modify-write.
     fn merge_size(&self, path: &str, size: u64, mtime: i64) -> FsResult<()>;
     /// Atomically (among appenders) takes the current end of file `path` (which must name

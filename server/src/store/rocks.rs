@@ -5,15 +5,17 @@
 //!   one point lookup; a directory slice is one range scan from `E dir \0 start`.
 //! * `C` inline chunk 0: `C id (8 bytes BE)` → bytes.
 //! * `S` server state: `S next_id` → reserved high-water mark of the id counter.
-//! * `I` intent records of moves out (`I from`), `A` pending moves in (`A path`), `N` entry
-//!   counts per directory (`N dir`).
+//! * `I` intent records of moves out (`I from`), `D` intent records of directory renames
+//!   (`D from`), `A` pending moves in (`A path`), `N` entry counts per directory (`N dir`).
+//! * `O` attributes kept by file id (`O id`): an open-unlinked file's, or a file's with
+//!   several names (`server/src/link.rs`).
 //!
 //! Sizes grow through the `madfs.size` merge operator (max of size and mtime), so concurrent
 //! writers publish their high-water marks without a read-modify-write. A merge that reaches a
 //! removed entry leaves an empty record, which reads as "absent".
 
 use super::flush::SharedFlush;
-use super::{Arrival, Created, Entry, Intent, MetadataStore};
+use super::{is_stub, Arrival, Created, Entry, Intent, MetadataStore};
 use madfs_placement::{name_hash, split_parent};
 use madfs_proto::{Attr, Errno, FsResult, ATTR_BYTES};
 use rocksdb::{MergeOperands, Options, WriteBatch, WriteOptions, DB};
@@ -98,7 +100,7 @@ fn encode_intent(i: &Intent) -> Vec<u8> {
 }
 
 fn decode_intent(key: &[u8], v: &[u8]) -> Option<Intent> {
-    let from = std::str::from_utf8(key.strip_prefix(b"I")?).ok()?;
+    let from = std::str::from_utf8(key.get(1..)?).ok()?;
     let (&flag, rest) = v.split_first()?;
     let attr = decode_attr(rest.get(..REC_LEN)?)?;
     let to = std::str::from_utf8(&rest[REC_LEN..]).ok()?;
@@ -108,6 +110,15 @@ fn decode_intent(key: &[u8], v: &[u8]) -> Option<Intent> {
         attr,
         noreplace: flag != 0,
     })
+}
+
+/// Key of the intent record of a rename of directory `from` (docs/consistency.md, "rename";
+/// the same value as a file's, `noreplace` standing for "no directory to replace").
+fn dir_intent_key(from: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(from.len() + 1);
+    k.push(b'D');
+    k.extend_from_slice(from.as_bytes());
+    k
 }
 
 /// Key of the pending move-in at `path` (docs/consistency.md, "rename").
@@ -546,10 +557,12 @@ impl RocksDbMeta {
     }
 
     /// The entry of `path`, which must name file `id` (0: any): ENOENT without one, ESTALE
-    /// for another file (a descriptor's file was renamed or unlinked). The caller holds the
-    /// path's lock.
+    /// for another file (a descriptor's file was renamed or unlinked) or for a name of a file
+    /// with several names (its size is kept at its home server). The caller holds the path's
+    /// lock.
     fn names(&self, path: &str, id: u64) -> FsResult<Attr> {
         match self.get(path)? {
+            Some(a) if is_stub(&a) => Err(Errno::ESTALE),
             Some(a) if id == 0 || a.id == id => Ok(a),
             Some(_) => Err(Errno::ESTALE),
             None if id != 0 => Err(Errno::ESTALE),
@@ -779,6 +792,22 @@ impl MetadataStore for RocksDbMeta {
         self.records(b'I', "intent", decode_intent)
     }
 
+    fn begin_dir_move(&self, it: &Intent) -> FsResult<()> {
+        let mut b = WriteBatch::default();
+        b.put(dir_intent_key(&it.from), encode_intent(it));
+        self.write_synced(b)
+    }
+
+    fn end_dir_move(&self, from: &str) -> FsResult<()> {
+        let mut b = WriteBatch::default();
+        b.delete(dir_intent_key(from));
+        self.write_synced(b)
+    }
+
+    fn dir_intents(&self) -> FsResult<Vec<Intent>> {
+        self.records(b'D', "directory intent", decode_intent)
+    }
+
     fn reserve_append(&self, path: &str, id: u64, len: u64, mtime: i64) -> FsResult<u64> {
         // appenders to one path serialise on its lock; concurrent size publications are
         // merges (max), so they can only move the end further, never back
@@ -797,7 +826,24 @@ impl MetadataStore for RocksDbMeta {
     }
 
     fn change(&self, path: &str, c: Change) -> FsResult<()> {
+        let _p = self.path_stripe(path);
+        if self.get(path)?.is_some_and(|a| is_stub(&a)) {
+            return Err(Errno::ESTALE);
+        }
         self.db.merge(entry_key(path), c.encode()).map_err(io)
+    }
+
+    fn to_stub(
+        &self,
+        path: &str,
+        id: u64,
+        adopt: &mut dyn FnMut(&Attr) -> FsResult<()>,
+    ) -> FsResult<Attr> {
+        let _p = self.path_stripe(path);
+        let a = self.names(path, id)?;
+        adopt(&a)?;
+        self.put(path, &Attr { nlink: 0, ..a })?;
+        Ok(a)
     }
 
     fn merge_size(&self, path: &str, size: u64, mtime: i64) -> FsResult<()> {

@@ -1,0 +1,252 @@
+//! Hard links (docs/consistency.md, "Hard links").
+//!
+//! A file with one name keeps its attributes in its entry: `stat` is one lookup. When it
+//! gets a second name its attributes move to a record keyed by its id on its **home server**
+//! (the one that keeps its chunk 0 and its open references, [`madfs_placement::home_server`];
+//! the same `O<id>` record an open-unlinked file keeps, here with nlink ≥ 1), and every name
+//! becomes a **stub**: an entry with the file's id and type and nlink 0
+//! ([`crate::store::is_stub`]). A name's server answers lookups of a stub from the home
+//! server, and sends changes of its attributes there ([`Request::Linked`]). Removing a name
+//! counts one fewer at the home server; the last one forgets the file as an unlink does.
+//!
+//! Size publications of open descriptors (which name the file by path and id) find a stub
+//! refused with ESTALE under the path's lock and go to the home server by id, as for a
+//! renamed or unlinked file ([`crate::open`]).
+
+use crate::ops::{not_root, now_ns, path_ok, Answer, Ops};
+use crate::store::rocks::Change;
+use crate::store::{is_stub, ChunkStore, MetadataStore};
+use madfs_placement::{home_server, meta_server};
+use madfs_proto::{privs_of, Attr, Errno, FsResult, LinkOp, Reply, Request};
+
+impl Ops {
+    /// The attributes of the entry at `path` (not the root), a stub's from its home server,
+    /// and whether it is a stub.
+    pub(crate) fn lookup(&self, path: &str) -> FsResult<(Attr, bool)> {
+        let a = self.meta.get(path)?.ok_or(Errno::ENOENT)?;
+        if is_stub(&a) {
+            return Ok((self.linked(a.id, LinkOp::Stat)?, true));
+        }
+        Ok((a, false))
+    }
+
+    /// A stub's attributes from its home server (anything else as it is).
+    pub(crate) fn resolved(&self, a: Attr) -> FsResult<Attr> {
+        if is_stub(&a) {
+            return self.linked(a.id, LinkOp::Stat);
+        }
+        Ok(a)
+    }
+
+    /// `op` on the attributes of file `id` at its home server (here, or a call).
+    pub(crate) fn linked(&self, id: u64, op: LinkOp) -> FsResult<Attr> {
+        let home = home_server(id, self.peers.servers());
+        if home == self.id {
+            return self.linked_here(id, op);
+        }
+        match self.peers.call(home, &Request::Linked { id, op }, &[])? {
+            Reply::Attr(a) => Ok(a),
+            _ => Err(Errno::EPROTO),
+        }
+    }
+
+    /// `Linked` at the home server: the record changes under the open references' lock (as
+    /// an orphan's, [`Ops::orphan_change`]).
+    pub(crate) fn linked_here(&self, id: u64, op: LinkOp) -> FsResult<Attr> {
+        let now = now_ns();
+        if let LinkOp::Add(Some(first)) = op {
+            // the second name: the attributes come from the file's only entry, whose server
+            // holds its name's lock and path lock (nothing else can touch a record not made
+            // yet; no lock here, which the unlink takes before the path lock)
+            if first.id != id || first.is_dir() || is_stub(&first) {
+                return Err(Errno::EINVAL);
+            }
+            let a = Attr {
+                nlink: 2,
+                ctime: now,
+                ..first
+            };
+            self.meta.put_orphan(id, Some(&a))?;
+            return Ok(a);
+        }
+        let g = self.opens.lock();
+        let found = self.meta.orphan(id)?;
+        let mut a = match (found, op) {
+            (Some(a), LinkOp::Stat) => return Ok(a),
+            // an open-unlinked file gets no name back
+            (Some(a), LinkOp::Add(_)) if a.nlink == 0 => return Err(Errno::ENOENT),
+            (Some(a), _) => a,
+            (None, _) => return Err(Errno::ENOENT),
+        };
+        match op {
+            LinkOp::Stat => {}
+            LinkOp::Add(_) => {
+                a.nlink += 1;
+                a.ctime = now;
+            }
+            LinkOp::Drop => {
+                a.nlink = a.nlink.saturating_sub(1);
+                a.ctime = now;
+                if a.nlink == 0 {
+                    drop(g);
+                    // the last name: kept while open, else dropped (as an unlink)
+                    self.forget_here(&Attr { nlink: 1, ..a })?;
+                    return Ok(a);
+                }
+            }
+            LinkOp::Mode(mode) => Change::Mode { mode, ctime: now }.apply(&mut a),
+            LinkOp::Owner { uid, gid, clear } => Change::Owner {
+                uid,
+                gid,
+                clear,
+                ctime: now,
+            }
+            .apply(&mut a),
+            LinkOp::Times { atime, mtime } => Change::Times {
+                atime,
+                mtime,
+                ctime: now,
+            }
+            .apply(&mut a),
+            LinkOp::Size(size) => {
+                Change::Size { size, time: now }.apply(&mut a);
+                self.meta.truncate_inline(id, size)?;
+                self.chunks.truncate(id, size)?;
+            }
+            LinkOp::Grow(size) => {
+                if size > a.size {
+                    a.size = size;
+                    a.mtime = a.mtime.max(now);
+                    a.ctime = a.ctime.max(now);
+                }
+            }
+            LinkOp::Append(len) => {
+                a.size = a
+                    .size
+                    .checked_add(len)
+                    .filter(|e| *e <= i64::MAX as u64)
+                    .ok_or(Errno::EFBIG)?;
+                a.mtime = now;
+                a.ctime = now;
+            }
+        }
+        self.meta.put_orphan(id, Some(&a))?;
+        Ok(a)
+    }
+
+    /// A change of the attributes of file `id` named `path`: in its entry, or at its home
+    /// server when the entry is a stub.
+    pub(crate) fn change_file(&self, path: &str, id: u64, c: Change) -> FsResult<()> {
+        match self.meta.change(path, c) {
+            Err(Errno::ESTALE) => {
+                let op = match c {
+                    Change::Mode { mode, .. } => LinkOp::Mode(mode),
+                    Change::Owner {
+                        uid, gid, clear, ..
+                    } => LinkOp::Owner { uid, gid, clear },
+                    Change::Times { atime, mtime, .. } => LinkOp::Times { atime, mtime },
+                    Change::Size { size, .. } => LinkOp::Size(size),
+                    Change::Touch { .. } => return Ok(()), // directories only
+                };
+                self.linked(id, op).map(drop)
+            }
+            r => r,
+        }
+    }
+
+    /// `DropPrivs`: a write by someone other than root clears the set-id bits of file `id`
+    /// at `path` (empty: by id at its home, an orphan or a file with several names).
+    pub(crate) fn drop_privs(&self, path: &str, id: u64) -> FsResult<Attr> {
+        let a = if path.is_empty() {
+            self.meta.orphan(id)?.ok_or(Errno::ENOENT)?
+        } else {
+            path_ok(path)?;
+            not_root(path, Errno::EISDIR)?;
+            self.get(path).map_err(|e| match e {
+                Errno::ENOENT => Errno::ESTALE,
+                e => e,
+            })?
+        };
+        if a.id != id {
+            return Err(Errno::ESTALE);
+        }
+        let clear = privs_of(a.mode);
+        if clear == 0 {
+            return Ok(a);
+        }
+        let (uid, gid) = (u32::MAX, u32::MAX);
+        if path.is_empty() {
+            return self.linked(id, LinkOp::Owner { uid, gid, clear });
+        }
+        let c = Change::Owner {
+            uid,
+            gid,
+            clear,
+            ctime: now_ns(),
+        };
+        let mut b = a;
+        c.apply(&mut b);
+        self.change_file(path, id, c)?;
+        Ok(b)
+    }
+
+    /// `Link`: `to` becomes a new name of the file at `from` (this server's).
+    pub(crate) fn link(&self, from: &str, to: &str) -> FsResult<Answer> {
+        not_root(from, Errno::EPERM)?;
+        not_root(to, Errno::EEXIST)?;
+        path_ok(to)?;
+        let (raw, a) = {
+            // one more name is counted before an unlink of `from` can count one fewer
+            let _n = self.opens.name_lock(from);
+            let raw = self.meta.get(from)?.ok_or(Errno::ENOENT)?;
+            if raw.is_dir() {
+                // the kernel looks the target up first
+                return Err(match self.stat_anywhere(to) {
+                    Ok(_) => Errno::EEXIST,
+                    Err(_) => Errno::EPERM,
+                });
+            }
+            let a = if is_stub(&raw) {
+                self.linked(raw.id, LinkOp::Add(None))?
+            } else {
+                let mut made = None;
+                self.meta.to_stub(from, raw.id, &mut |first| {
+                    made = Some(self.linked(first.id, LinkOp::Add(Some(*first)))?);
+                    Ok(())
+                })?;
+                made.ok_or(Errno::EIO)?
+            };
+            (raw, a)
+        };
+        let stub = Attr { nlink: 0, ..raw };
+        let attach = Request::Attach {
+            path: to,
+            attr: stub,
+            replace: false,
+            durable: false,
+            from: None,
+            src: self.id,
+        };
+        let s = meta_server(to, self.peers.servers());
+        let made = if s == self.id {
+            self.execute(&attach, &[], &mut []).map(drop)
+        } else {
+            self.peers.call(s, &attach, &[]).map(drop)
+        };
+        if let Err(e) = made {
+            if let Err(d) = self.linked(raw.id, LinkOp::Drop) {
+                tracing::warn!("link of {from}: count of file {:016x} left ({d})", raw.id);
+            }
+            return Err(e);
+        }
+        self.parent_changed(to, a.ctime);
+        Ok(Answer::Attr(a))
+    }
+
+    /// `Unlink` of the stub at `path` (the caller holds the name's lock): the entry goes, its
+    /// home server counts one name fewer. Returns the file's attributes after.
+    pub(crate) fn unlink_stub(&self, path: &str, raw: &Attr) -> FsResult<Attr> {
+        self.meta.remove_entry(path)?;
+        self.linked(raw.id, LinkOp::Drop)
+    }
+}
