@@ -1042,6 +1042,7 @@ mod matcher_tests {
             size: Some((3901, 1)),
             newer_than: Some(10),
             kind: None,
+            pending: false,
         };
         assert!(
             !f.matcher().matches("file.0.101", &a),

@@ -19,6 +19,7 @@ fn requests() -> Vec<(&'static str, Request<'static>, &'static [u8])> {
         size: Some((3901, 1)),
         newer_than: Some(1),
         kind: Some(0o100000),
+        pending: false,
     };
     let create = Request::Create {
         path: "/a/f",
