@@ -50,8 +50,9 @@ impl Ops {
         }
     }
 
-    /// `Linked` at the home server: the record changes under the open references' lock (as
-    /// an orphan's, [`Ops::orphan_change`]).
+    /// `Linked` at the home server, and every change of a file by its record here (an
+    /// orphan's `SetSize`/`Append` with an empty path too): read, changed and written under
+    /// the open references' lock, so the sweeper never drops a record half changed.
     pub(crate) fn linked_here(&self, id: u64, op: LinkOp) -> FsResult<Attr> {
         let now = now_ns();
         if let LinkOp::Add(Some(first)) = op {

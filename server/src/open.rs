@@ -346,15 +346,6 @@ impl Ops {
         self.meta.orphan(id)
     }
 
-    /// A size or append change of orphan `id` (`SetSize`/`Append` with an empty path).
-    pub(crate) fn orphan_change(&self, id: u64, f: impl FnOnce(&mut Attr)) -> FsResult<Attr> {
-        let _g = self.opens.lock();
-        let mut a = self.meta.orphan(id)?.ok_or(Errno::ENOENT)?;
-        f(&mut a);
-        self.meta.put_orphan(id, Some(&a))?;
-        Ok(a)
-    }
-
     /// One pass of the open-files thread: errands, expired leases, unreferenced orphans.
     fn sweep(&self) {
         let errands =

@@ -355,24 +355,15 @@ impl Ops {
         }
     }
 
-    /// `SetSize` of orphan `id` (open, its last name gone).
+    /// `SetSize` of file `id` by its record at its home server (open with its last name
+    /// gone, or with several names).
     fn set_orphan_size(&self, id: u64, size: u64, mode: SizeMode) -> FsResult<Answer> {
-        let now = now_ns();
-        let exact = !matches!(mode, SizeMode::Max);
-        let a = self.orphan_change(id, |a| {
-            if exact {
-                Change::Size { size, time: now }.apply(a);
-            } else if size > a.size {
-                a.size = size;
-                a.mtime = a.mtime.max(now);
-            }
-        })?;
-        if exact {
-            self.meta.truncate_inline(id, size)?;
-            self.drop_local_chunks(id, size)?;
-            return Ok(Answer::Attr(a));
+        match mode {
+            SizeMode::Max => self
+                .linked_here(id, LinkOp::Grow(size))
+                .map(|_| Answer::Unit),
+            _ => self.linked_here(id, LinkOp::Size(size)).map(Answer::Attr),
         }
-        Ok(Answer::Unit)
     }
 
     /// What an fsync request does before its flush: publish the size it carries.
@@ -676,14 +667,9 @@ impl Ops {
             }
             Request::Append { path, len, id } => {
                 if path.is_empty() {
-                    // an open-unlinked file's
-                    let mut at = 0;
-                    self.orphan_change(id, |a| {
-                        at = a.size;
-                        a.size = a.size.saturating_add(len);
-                        a.mtime = now_ns();
-                    })?;
-                    return Ok(Answer::Offset(at));
+                    // by its record at its home server (open-unlinked, or several names)
+                    let b = self.linked_here(id, LinkOp::Append(len))?;
+                    return Ok(Answer::Offset(b.size - len));
                 }
                 not_root(path, Errno::EISDIR)?;
                 match self.lookup(path) {

@@ -329,10 +329,7 @@ impl Ops {
     fn rename_dir(&self, from: &str, to: &str, noreplace: bool) -> FsResult<Answer> {
         let n = self.peers.servers();
         let a = self.get(from)?;
-        let stat = |p: &str| match self.on(meta_server(p, n), &Request::Stat(p))? {
-            Answer::Attr(a) => Ok(a),
-            _ => Err(Errno::EPROTO),
-        };
+        let stat = |p: &str| self.stat_anywhere(p);
         let replace = match stat(to) {
             Ok(t) if !t.is_dir() => return Err(Errno::ENOTDIR),
             Ok(_) if noreplace => return Err(Errno::EEXIST),
@@ -402,10 +399,7 @@ impl Ops {
     fn dir_move(&self, it: &Intent, first: bool) -> FsResult<()> {
         let n = self.peers.servers();
         let (from, to, a) = (it.from.as_str(), it.to.as_str(), it.attr);
-        let stat = |p: &str| match self.on(meta_server(p, n), &Request::Stat(p))? {
-            Answer::Attr(a) => Ok(a),
-            _ => Err(Errno::EPROTO),
-        };
+        let stat = |p: &str| self.stat_anywhere(p);
         let done = || {
             self.meta.end_dir_move(from)?;
             // the new name is free (if this is lost, its server's mover asks `MoveState`)
