@@ -189,7 +189,15 @@ fn closed(s: &mut TcpStream, wait: Duration) -> bool {
 fn idle_and_trickling_tcp_connections_are_closed() {
     let cl = cluster(
         1,
-        &["--tcp-idle-ms", "1000", "--half-sent-ms", "800"],
+        // (a TCP request's deadline is the longer of the half-sent and send deadlines)
+        &[
+            "--tcp-idle-ms",
+            "1000",
+            "--half-sent-ms",
+            "800",
+            "--send-timeout-ms",
+            "1000",
+        ],
         "none",
     );
     let cfg = ClientConfig::from_cluster_file(cl.cluster_file()).unwrap();
