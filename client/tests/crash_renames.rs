@@ -208,13 +208,11 @@ fn renames_of_files_and_directories_survive_random_server_kills() {
     let _ = verify(&c, &files, &dirs);
 }
 
-/// Not in CI (`--ignored` runs it): in about one run of four, a server stops answering
-/// every client (calls time out, new connections are not accepted) after some of the killed
-/// `madfs mv` processes — a server-side problem with clients that die holding connections
-/// (found 2026-11-27, not fixed yet; docs/consistency.md). No run ever showed a lost or
-/// duplicated name.
+/// `madfs mv` processes renaming files and directories across servers, SIGKILLed at random
+/// moments. A client killed in the middle of a send over shared memory can leave a server's
+/// UCX receive queue stalled (in about one run of four before the stall watch): that server
+/// restarts itself (`madfs_rpc::probe`) and the calls lost with it time out (EIO: either name).
 #[test]
-#[ignore]
 fn renames_of_files_and_directories_survive_killed_clients() {
     let cl = cluster(3, &[], "none");
     let c = client(&cl, Duration::from_secs(10), "none");
@@ -313,6 +311,8 @@ fn renames_of_files_and_directories_survive_killed_clients() {
                     }
                     Known::At(g + 1)
                 }
+                // timed out (a server restarting): done or not
+                Some("error 5") => Known::OneOf(g, g + 1),
                 Some(other) => panic!("{}: {other}", name(b, g)),
                 // killed during this one (or before it was sent: either name)
                 None if n == answers.len() => Known::OneOf(g, g + 1),
@@ -325,8 +325,12 @@ fn renames_of_files_and_directories_survive_killed_clients() {
             }
         }
     }
+    let restarts = (0..3)
+        .filter(|s| cl.log(*s).contains("restarted by itself"))
+        .count();
     eprintln!(
-        "{fa} file and {da} directory renames acknowledged in {:.0} s, {killed} clients killed",
+        "{fa} file and {da} directory renames acknowledged in {:.0} s, {killed} clients killed, \
+         {restarts} server(s) restarted by their stall watch",
         started.elapsed().as_secs_f64()
     );
     assert!(fa >= FILE_RENAMES && da >= DIR_RENAMES, "{fa} {da}");

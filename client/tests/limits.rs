@@ -142,6 +142,8 @@ fn half_sent_writes_and_stalled_readers_hold_no_handler() {
     assert_eq!(get(&c, "/big"), b"short");
     drop(stopped);
     assert!(alive(cl.pid(0)), "server died:\n{}", cl.log(0));
+    // replies pending to a stopped reader are not a stalled worker
+    assert!(!cl.log(0).contains("restarted by itself"), "{}", cl.log(0));
 }
 
 /// An admitted plain-TCP connection to server `i`, as a hostile peer holds one: the stream
@@ -258,4 +260,72 @@ fn silent_connections_lose_their_lease_and_clients_come_back() {
         std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(stats(&cl, 0).connections, conns);
+}
+
+/// A server whose UCX worker stalls (a local client killed in the middle of a send leaves its
+/// shared-memory receive queue stuck for good; here the test fault that makes the progress
+/// loop look so) restarts itself on the same addresses within a few seconds: calls lost with
+/// the old worker time out, the next ones are served, and nothing written before is lost.
+#[test]
+fn a_stalled_worker_restarts_its_server() {
+    setup();
+    let cl = madfs_cluster::LocalCluster::start(madfs_cluster::Options {
+        servers: 2,
+        args: vec!["--stall-ms".into(), "500".into()],
+        err_mode: "none".into(),
+        env: vec![("MADFS_FAULT".into(), "ucx-stall-after-ms:2500".into())],
+    })
+    .expect("start servers");
+    let started = Instant::now();
+    let entries = [cl.entry(0), cl.entry(1)];
+    let pids = [cl.pid(0), cl.pid(1)];
+    let c = client(&cl, Duration::from_secs(3), "none");
+    for i in 0..20u64 {
+        put(&c, &format!("/s{i}"), &data(6000, i), 6000, false);
+    }
+    // 2.5 s, then 0.5 s unarmable, then 0.5 s for the probe: restarted by 4 s or so
+    let restarted = |i: usize| cl.log(i).contains("restarted by itself (1 time(s))");
+    while !(restarted(0) && restarted(1)) {
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "no restart:\n{}\n{}",
+            cl.log(0),
+            cl.log(1)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("both restarted {:?} after the start", started.elapsed());
+    assert!(
+        cl.log(0).contains("receive queue is stalled"),
+        "{}",
+        cl.log(0)
+    );
+    // the same processes (a new image), the same addresses, the fault not inherited
+    assert_eq!([cl.pid(0), cl.pid(1)], pids);
+    assert!(alive(cl.pid(0)) && alive(cl.pid(1)));
+    let listed = ClientConfig::from_cluster_file(cl.cluster_file()).unwrap();
+    assert_eq!(listed.tcp_servers.unwrap().len(), 2);
+    assert_eq!([cl.entry(0), cl.entry(1)], entries);
+    // a call on a connection to the old worker may be lost (EIO after the deadline); the
+    // client then reconnects
+    let t = Instant::now();
+    let mut lost = 0;
+    for i in 0..20u64 {
+        let p = format!("/s{i}");
+        loop {
+            match c.stat(&p) {
+                Ok(a) => break assert_eq!(a.size, 6000),
+                Err(madfs_client::Errno::EIO) if lost < 4 => lost += 1,
+                Err(e) => panic!("{p}: {e:?}\n{}", cl.log(0)),
+            }
+        }
+        assert_eq!(get(&c, &p), data(6000, i), "{p}");
+    }
+    eprintln!("read back after {:?}, {lost} call(s) lost", t.elapsed());
+    put(&c, "/after", b"after", 5, false);
+    assert_eq!(get(&c, "/after"), b"after");
+    // still served after a while (the fault is gone with the old image)
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(get(&c, "/after"), b"after");
+    assert!(!cl.log(0).contains("restarted by itself (2 time(s))"));
 }

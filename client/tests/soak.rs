@@ -404,6 +404,13 @@ fn soak(tcp: bool) {
         );
     }
     assert!(fig.files.load(Relaxed) > 0);
+    for i in 0..pids.len() {
+        assert!(
+            !cl.log(i).contains("restarted by itself"),
+            "server {i} restarted: {}",
+            cl.log(i)
+        );
+    }
     assert_eq!(
         fig.late.load(Relaxed),
         0,

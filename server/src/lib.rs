@@ -16,6 +16,7 @@ pub mod ops;
 pub mod peer;
 pub mod perm;
 pub mod rename;
+pub mod restart;
 pub mod rmdir;
 pub mod stats;
 pub mod store;
@@ -96,7 +97,8 @@ pub fn raise_fd_limit() -> u64 {
     r.rlim_cur
 }
 
-/// Runs a server until it is stopped (control port `shutdown`, SIGTERM, SIGINT).
+/// Runs a server until it is stopped (control port `shutdown`, SIGTERM, SIGINT). Ends with
+/// a [`restart::Restart`] error when it must be started again.
 pub fn run(cfg: Config) -> anyhow::Result<()> {
     if cfg.id > u16::MAX as u32 {
         anyhow::bail!("server id {} too large (max {})", cfg.id, u16::MAX);
@@ -206,6 +208,20 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         .build()?;
     let local = tokio::task::LocalSet::new();
     let (worker, listener, ucx_addr) = net::bind(&ctx, cfg.listen)?;
+    let probe = if cfg.limits.stall.is_zero() {
+        None
+    } else {
+        let address = worker
+            .address()
+            .map_err(|e| anyhow::anyhow!("UCX worker address: {e}"))?
+            .as_ref()
+            .to_vec();
+        Some(madfs_rpc::probe::Probe::start(
+            ctx.clone(),
+            address,
+            madfs_proto::tag::PROBE,
+        )?)
+    };
     let _ = ucx_shown.set(ucx_addr.to_string());
     let entry = ServerEntry {
         id: cfg.id,
@@ -260,10 +276,33 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     rename::start_mover(ops.clone(), stop.clone(), Duration::from_millis(500))?;
     dirtimes::start(ops.clone(), stop.clone())?;
     open::start(ops.clone(), stop.clone())?;
-    local.block_on(
+    let served = local.block_on(
         &rt,
-        net::run(worker, listener, tcp, net_cfg, ops.clone(), sync_tx, stop),
-    )?;
+        net::run(
+            worker,
+            listener,
+            tcp,
+            net_cfg,
+            ops.clone(),
+            sync_tx,
+            stop,
+            probe,
+        ),
+    );
+    if let Err(e) = &served {
+        if madfs_rpc::probe::is_stalled(e) {
+            // nothing short of a new UCX worker receives again: start afresh, as after a
+            // crash (the WAL made durable first; everything else is where a crash leaves it)
+            tracing::error!("{e}: restarting");
+            let _ = ops.meta.sync(ops.meta.mark());
+            return Err(anyhow::Error::new(restart::Restart {
+                listen: ucx_addr,
+                control: control_addr,
+                tcp: tcp_addr,
+            }));
+        }
+    }
+    served?;
     drop(local);
     drop(rt);
     ops.meta.sync(ops.meta.mark())?;

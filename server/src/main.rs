@@ -93,6 +93,11 @@ struct Args {
     /// Milliseconds a write's data may take after its request; then the request is dropped.
     #[arg(long, default_value_t = 2000)]
     half_sent_ms: u64,
+    /// Milliseconds the UCX worker may stay unable to sleep before it is probed, and the probe
+    /// has to come through; a stalled worker (a local client died in the middle of a send)
+    /// makes the server restart itself. 0: never watched.
+    #[arg(long, default_value_t = 2000)]
+    stall_ms: u64,
     /// Milliseconds a UCX connection may stay silent before the server closes it (its lease;
     /// clients reconnect before it runs out). 0: never.
     #[arg(long, default_value_t = 30_000)]
@@ -255,11 +260,20 @@ fn main() {
             lease: Duration::from_millis(a.lease_ms),
             open_lease: Duration::from_millis(a.open_lease_ms.max(1000)),
             tcp_idle: Duration::from_millis(a.tcp_idle_ms),
+            stall: Duration::from_millis(a.stall_ms),
             park_bytes: a.park_mib << 20,
             ..Default::default()
         },
     };
+    if let Ok(n) = std::env::var(madfs_server::restart::RESTARTS) {
+        tracing::warn!("restarted by itself ({n} time(s)): its UCX worker had stalled");
+    }
     if let Err(e) = madfs_server::run(cfg) {
+        if let Some(r) = e.downcast_ref::<madfs_server::restart::Restart>() {
+            let e = madfs_server::restart::exec(r);
+            eprintln!("madfs-server: restart failed: {e}");
+            std::process::exit(1);
+        }
         eprintln!("madfs-server: {e:#}");
         std::process::exit(1);
     }

@@ -20,6 +20,7 @@ use crate::sync::SyncSender;
 use madfs_proto::frame::CONN_WORD;
 use madfs_proto::frame::{self, Encoder, PREFIX};
 use madfs_proto::{tag, Admission, Dirent, Errno, Hello, Reply, Request, Welcome};
+use madfs_rpc::probe::{Probe, Watch};
 use madfs_rpc::{progress, Endpoint, Listener, PostedSend, UcxError, UcxSettings, Worker};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -100,6 +101,10 @@ pub struct Limits {
     /// TCP requests served at once (each holds a buffer set while it is read, served and
     /// answered).
     pub tcp_sets: usize,
+    /// The UCX worker unarmable this long is probed, and a probe not taken in as long again
+    /// means its receive queue is stalled: the server restarts itself (`madfs_rpc::probe`).
+    /// Zero: never watched.
+    pub stall: Duration,
 }
 
 impl Default for Limits {
@@ -115,6 +120,7 @@ impl Default for Limits {
             open_lease: crate::open::LEASE,
             tcp_idle: Duration::from_secs(60),
             tcp_sets: 16,
+            stall: Duration::from_secs(2),
         }
     }
 }
@@ -575,7 +581,9 @@ pub fn bind(
     Ok((worker, listener, addr))
 }
 
-/// Serves until `stop` is set. Must run inside a `LocalSet`.
+/// Serves until `stop` is set, or until `probe`'s watch finds the worker stalled (an error
+/// for which `madfs_rpc::probe::is_stalled` holds). Must run inside a `LocalSet`.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     worker: Rc<Worker>,
     listener: Listener,
@@ -584,6 +592,7 @@ pub async fn run(
     ops: Arc<Ops>,
     sync_tx: SyncSender,
     stop: Arc<AtomicBool>,
+    probe: Option<Probe>,
 ) -> std::io::Result<()> {
     tcp.set_nonblocking(true)?;
     let tcp = tokio::net::TcpListener::from_std(tcp)?;
@@ -597,10 +606,22 @@ pub async fn run(
         park: Park::default(),
     });
     let s = stop.clone();
-    let progress =
-        tokio::task::spawn_local(progress::run(worker.clone(), cfg.ucx.spin, move || {
-            s.load(Relaxed)
-        }));
+    let watch = probe.map(|probe| {
+        let stats = ops.stats.clone();
+        Watch {
+            probe,
+            // the probe's tag is one of the drained kinds
+            taken: Box::new(move || stats.drained.load(Relaxed)),
+            after: cfg.limits.stall,
+            freeze_at: stall_fault(),
+        }
+    });
+    let progress = tokio::task::spawn_local(progress::run(
+        worker.clone(),
+        cfg.ucx.spin,
+        move || s.load(Relaxed),
+        watch,
+    ));
     let mut tasks = vec![tokio::task::spawn_local(accept_loop(
         worker.clone(),
         listener,
@@ -641,14 +662,25 @@ pub async fn run(
             sync_tx.clone(),
         )));
     }
-    while !stop.load(Relaxed) {
+    while !stop.load(Relaxed) && !progress.is_finished() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     for t in tasks {
         t.abort();
     }
-    let _ = progress.await;
-    Ok(())
+    match progress.await {
+        Ok(Err(e)) => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Test fault `MADFS_FAULT=ucx-stall-after-ms:N`: N ms after the start the progress loop
+/// behaves as if its worker's receive queue were stalled.
+fn stall_fault() -> Option<std::time::Instant> {
+    let f = std::env::var("MADFS_FAULT").ok()?;
+    let ms: u64 = f.strip_prefix("ucx-stall-after-ms:")?.parse().ok()?;
+    tracing::warn!("MADFS_FAULT={f}: the UCX worker will look stalled after {ms} ms");
+    Some(std::time::Instant::now() + Duration::from_millis(ms))
 }
 
 /// Tag kinds no server receives (everything but `REQUEST`, `FSYNC`, `REQUEST_DATA` and

@@ -199,7 +199,7 @@ fn run(c: &Client, cmd: Cmd) -> Result<(), Box<dyn std::error::Error>> {
                 };
                 match c.rename(from, to, false) {
                     Ok(()) => writeln!(out, "ok")?,
-                    Err(e) => writeln!(out, "error {e:?}")?,
+                    Err(e) => writeln!(out, "error {}", e.raw())?,
                 }
                 out.flush()?;
             }

@@ -37,6 +37,9 @@ pub const REPLY_ANY_MASK: u64 = !REPLY_DATA_BIT;
 pub const HELLO: u64 = 6 << 60;
 /// A server's [`crate::Admission`], on `admit(server)`.
 pub const ADMIT: u64 = 8 << 60;
+/// A server's stall probe to its own worker (taken and dropped by its drain; see
+/// `madfs_rpc::probe`).
+pub const PROBE: u64 = 15 << 60;
 /// Largest connection id.
 pub const MAX_CONN: u32 = (1 << 28) - 1;
 

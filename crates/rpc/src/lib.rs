@@ -3,12 +3,14 @@
 //! * [`UcxSettings`]: endpoint error mode and progress spin budget (environment or CLI);
 //! * [`progress`]: adaptive progress — spin briefly, then sleep on the worker's event fd —
 //!   for a tokio `LocalSet` (server) and for synchronous callers ([`progress::block_on`]);
+//! * [`probe`]: a server worker's watch for a receive queue stalled by a dead local sender;
 //! * [`Transport`]: a client's connections to every server and its `call`;
 //! * [`cluster_file`] and [`ClusterIdentity`] (from `madfs-identity`): the file that lists the
 //!   servers of a cluster, and the identity record it starts with.
 
 pub use madfs_identity::{cluster_file, ClusterId, ClusterIdentity};
 mod credentials;
+pub mod probe;
 pub mod progress;
 mod settings;
 mod transport;

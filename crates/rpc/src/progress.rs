@@ -5,6 +5,7 @@
 //! Spinning for a few tens of microseconds catches the reply of a short request on a quiet
 //! machine and yields the core quickly on a busy one.
 
+use crate::probe::{Suspicion, Watch};
 use async_ucx::ucp::Worker;
 use std::future::Future;
 use std::rc::Rc;
@@ -61,11 +62,14 @@ pub fn block_on<F: Future>(
     }
 }
 
-/// Progress task for a tokio `LocalSet` (server side). Runs until `stop()` returns true.
+/// Progress task for a tokio `LocalSet` (server side). Runs until `stop()` returns true, or,
+/// with a `watch`, until the worker is found stalled (an error for which
+/// [`crate::probe::is_stalled`] holds).
 pub async fn run(
     worker: Rc<Worker>,
     spin: Duration,
     stop: impl Fn() -> bool,
+    watch: Option<Watch>,
 ) -> std::io::Result<()> {
     use tokio::io::unix::AsyncFd;
     let fd = worker
@@ -76,7 +80,17 @@ pub async fn run(
     let afd = unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }?;
     let mut idle_since: Option<Instant> = None;
     let mut idle_polls = 0u32;
+    let mut suspicion = Suspicion::default();
+    let freeze_at = watch.as_ref().and_then(|w| w.freeze_at);
     while !stop() {
+        if freeze_at.is_some_and(|t| Instant::now() >= t) {
+            // test fault: nothing is received, the worker cannot be armed
+            if let Some(w) = &watch {
+                suspicion.unarmable(w, Instant::now())?;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            continue;
+        }
         if worker.progress() != 0 {
             // callbacks woke handler tasks: let them run
             idle_since = None;
@@ -97,9 +111,12 @@ pub async fn run(
             continue;
         }
         if let Ok(true) = worker.arm() {
+            suspicion.clear();
             if let Ok(Ok(mut guard)) = tokio::time::timeout(MAX_SLEEP, afd.readable()).await {
                 guard.clear_ready();
             }
+        } else if let Some(w) = &watch {
+            suspicion.unarmable(w, now)?;
         }
         idle_since = None;
     }

@@ -119,7 +119,18 @@ impl Worker {
 
     /// Connect to a remote worker by address.
     pub fn connect_addr(self: &Rc<Self>, addr: &WorkerAddress) -> Result<Endpoint, Error> {
-        Endpoint::connect_addr(self, addr.handle)
+        Endpoint::connect_addr(self, addr.handle, ErrorMode::Peer)
+    }
+
+    /// Connect to a worker by a copy of its address (madfs patch: for a worker of another
+    /// thread of this process, whose [`WorkerAddress`] cannot cross threads).
+    pub fn connect_addr_bytes(
+        self: &Rc<Self>,
+        addr: &[u8],
+        err_mode: ErrorMode,
+    ) -> Result<Endpoint, Error> {
+        // UCX reads the address (an opaque byte string) during the call only
+        Endpoint::connect_addr(self, addr.as_ptr() as *const ucp_address_t, err_mode)
     }
 
     /// Connect to a remote listener.

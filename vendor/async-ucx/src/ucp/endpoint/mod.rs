@@ -180,6 +180,7 @@ impl Endpoint {
     pub(super) fn connect_addr(
         worker: &Rc<Worker>,
         addr: *const ucp_address_t,
+        err_mode: ErrorMode,
     ) -> Result<Self, Error> {
         #[allow(invalid_value)]
         #[allow(clippy::uninit_assumed_init)]
@@ -188,7 +189,8 @@ impl Endpoint {
                 | ucp_ep_params_field::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE)
                 .0 as u64,
             address: addr,
-            err_mode: ucp_err_handling_mode_t::UCP_ERR_HANDLING_MODE_PEER,
+            // madfs patch: the error mode is the caller's (was always PEER)
+            err_mode: err_mode.raw(),
             ..unsafe { MaybeUninit::zeroed().assume_init() }
         };
         Endpoint::create(worker, params)
