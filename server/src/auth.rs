@@ -263,14 +263,16 @@ impl Gate {
     /// Checks a control-port login against the connection's challenge `h`: the peer key, the
     /// cluster key (key mode), a MUNGE credential of root or of this server's user (MUNGE
     /// mode), anything on an insecure cluster.
+    /// Checks a control login; `Ok(true)` for a server of the cluster (the peer key, or any
+    /// caller of an insecure cluster), `Ok(false)` for an operator.
     pub fn control_login(
         &self,
         h: &madfs_control::Hello,
         proof: &madfs_control::Proof,
-    ) -> Result<(), String> {
+    ) -> Result<bool, String> {
         use madfs_control::Proof as P;
         match (proof, self.mode) {
-            (_, AuthMode::Insecure) => Ok(()),
+            (_, AuthMode::Insecure) => Ok(true),
             (P::Key { peer, nonce, mac }, mode) => {
                 let c = madfs_control::challenge_of(h, *nonce);
                 let key = match (peer, mode) {
@@ -279,7 +281,7 @@ impl Gate {
                     _ => None,
                 };
                 match key {
-                    Some(k) if k.verify(Purpose::Control, &c, mac) => Ok(()),
+                    Some(k) if k.verify(Purpose::Control, &c, mac) => Ok(*peer),
                     _ => Err("wrong key".into()),
                 }
             }
@@ -288,7 +290,7 @@ impl Gate {
                 // SAFETY: plain getter.
                 let me = unsafe { libc::geteuid() };
                 if d.uid == 0 || d.uid == me {
-                    Ok(())
+                    Ok(false)
                 } else {
                     Err(format!("uid {} may not control this server", d.uid))
                 }

@@ -20,8 +20,10 @@ struct ControlServer {
     stats: Arc<ServerStats>,
     stop: Arc<AtomicBool>,
     gate: Arc<Gate>,
-    /// This connection's challenge, and whether it logged in.
-    session: Arc<(Hello, AtomicBool)>,
+    /// This connection's challenge, whether it logged in, and whether as a server.
+    session: Arc<(Hello, AtomicBool, AtomicBool)>,
+    /// The cluster map's Raft node (replicated clusters, once started).
+    replica: Arc<OnceLock<Arc<crate::replica::Node>>>,
     /// The server's operations (fsck reads its stores).
     ops: Arc<Ops>,
 }
@@ -51,13 +53,16 @@ impl Control for ControlServer {
             .await
             .unwrap_or_else(|_| Err("login check failed".into()));
         match &r {
-            Ok(()) => self.session.1.store(true, Relaxed),
+            Ok(server) => {
+                self.session.2.store(*server, Relaxed);
+                self.session.1.store(true, Relaxed);
+            }
             Err(e) => {
                 tracing::warn!("control login refused: {e}");
                 self.stats.refused.fetch_add(1, Relaxed);
             }
         }
-        r
+        r.map(drop)
     }
 
     async fn status(self, _: tarpc::context::Context) -> Result<Status, String> {
@@ -65,6 +70,7 @@ impl Control for ControlServer {
         Ok(Status {
             uptime_s: self.start.elapsed().as_secs(),
             ucx_addr: self.ucx_addr.get().cloned().unwrap_or_default(),
+            map: self.replica.get().map(|n| n.map_status()),
             ..self.status.clone()
         })
     }
@@ -94,6 +100,22 @@ impl Control for ControlServer {
         .map_err(|e| e.to_string())
     }
 
+    async fn raft(
+        self,
+        _: tarpc::context::Context,
+        kind: String,
+        body: String,
+    ) -> Result<String, String> {
+        self.member()?;
+        if !self.session.2.load(Relaxed) {
+            return Err("Raft messages come from servers only".into());
+        }
+        match self.replica.get() {
+            Some(n) => n.clone().handle(&kind, &body).await,
+            None => Err("no cluster map here (yet)".into()),
+        }
+    }
+
     async fn fsck_remove(self, _: tarpc::context::Context, ids: Vec<u64>) -> Result<u64, String> {
         self.member()?;
         let ops = self.ops.clone();
@@ -104,7 +126,8 @@ impl Control for ControlServer {
     }
 }
 
-/// Starts the control port on its own thread and runtime; returns the bound address.
+/// Starts the control port on its own thread and runtime; returns the bound address and
+/// the runtime (the cluster map's Raft member runs there too).
 /// SIGINT and SIGTERM also request a clean stop. It is started before UCX, so that a port
 /// taken by someone else stops the server before UCX exists; `status` answers the UCX
 /// address once `ucx_addr` holds it.
@@ -115,8 +138,10 @@ pub fn start(
     ops: Arc<Ops>,
     stop: Arc<AtomicBool>,
     gate: Arc<Gate>,
-) -> anyhow::Result<SocketAddr> {
-    let (tx, rx) = std::sync::mpsc::channel::<anyhow::Result<SocketAddr>>();
+    replica: Arc<OnceLock<Arc<crate::replica::Node>>>,
+) -> anyhow::Result<(SocketAddr, tokio::runtime::Handle)> {
+    let (tx, rx) =
+        std::sync::mpsc::channel::<anyhow::Result<(SocketAddr, tokio::runtime::Handle)>>();
     std::thread::Builder::new()
         .name("madfs-control".into())
         .spawn(move || {
@@ -140,7 +165,10 @@ pub fn start(
                         return drop(tx.send(Err(anyhow::anyhow!("control port {addr}: {e}"))))
                     }
                 };
-                let _ = tx.send(Ok(listener.local_addr()));
+                let _ = tx.send(Ok((
+                    listener.local_addr(),
+                    tokio::runtime::Handle::current(),
+                )));
                 let sig_stop = stop.clone();
                 tokio::spawn(async move {
                     use tokio::signal::unix::{signal, SignalKind};
@@ -162,12 +190,14 @@ pub fn start(
                     ops,
                     stop,
                     gate,
+                    replica,
                     session: Arc::new((
                         Hello {
                             cluster,
                             server,
                             nonce: [0; 32],
                         },
+                        AtomicBool::new(false),
                         AtomicBool::new(false),
                     )),
                 };
@@ -183,6 +213,7 @@ pub fn start(
                                 nonce,
                                 ..s.session.0
                             },
+                            AtomicBool::new(false),
                             AtomicBool::new(false),
                         ));
                         channel.execute(s.serve()).for_each(|f| async move {

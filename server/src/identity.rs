@@ -42,8 +42,12 @@ pub struct Asked {
     pub owner: Option<Owner>,
     /// `--checksums`. A new cluster uses `crc32c`.
     pub checksums: Option<Checksums>,
+    /// `--replication` (copies of every key, 1 to 3). A new cluster keeps one.
+    pub replication: Option<u32>,
 }
 
+/// Most copies of a key a cluster may keep.
+pub const MAX_REPLICATION: u32 = 3;
 /// Default chunk size of a new cluster (16 × 47,008, the ior-hard record).
 pub const DEFAULT_CHUNK_SIZE: u32 = 16 * 47008;
 /// Default inline part of chunk 0 of a new cluster.
@@ -152,6 +156,15 @@ pub fn settle(
             )?;
             c.auth = asked.auth.unwrap_or(AuthMode::Key);
             c.checksums = asked.checksums.unwrap_or(Checksums::Crc32c);
+            c.replication = asked.replication.unwrap_or(1);
+            if !(1..=MAX_REPLICATION).contains(&c.replication) || c.replication > c.servers {
+                anyhow::bail!(
+                    "--replication {} must be between 1 and {MAX_REPLICATION}, and at most the \
+                     number of servers ({})",
+                    c.replication,
+                    c.servers
+                );
+            }
             if c.auth == AuthMode::Key {
                 // SAFETY: plain getters.
                 let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
@@ -186,6 +199,7 @@ pub fn settle(
         ("--servers", asked.servers, identity.servers),
         ("--chunk-size", asked.chunk_size, identity.chunk_size),
         ("--inline-max", asked.inline_max, identity.inline_max),
+        ("--replication", asked.replication, identity.replication),
     ] {
         if let Some(v) = asked.filter(|v| *v != recorded) {
             anyhow::bail!(
@@ -258,6 +272,23 @@ mod tests {
         // restarts without flags take the record
         assert_eq!(settle(&d0, 0, Asked::default(), Some(&cf)).unwrap(), a);
         assert_eq!(a.checksums, Checksums::Crc32c);
+        assert_eq!(a.replication, 1);
+        // a replication factor above the server count (or 3) is refused at format time
+        let d2 = root.path().join("s2");
+        std::fs::create_dir_all(&d2).unwrap();
+        let e = settle(
+            &d2,
+            0,
+            Asked {
+                servers: Some(2),
+                replication: Some(3),
+                ..Asked::default()
+            },
+            None,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("at most the number of servers (2)"), "{e}");
         let e = settle(
             &d0,
             0,
@@ -292,7 +323,16 @@ mod tests {
         std::fs::create_dir_all(&d0).unwrap();
         settle(&d0, 0, asked(2), Some(&cf)).unwrap();
         let before = std::fs::read_to_string(d0.join(FILE)).unwrap();
-        let cases: [(u32, Asked, Option<&Path>, &str); 5] = [
+        let cases: [(u32, Asked, Option<&Path>, &str); 6] = [
+            (
+                0,
+                Asked {
+                    replication: Some(2),
+                    ..Asked::default()
+                },
+                Some(&cf),
+                "--replication 2 differs from 1",
+            ),
             (
                 0,
                 Asked {

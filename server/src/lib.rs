@@ -16,6 +16,7 @@ pub mod ops;
 pub mod peer;
 pub mod perm;
 pub mod rename;
+pub mod replica;
 pub mod restart;
 pub mod rmdir;
 pub mod stats;
@@ -68,6 +69,8 @@ pub struct Config {
     pub reserve: Option<u64>,
     /// What slow, stalled and hostile peers may hold (deadlines, leases, parking).
     pub limits: net::Limits,
+    /// Timing of the cluster map's Raft group (replicated clusters).
+    pub map: replica::Settings,
 }
 
 /// Raises the soft limit on open files to the hard limit: a server holds a descriptor per
@@ -177,15 +180,19 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
             ErrorMode::None => "none".into(),
             ErrorMode::Peer => "peer".into(),
         },
+        replication: ident.replication,
+        map: None,
     };
     let ucx_shown = Arc::new(std::sync::OnceLock::new());
-    let control_addr = control::start(
+    let replica = Arc::new(std::sync::OnceLock::new());
+    let (control_addr, control_rt) = control::start(
         cfg.control,
         status,
         ucx_shown.clone(),
         ops.clone(),
         stop.clone(),
         gate.clone(),
+        replica.clone(),
     )?;
     let ctx = madfs_rpc::new_context()?;
     ops.peers.set_context(ctx.clone());
@@ -231,6 +238,21 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     };
     if let Some(f) = &cfg.cluster_file {
         cluster_file::register(f, entry)?;
+    }
+    // the cluster map (docs/redundancy.md): replicated clusters only
+    match (&cfg.cluster_file, ident.replication) {
+        (Some(f), r) if r >= 2 => {
+            let node = control_rt.block_on(replica::Node::start(
+                cfg.id,
+                ident.servers,
+                &cfg.data_dir,
+                f.clone(),
+                cfg.map.clone(),
+            ))?;
+            let _ = replica.set(node);
+        }
+        (None, r) if r >= 2 => anyhow::bail!("replication {r} needs a cluster file"),
+        _ => {}
     }
     // the address file is the readiness signal (tests, scripts): written last, once the
     // directory table is learnt (or given up on: `perm::Ops::learn_dirs`), so that no client

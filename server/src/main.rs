@@ -87,6 +87,21 @@ struct Args {
     /// One WAL sync per fsync request instead of group commit (for benchmarks).
     #[arg(long)]
     no_group_commit: bool,
+    /// Copies of every entry and chunk (1 to 3, at most --servers; fixed when the cluster is
+    /// made; docs/redundancy.md).
+    #[arg(long)]
+    replication: Option<u32>,
+    /// Replicated clusters: milliseconds between the cluster map leader's heartbeats.
+    #[arg(long, default_value_t = 200)]
+    heartbeat_ms: u64,
+    /// Replicated clusters: a follower that hears no leader for this long (to 1.25 times as
+    /// long, at random) starts an election.
+    #[arg(long, default_value_t = 800)]
+    election_ms: u64,
+    /// Replicated clusters: a server that answers none of the leader's messages for this long
+    /// is marked down in the cluster map.
+    #[arg(long, default_value_t = 1500)]
+    down_after_ms: u64,
     /// Milliseconds to wait for a reply to go out before dropping the connection.
     #[arg(long, default_value_t = 5000)]
     send_timeout_ms: u64,
@@ -218,6 +233,7 @@ fn main() {
         },
         owner: a.owner,
         checksums: a.checksums,
+        replication: a.replication,
     };
     // UCX shared memory and cross-memory attach work only between processes of one user:
     // a server that serves other users (MUNGE, or a key owned by someone else) must not
@@ -263,6 +279,11 @@ fn main() {
             stall: Duration::from_millis(a.stall_ms),
             park_bytes: a.park_mib << 20,
             ..Default::default()
+        },
+        map: madfs_server::replica::Settings {
+            heartbeat: Duration::from_millis(a.heartbeat_ms),
+            election: Duration::from_millis(a.election_ms),
+            down_after: Duration::from_millis(a.down_after_ms),
         },
     };
     if let Ok(n) = std::env::var(madfs_server::restart::RESTARTS) {

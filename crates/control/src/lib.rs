@@ -37,6 +37,23 @@ pub struct Status {
     pub pid: u32,
     /// UCX endpoint error mode (`none`/`peer`).
     pub err_mode: String,
+    /// Copies of every key (the cluster's replication factor).
+    #[serde(default)]
+    pub replication: u32,
+    /// The cluster map as this server knows it (clusters with replication ≥ 2).
+    #[serde(default)]
+    pub map: Option<MapStatus>,
+}
+
+/// The cluster map as one server knows it (docs/redundancy.md).
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+pub struct MapStatus {
+    /// The map's epoch (raised by every change).
+    pub epoch: u64,
+    /// Each server's state: `up`, `down`, `rejoining`.
+    pub states: Vec<String>,
+    /// The Raft group's leader this server knows of.
+    pub leader: Option<u32>,
 }
 
 /// What `stats` answers: counters since start.
@@ -146,6 +163,9 @@ pub trait Control {
     /// Removes the chunk files of `ids` (orphans the caller decided on with every server's
     /// report) that no entry of this server names; returns the bytes given back.
     async fn fsck_remove(ids: Vec<u64>) -> Result<u64, String>;
+    /// A Raft message between servers (servers only: the peer key's login): `kind` names the
+    /// call (`append`, `vote`, `snapshot`, `propose`), `body` is its JSON; answers JSON.
+    async fn raft(kind: String, body: String) -> Result<String, String>;
 }
 
 /// The challenge of a control login (`client_nonce`: the caller's).

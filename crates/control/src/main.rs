@@ -113,32 +113,60 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                             bail!("cluster file lists {} of {n} servers", addrs.len());
                         }
                     }
-                    let mut lines = vec![];
+                    // every server's line, or why it did not answer
+                    let mut lines: Vec<anyhow::Result<String>> = vec![];
                     for a in addrs {
-                        let c = connect(a, &login(&target)?)
-                            .await
-                            .with_context(|| format!("control port {a}"))?;
-                        let s = c
-                            .status(context(5))
-                            .await
-                            .with_context(|| format!("status from {a}"))?
-                            .map_err(|e| anyhow::anyhow!("status from {a}: {e}"))?;
-                        lines.push(format!(
-                            "server {} of {} cluster={} ucx={} control={a} pid={} chunk_size={} err_mode={} uptime={}s data={}",
-                            s.id, s.servers, s.cluster, s.ucx_addr, s.pid, s.chunk_size, s.err_mode, s.uptime_s, s.data_dir
-                        ));
+                        let one = async {
+                            let c = connect(a, &login(&target)?)
+                                .await
+                                .with_context(|| format!("control port {a}"))?;
+                            let s = c
+                                .status(context(5))
+                                .await
+                                .with_context(|| format!("status from {a}"))?
+                                .map_err(|e| anyhow::anyhow!("status from {a}: {e}"))?;
+                            let map = match &s.map {
+                                Some(m) => format!(
+                                    " replication={} map_epoch={} states={} leader={}",
+                                    s.replication,
+                                    m.epoch,
+                                    m.states.join(","),
+                                    m.leader.map_or("none".into(), |l| l.to_string())
+                                ),
+                                None => String::new(),
+                            };
+                            anyhow::Ok(format!(
+                                "server {} of {} cluster={} ucx={} control={a} pid={} chunk_size={} err_mode={} uptime={}s data={}{map}",
+                                s.id, s.servers, s.cluster, s.ucx_addr, s.pid, s.chunk_size, s.err_mode, s.uptime_s, s.data_dir
+                            ))
+                        };
+                        lines.push(one.await);
                     }
                     Ok(lines)
                 };
                 match attempt.await {
-                    Ok(lines) => {
-                        for l in lines {
+                    Ok(lines) if lines.iter().all(|l| l.is_ok()) => {
+                        for l in lines.into_iter().flatten() {
                             println!("{l}");
                         }
                         return Ok(());
                     }
+                    Ok(lines) if Instant::now() >= deadline => {
+                        // what answered, and who did not
+                        let mut first = None;
+                        for l in lines {
+                            match l {
+                                Ok(l) => println!("{l}"),
+                                Err(e) => {
+                                    println!("unreachable: {e:#}");
+                                    first.get_or_insert(e);
+                                }
+                            }
+                        }
+                        return Err(first.expect("one failed"));
+                    }
                     Err(e) if Instant::now() >= deadline => return Err(e),
-                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                    _ => tokio::time::sleep(Duration::from_millis(100)).await,
                 }
             }
         }

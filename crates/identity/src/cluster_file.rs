@@ -48,7 +48,7 @@ fn bad(msg: String) -> std::io::Error {
 }
 
 /// Parses cluster-file text as it may be while servers start (identity optional, any number
-/// of servers). Ids must be 0..n without gaps.
+/// of servers, registered in any order). No id may appear twice.
 pub fn parse(text: &str) -> std::io::Result<ClusterFile> {
     let mut out: Vec<ServerEntry> = Vec::new();
     let mut identity = None;
@@ -77,10 +77,11 @@ pub fn parse(text: &str) -> std::io::Result<ClusterFile> {
         out.push(e);
     }
     out.sort_by_key(|e| e.id);
-    for (i, e) in out.iter().enumerate() {
-        if e.id as usize != i {
-            return Err(bad(format!("cluster file: server ids must be 0..n without gaps or repeats (found {} at position {i})", e.id)));
-        }
+    if let Some(w) = out.windows(2).find(|w| w[0].id == w[1].id) {
+        return Err(bad(format!(
+            "cluster file: server {} is listed twice",
+            w[0].id
+        )));
     }
     Ok(ClusterFile {
         identity,
@@ -110,6 +111,15 @@ pub fn check(path: &Path, f: ClusterFile) -> std::io::Result<(ClusterIdentity, V
                 ""
             }
         )));
+    }
+    for (i, e) in f.servers.iter().enumerate() {
+        if e.id as usize != i {
+            return Err(bad(format!(
+                "cluster file {}: server ids must be 0..n without gaps (found {} at position {i})",
+                path.display(),
+                e.id
+            )));
+        }
     }
     Ok((identity, f.servers))
 }
@@ -276,10 +286,17 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("line 1"));
-        assert!(parse("1 127.0.0.1:1 127.0.0.1:2\n")
-            .unwrap_err()
-            .to_string()
-            .contains("without gaps"));
+        // servers register in any order; a complete file has them all
+        assert_eq!(
+            parse("1 127.0.0.1:1 127.0.0.1:2\n").unwrap().servers.len(),
+            1
+        );
+        assert!(
+            parse("1 127.0.0.1:1 127.0.0.1:2\n1 127.0.0.1:3 127.0.0.1:4\n")
+                .unwrap_err()
+                .to_string()
+                .contains("listed twice")
+        );
         assert_eq!(
             parse("# nothing\n\n").unwrap(),
             ClusterFile {

@@ -84,6 +84,13 @@ pub fn chunk_server(id: u64, chunk: u64, n: u32) -> u32 {
     }
 }
 
+/// The replica set of a key whose first replica is `first`, among `n` servers keeping `r`
+/// copies: `first` and the next `r − 1` servers on the ring (docs/redundancy.md). With
+/// `r = 1` it is `first` alone, the placement of an unreplicated cluster.
+pub fn replicas(first: u32, n: u32, r: u32) -> impl Iterator<Item = u32> {
+    (0..r.min(n)).map(move |k| (first + k) % n)
+}
+
 /// Where a server keeps the chunks of file `id` that it holds, relative to its chunk
 /// directory: one sparse file, each chunk at its byte position in the madfs file (chunk *c* at
 /// *c* × chunk size). Servers write there; clients on the same host read there directly.
@@ -166,6 +173,25 @@ pub fn split_parent(path: &str) -> Option<(&str, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replica_sets_follow_the_first_on_the_ring() {
+        assert_eq!(replicas(3, 4, 1).collect::<Vec<_>>(), [3]);
+        assert_eq!(replicas(3, 4, 2).collect::<Vec<_>>(), [3, 0]);
+        assert_eq!(replicas(1, 4, 3).collect::<Vec<_>>(), [1, 2, 3]);
+        // never more copies than servers, never one server twice
+        assert_eq!(replicas(1, 2, 3).collect::<Vec<_>>(), [1, 0]);
+        for n in 1..8 {
+            for first in 0..n {
+                let set: Vec<u32> = replicas(first, n, 3).collect();
+                let mut d = set.clone();
+                d.sort();
+                d.dedup();
+                assert_eq!(d.len(), set.len());
+                assert_eq!(set[0], first);
+            }
+        }
+    }
 
     #[test]
     fn normalize_cases() {

@@ -1,0 +1,149 @@
+//! The cluster map of a replicated cluster (docs/redundancy.md): its Raft group, run by the
+//! servers, marks a server down when it dies or freezes, and back up when it returns; every
+//! server learns each change.
+
+mod common;
+
+use common::*;
+use madfs_cluster::LocalCluster;
+use madfs_control::MapStatus;
+use std::time::{Duration, Instant};
+
+/// The map as server `i` knows it (`None`: it did not answer).
+fn map_of(cl: &LocalCluster, i: usize) -> Option<MapStatus> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let login = madfs_control::Login::for_cluster(&cl.cluster_file()).ok()?;
+        let c = tokio::time::timeout(
+            Duration::from_secs(2),
+            madfs_control::connect(cl.entry(i).control, &login),
+        )
+        .await
+        .ok()?
+        .ok()?;
+        c.status(madfs_control::context(2)).await.ok()?.ok()?.map
+    })
+}
+
+/// Waits until every server of `on` knows a map for which `want` holds; returns how long it
+/// took and the maps.
+fn until(
+    cl: &LocalCluster,
+    on: &[usize],
+    within: Duration,
+    what: &str,
+    want: impl Fn(&MapStatus) -> bool,
+) -> (Duration, Vec<MapStatus>) {
+    let t = Instant::now();
+    loop {
+        let maps: Vec<Option<MapStatus>> = on.iter().map(|i| map_of(cl, *i)).collect();
+        if maps.iter().all(|m| m.as_ref().is_some_and(&want)) {
+            return (t.elapsed(), maps.into_iter().flatten().collect());
+        }
+        if t.elapsed() > within {
+            let logs: Vec<String> = on.iter().map(|i| cl.log(*i)).collect();
+            panic!(
+                "{what}: not within {within:?}: {maps:?}\n{}",
+                logs.join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn all_up(m: &MapStatus) -> bool {
+    m.states.iter().all(|s| s == "up")
+}
+
+fn signal(pid: Option<u32>, sig: i32) {
+    // SAFETY: kill(2) on a server process of this test.
+    unsafe { libc::kill(pid.unwrap() as i32, sig) };
+}
+
+#[test]
+fn servers_are_marked_down_and_back_in_the_map() {
+    let mut cl = cluster(4, &["--replication", "2"], "none");
+    let every = [0, 1, 2, 3];
+    let (t, maps) = until(&cl, &every, Duration::from_secs(15), "a leader", |m| {
+        m.leader.is_some() && all_up(m) && m.states.len() == 4
+    });
+    let leader = maps[0].leader.unwrap() as usize;
+    eprintln!(
+        "leader {leader} known everywhere after {t:?}, epoch {}",
+        maps[0].epoch
+    );
+
+    // a server killed (not the leader): down on every other server
+    let victim = (leader + 3) % 4;
+    let rest: Vec<usize> = every.iter().copied().filter(|s| *s != victim).collect();
+    cl.kill(victim);
+    let (t, maps) = until(&cl, &rest, Duration::from_secs(10), "kill", |m| {
+        m.states[victim] == "down"
+    });
+    eprintln!(
+        "server {victim} killed: down everywhere after {t:?} (epoch {})",
+        maps[0].epoch
+    );
+    assert!(t < Duration::from_secs(4), "{t:?}");
+    let down_epoch = maps[0].epoch;
+
+    // restarted: rejoining, then up, on every server (itself included)
+    cl.restart(victim).unwrap();
+    let (t, maps) = until(&cl, &every, Duration::from_secs(15), "rejoin", |m| {
+        all_up(m) && m.epoch >= down_epoch + 2
+    });
+    eprintln!(
+        "server {victim} back up everywhere after {t:?} (epoch {})",
+        maps[0].epoch
+    );
+
+    // the leader killed: a new leader, which marks the old one down
+    let others: Vec<usize> = every.iter().copied().filter(|s| *s != leader).collect();
+    cl.kill(leader);
+    let (t, maps) = until(&cl, &others, Duration::from_secs(15), "leader kill", |m| {
+        m.states[leader] == "down" && m.leader.is_some_and(|l| l as usize != leader)
+    });
+    eprintln!(
+        "leader {leader} killed: new leader {:?}, old one down after {t:?}",
+        maps[0].leader
+    );
+    assert!(t < Duration::from_secs(5), "{t:?}");
+    cl.restart(leader).unwrap();
+    until(&cl, &every, Duration::from_secs(15), "leader back", all_up);
+
+    // a frozen server (SIGSTOP) is marked down; woken, it learns it and comes back
+    let m = map_of(&cl, 0).unwrap();
+    let frozen = (m.leader.unwrap() as usize + 1) % 4;
+    let awake: Vec<usize> = every.iter().copied().filter(|s| *s != frozen).collect();
+    signal(cl.pid(frozen), libc::SIGSTOP);
+    let (t, maps) = until(&cl, &awake, Duration::from_secs(10), "freeze", |m| {
+        m.states[frozen] == "down"
+    });
+    eprintln!(
+        "server {frozen} frozen: down after {t:?} (epoch {})",
+        maps[0].epoch
+    );
+    let frozen_epoch = maps[0].epoch;
+    signal(cl.pid(frozen), libc::SIGCONT);
+    let (t, maps) = until(&cl, &every, Duration::from_secs(15), "thaw", |m| {
+        all_up(m) && m.epoch >= frozen_epoch + 2
+    });
+    eprintln!(
+        "server {frozen} woken: up again after {t:?} (epoch {})",
+        maps[0].epoch
+    );
+    // every server has the same map
+    assert!(
+        maps.windows(2).all(|w| w[0].epoch == w[1].epoch),
+        "{maps:?}"
+    );
+}
+
+#[test]
+fn unreplicated_clusters_run_no_map() {
+    let cl = cluster(2, &[], "none");
+    assert_eq!(map_of(&cl, 0), None);
+}

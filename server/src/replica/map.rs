@@ -1,0 +1,164 @@
+//! The cluster map: an epoch and each server's state (docs/redundancy.md, "The cluster map").
+//! Changed only by committed Raft entries ([`Change`]); everything else reads it.
+
+use madfs_placement::replicas;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+/// A server's state in the map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum State {
+    /// Serving its replica sets.
+    Up,
+    /// Taken for dead: answers no client; its replica sets are served by their other members.
+    Down,
+    /// Back, taking its replica sets' writes, serving nothing until it has caught up.
+    Rejoining,
+}
+
+impl std::fmt::Display for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            State::Up => "up",
+            State::Down => "down",
+            State::Rejoining => "rejoining",
+        })
+    }
+}
+
+/// A change of the map: the command of a Raft log entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Change {
+    /// The server stopped answering (proposed by the Raft leader's watch).
+    Down(u32),
+    /// The server is back and catching up (asked by the server itself).
+    Rejoining(u32),
+    /// The server has caught up (asked by the server itself).
+    Up(u32),
+}
+
+/// The map: raised `epoch` on every change.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterMap {
+    pub epoch: u64,
+    pub states: Vec<State>,
+}
+
+impl ClusterMap {
+    /// The map of a cluster of `n` servers before any change: every server up, epoch 0.
+    pub fn new(n: u32) -> Self {
+        ClusterMap {
+            epoch: 0,
+            states: vec![State::Up; n as usize],
+        }
+    }
+
+    /// The state of server `s` (a server the map does not know is down).
+    pub fn state(&self, s: u32) -> State {
+        self.states.get(s as usize).copied().unwrap_or(State::Down)
+    }
+
+    /// Applies `c`; true (and the epoch raised) if it changed anything. A change that does
+    /// not follow from the server's state (up → rejoining, down → up, an unknown server) is
+    /// ignored: entries may be proposed twice, or late.
+    pub fn apply(&mut self, c: Change) -> bool {
+        let (s, to) = match c {
+            Change::Down(s) => (s, State::Down),
+            Change::Rejoining(s) => (s, State::Rejoining),
+            Change::Up(s) => (s, State::Up),
+        };
+        let Some(from) = self.states.get(s as usize).copied() else {
+            return false;
+        };
+        let allowed = matches!(
+            (from, to),
+            (State::Up, State::Down)
+                | (State::Rejoining, State::Down)
+                | (State::Down, State::Rejoining)
+                | (State::Rejoining, State::Up)
+        );
+        if allowed {
+            self.states[s as usize] = to;
+            self.epoch += 1;
+        }
+        allowed
+    }
+
+    /// The primary of the replica set whose first replica is `first` (R = `r`): its first
+    /// member that is up; none if every member is down or rejoining.
+    pub fn primary(&self, first: u32, r: u32) -> Option<u32> {
+        let n = self.states.len() as u32;
+        replicas(first, n, r).find(|s| self.state(*s) == State::Up)
+    }
+
+    /// The members a primary forwards that set's changes to: the other up members and the
+    /// rejoining ones.
+    pub fn secondaries(&self, first: u32, r: u32) -> Vec<u32> {
+        let n = self.states.len() as u32;
+        let p = self.primary(first, r);
+        replicas(first, n, r)
+            .filter(|s| Some(*s) != p && self.state(*s) != State::Down)
+            .collect()
+    }
+}
+
+/// The voters of a cluster of `n` servers' Raft group: all of them below 3, the first 3
+/// below 5, else the first 5; the others are learners.
+pub fn voters(n: u32) -> BTreeSet<u64> {
+    let v = match n {
+        0..=2 => n,
+        3..=4 => 3,
+        _ => 5,
+    };
+    (0..v as u64).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changes_follow_states_and_raise_the_epoch() {
+        let mut m = ClusterMap::new(4);
+        assert!(!m.apply(Change::Up(1)));
+        assert!(!m.apply(Change::Rejoining(1)));
+        assert!(!m.apply(Change::Down(9)));
+        assert_eq!(m.epoch, 0);
+        assert!(m.apply(Change::Down(1)));
+        assert!(!m.apply(Change::Down(1)), "twice is once");
+        assert!(!m.apply(Change::Up(1)), "back only through rejoining");
+        assert!(m.apply(Change::Rejoining(1)));
+        assert!(m.apply(Change::Up(1)));
+        assert_eq!(m.epoch, 3);
+        assert_eq!(m.state(1), State::Up);
+    }
+
+    #[test]
+    fn primaries_and_secondaries_follow_the_map() {
+        let mut m = ClusterMap::new(4);
+        assert_eq!(m.primary(3, 2), Some(3));
+        assert_eq!(m.secondaries(3, 2), [0]);
+        assert_eq!(m.primary(3, 1), Some(3));
+        assert!(m.secondaries(3, 1).is_empty());
+        m.apply(Change::Down(3));
+        assert_eq!(m.primary(3, 2), Some(0));
+        assert!(m.secondaries(3, 2).is_empty());
+        assert_eq!(m.primary(3, 1), None, "R = 1: nobody else has it");
+        m.apply(Change::Rejoining(3));
+        // a rejoining member takes the writes but is not primary
+        assert_eq!(m.primary(3, 2), Some(0));
+        assert_eq!(m.secondaries(3, 2), [3]);
+        m.apply(Change::Down(0));
+        assert_eq!(m.primary(3, 2), None);
+        m.apply(Change::Up(3));
+        assert_eq!(m.primary(3, 2), Some(3));
+    }
+
+    #[test]
+    fn voters_are_few_and_odd_when_they_can_be() {
+        assert_eq!(voters(1).len(), 1);
+        assert_eq!(voters(2).len(), 2);
+        assert_eq!(voters(4), (0..3).collect());
+        assert_eq!(voters(16), (0..5).collect());
+    }
+}

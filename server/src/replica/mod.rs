@@ -1,0 +1,300 @@
+//! Redundancy (docs/redundancy.md): the cluster map and its Raft group.
+//!
+//! * [`map`]: the map itself (epoch, each server up, down or rejoining), replica sets'
+//!   primaries and secondaries;
+//! * [`store`]: the Raft log and the map's state machine, durable in `<data-dir>/raft`;
+//! * [`net`]: Raft messages over the servers' control ports, and when each server last
+//!   answered;
+//! * [`Node`]: this server's member of the group: answers the others' messages, and runs the
+//!   duties of the leader (add every server, mark silent ones down) and of a server that was
+//!   marked down (ask to rejoin, then to be up).
+
+pub mod map;
+pub mod net;
+pub mod store;
+
+use map::{Change, ClusterMap, State};
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use openraft::{Config, EmptyNode, ServerState};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub type NodeId = u64;
+
+/// What applying an entry answers: the map's epoch after it, and whether it changed.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Applied {
+    pub epoch: u64,
+    pub changed: bool,
+}
+
+openraft::declare_raft_types!(
+    pub TypeConfig:
+        D = Change,
+        R = Applied,
+        NodeId = NodeId,
+        Node = EmptyNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = std::io::Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+pub type Raft = openraft::Raft<TypeConfig>;
+
+/// Timing of the map's Raft group and watch.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The leader's heartbeat to every member.
+    pub heartbeat: Duration,
+    /// A follower that hears no leader for a random time in `election..1.25×election` starts
+    /// an election.
+    pub election: Duration,
+    /// A server that answered none of the leader's messages for this long is marked down.
+    pub down_after: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        // for a loaded 2-core machine: a heartbeat every 200 ms, an election only after
+        // 0.8 s of silence, a server down after 1.5 s
+        Settings {
+            heartbeat: Duration::from_millis(200),
+            election: Duration::from_millis(800),
+            down_after: Duration::from_millis(1500),
+        }
+    }
+}
+
+/// This server's member of the cluster map's Raft group.
+pub struct Node {
+    id: u32,
+    servers: u32,
+    raft: Raft,
+    machine: store::MapMachine,
+    net: net::Network,
+    settings: Settings,
+}
+
+impl Node {
+    /// Starts this server's member (inside the control port's runtime) and its duties.
+    pub async fn start(
+        id: u32,
+        servers: u32,
+        data_dir: &Path,
+        cluster_file: PathBuf,
+        settings: Settings,
+    ) -> anyhow::Result<Arc<Node>> {
+        let db = store::open(data_dir)?;
+        let machine = store::MapMachine::load(db.clone(), servers)?;
+        let login = madfs_control::Login::for_cluster(&cluster_file)?;
+        let net = net::Network {
+            cluster_file,
+            login: Arc::new(login),
+            acks: net::Acks::default(),
+        };
+        let config = Config {
+            cluster_name: "madfs-cluster-map".into(),
+            heartbeat_interval: settings.heartbeat.as_millis() as u64,
+            election_timeout_min: settings.election.as_millis() as u64,
+            // (also the leader's lease: votes are refused that long after its last word)
+            election_timeout_max: settings.election.as_millis() as u64 * 5 / 4,
+            ..Default::default()
+        };
+        let config = Arc::new(config.validate()?);
+        let raft = Raft::new(
+            id as u64,
+            config,
+            net.clone(),
+            store::LogStore::new(db),
+            machine.clone(),
+        )
+        .await?;
+        let node = Arc::new(Node {
+            id,
+            servers,
+            raft,
+            machine,
+            net,
+            settings,
+        });
+        tokio::spawn(node.clone().duties());
+        Ok(node)
+    }
+
+    /// The map as this server applied it.
+    pub fn map(&self) -> ClusterMap {
+        self.machine.map()
+    }
+
+    /// The map and the leader, for `madfs-ctl status`.
+    pub fn map_status(&self) -> madfs_control::MapStatus {
+        let m = self.map();
+        madfs_control::MapStatus {
+            epoch: m.epoch,
+            states: m.states.iter().map(|s| s.to_string()).collect(),
+            leader: self
+                .raft
+                .metrics()
+                .borrow()
+                .current_leader
+                .map(|l| l as u32),
+        }
+    }
+
+    /// Answers another server's Raft message (the control port's `raft` call).
+    pub async fn handle(self: Arc<Self>, kind: &str, body: &str) -> Result<String, String> {
+        fn json<T: Serialize>(v: &T) -> Result<String, String> {
+            serde_json::to_string(v).map_err(|e| e.to_string())
+        }
+        let bad = |e: serde_json::Error| format!("bad Raft message: {e}");
+        match kind {
+            "append" => {
+                let rpc: AppendEntriesRequest<TypeConfig> =
+                    serde_json::from_str(body).map_err(bad)?;
+                // heard from the leader: should this server lead next, it knows since when
+                // the old one has been silent
+                self.net
+                    .acks
+                    .heard(rpc.vote.leader_id().voted_for().unwrap_or(u64::MAX));
+                json(&self.raft.append_entries(rpc).await)
+            }
+            "vote" => {
+                let rpc: VoteRequest<NodeId> = serde_json::from_str(body).map_err(bad)?;
+                json(&self.raft.vote(rpc).await)
+            }
+            "snapshot" => {
+                let rpc: InstallSnapshotRequest<TypeConfig> =
+                    serde_json::from_str(body).map_err(bad)?;
+                json(&self.raft.install_snapshot(rpc).await)
+            }
+            "propose" => {
+                let c: Change = serde_json::from_str(body).map_err(bad)?;
+                json(&self.propose(c, 0).await)
+            }
+            _ => Err(format!("unknown Raft message {kind:?}")),
+        }
+    }
+
+    /// Commits `c` through the leader (this server's Raft, or the leader's, `hops` deep).
+    async fn propose(&self, c: Change, hops: u32) -> Result<Applied, String> {
+        match self.raft.client_write(c).await {
+            Ok(r) => Ok(r.data),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                let Some(leader) = f.leader_id.filter(|l| *l != self.id as u64 && hops < 2) else {
+                    return Err("no leader".into());
+                };
+                let body = serde_json::to_string(&c).map_err(|e| e.to_string())?;
+                let reply = self
+                    .net
+                    .call(&mut None, leader, "propose", body, Duration::from_secs(2))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                serde_json::from_str::<Result<Applied, String>>(&reply)
+                    .map_err(|e| e.to_string())?
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Runs for the server's life: every heartbeat, the duties of the leader (the first
+    /// voter also makes the group once every voter is registered) and those of a server the
+    /// map has down.
+    async fn duties(self: Arc<Self>) {
+        let mut leading_since: Option<Instant> = None;
+        let mut tick = tokio::time::interval(self.settings.heartbeat);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let metrics = self.raft.metrics().borrow().clone();
+            if self.id == 0 && metrics.current_term == 0 && metrics.current_leader.is_none() {
+                self.make_group().await;
+            }
+            if metrics.state == ServerState::Leader {
+                let since = *leading_since.get_or_insert_with(Instant::now);
+                let members: BTreeSet<NodeId> = metrics
+                    .membership_config
+                    .membership()
+                    .nodes()
+                    .map(|(id, _)| *id)
+                    .collect();
+                self.lead(since, &members).await;
+            } else {
+                leading_since = None;
+            }
+            self.rejoin().await;
+        }
+    }
+
+    /// The first voter makes the group (once; a restarted cluster has it already).
+    async fn make_group(&self) {
+        let voters = map::voters(self.servers);
+        let Ok(f) = madfs_rpc::cluster_file::read_partial(&self.net.cluster_file) else {
+            return;
+        };
+        let registered: BTreeSet<NodeId> = f.servers.iter().map(|e| e.id as u64).collect();
+        if !voters.is_subset(&registered) {
+            return;
+        }
+        match self.raft.initialize(voters.clone()).await {
+            Ok(()) => tracing::info!("cluster map: Raft group of voters {voters:?} made"),
+            Err(e) => tracing::debug!("cluster map: initialize: {e}"),
+        }
+    }
+
+    /// The leader adds the servers that are not members yet (as learners) and marks down the
+    /// ones that answered nothing for `down_after`.
+    async fn lead(&self, since: Instant, members: &BTreeSet<NodeId>) {
+        for s in 0..self.servers as u64 {
+            if !members.contains(&s) {
+                match self.raft.add_learner(s, EmptyNode {}, false).await {
+                    Ok(_) => tracing::info!("cluster map: server {s} added as a learner"),
+                    Err(e) => tracing::debug!("cluster map: add learner {s}: {e}"),
+                }
+            }
+        }
+        let map = self.map();
+        for s in 0..self.servers {
+            if s == self.id || map.state(s) == State::Down {
+                continue;
+            }
+            // a server is given `down_after` from when it was last heard (by this server, as
+            // leader or as follower), but at least half of it from this server's first
+            // heartbeat as leader (an old time may be from long before)
+            let grace = since
+                .checked_sub(self.settings.down_after / 2)
+                .unwrap_or(since);
+            let heard = self.net.acks.last(s as u64).map_or(since, |t| t.max(grace));
+            if heard.elapsed() >= self.settings.down_after {
+                tracing::warn!(
+                    "cluster map: server {s} answered nothing for {:.1} s: marking it down",
+                    heard.elapsed().as_secs_f64()
+                );
+                if let Err(e) = self.propose(Change::Down(s), 0).await {
+                    tracing::warn!("cluster map: server {s} down: {e}");
+                }
+            }
+        }
+    }
+
+    /// A server the map has down (it was dead, frozen or cut off, and is back) asks to be
+    /// rejoining, and once it has caught up, to be up. (Catching up is the next step of
+    /// docs/redundancy.md; until then a rejoining server is up at once.)
+    async fn rejoin(&self) {
+        let change = match self.map().state(self.id) {
+            State::Up => return,
+            State::Down => Change::Rejoining(self.id),
+            State::Rejoining => Change::Up(self.id),
+        };
+        match self.propose(change, 0).await {
+            Ok(a) if a.changed => {
+                tracing::info!("cluster map epoch {}: asked {change:?}", a.epoch)
+            }
+            Ok(_) => {}
+            Err(e) => tracing::debug!("cluster map: {change:?}: {e}"),
+        }
+    }
+}
