@@ -143,6 +143,17 @@ fn the_control_port_serves_members_only() {
     c.mkdir("/still-here", 0o755).unwrap();
     let (ok, out) = ctl(&["status", "--cluster", file], false);
     assert!(ok && out.contains("server 1 of 2"), "{out}");
+    // counters as JSON, one object per server
+    let (ok, out) = ctl(&["stats", "--cluster", file, "--json"], false);
+    assert!(ok, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(v.as_array().map(|a| a.len()), Some(2), "{out}");
+    assert!(
+        v[0]["stats"]["requests"]["mkdir"].as_u64().unwrap_or(0)
+            + v[1]["stats"]["requests"]["mkdir"].as_u64().unwrap_or(0)
+            >= 1,
+        "{out}"
+    );
     let (ok, out) = ctl(&["stop", &addr, "--cluster", file], false);
     assert!(ok && out.contains("stopped"), "{out}");
 }

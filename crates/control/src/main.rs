@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! madfs-ctl status  [ADDR] [--cluster FILE] [--wait SECS]
-//! madfs-ctl stats   [ADDR] [--cluster FILE]
+//! madfs-ctl stats   [ADDR] [--cluster FILE] [--json]
 //! madfs-ctl stop    [ADDR] [--cluster FILE]
 //! madfs-ctl fsck    --cluster FILE [--repair]
 //! ```
@@ -60,6 +60,10 @@ enum Cmd {
     Stats {
         #[command(flatten)]
         target: Target,
+        /// One JSON array: an object per server (`control`, its address; `stats`, its
+        /// counters as `madfs_control::Stats` names them).
+        #[arg(long)]
+        json: bool,
     },
     /// Stop servers cleanly.
     Stop {
@@ -170,7 +174,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
         }
-        Cmd::Stats { target } => {
+        Cmd::Stats { target, json } => {
+            let mut all = vec![];
             for a in control_addrs(&target)? {
                 let c = connect(a, &login(&target)?)
                     .await
@@ -179,7 +184,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     .stats(context(5))
                     .await?
                     .map_err(|e| anyhow::anyhow!("stats from {a}: {e}"))?;
-                println!("{a}: {}", serde_json_line(&s));
+                if json {
+                    all.push(serde_json::json!({ "control": a.to_string(), "stats": s }));
+                } else {
+                    println!("{a}: {}", serde_json_line(&s));
+                }
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&all)?);
             }
             Ok(())
         }
