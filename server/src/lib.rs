@@ -10,6 +10,7 @@ pub mod dirtimes;
 pub mod fsck;
 pub mod identity;
 pub mod link;
+pub mod metrics;
 pub mod net;
 pub mod open;
 pub mod ops;
@@ -71,6 +72,8 @@ pub struct Config {
     pub limits: net::Limits,
     /// Timing of the cluster map's Raft group (replicated clusters).
     pub map: replica::Settings,
+    /// Address of the Prometheus endpoint (`None`: none).
+    pub metrics: Option<SocketAddr>,
 }
 
 /// Raises the soft limit on open files to the hard limit: a server holds a descriptor per
@@ -238,6 +241,10 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     };
     if let Some(f) = &cfg.cluster_file {
         cluster_file::register(f, entry)?;
+    }
+    if let Some(a) = cfg.metrics {
+        let bound = control_rt.block_on(metrics::start(a, ops.clone()))?;
+        tracing::info!("metrics: http://{bound}/metrics");
     }
     // the cluster map (docs/redundancy.md): replicated clusters only
     match (&cfg.cluster_file, ident.replication) {

@@ -91,6 +91,10 @@ struct Args {
     /// made; docs/redundancy.md).
     #[arg(long)]
     replication: Option<u32>,
+    /// Serve Prometheus metrics (counters, per-request latency histograms) on this address
+    /// at /metrics (no login: bind it to localhost or a monitoring network). Default: none.
+    #[arg(long)]
+    metrics: Option<SocketAddr>,
     /// Replicated clusters: milliseconds between the cluster map leader's heartbeats.
     #[arg(long, default_value_t = 200)]
     heartbeat_ms: u64,
@@ -280,6 +284,7 @@ fn main() {
             park_bytes: a.park_mib << 20,
             ..Default::default()
         },
+        metrics: a.metrics,
         map: madfs_server::replica::Settings {
             heartbeat: Duration::from_millis(a.heartbeat_ms),
             election: Duration::from_millis(a.election_ms),

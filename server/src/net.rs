@@ -473,7 +473,10 @@ fn serve_frame_unguarded(
                         size_of,
                         cap,
                     };
-                    ops.execute_as(who, &w, &b.data[..n], &mut Vec::new())
+                    let started = std::time::Instant::now();
+                    let r = ops.execute_as(who, &w, &b.data[..n], &mut Vec::new());
+                    ops.stats.latency.observe("write", started.elapsed());
+                    r
                 }
                 // the data did not arrive whole (or not over UCX: the TCP transport has none)
                 Some(_) if len as usize > b.data.len() => Err(Errno::EFBIG),
@@ -481,9 +484,11 @@ fn serve_frame_unguarded(
             }
         }
         Ok((req, bulk)) => {
-            ops.stats.request(req.name());
+            let started = std::time::Instant::now();
             ops.stats.bytes_in.fetch_add(bulk.len() as u64, Relaxed);
-            ops.execute_as(who, &req, bulk, &mut b.data)
+            let r = ops.execute_as(who, &req, bulk, &mut b.data);
+            ops.stats.served(req.name(), started.elapsed());
+            r
         }
     };
     b.hdr.clear();

@@ -50,6 +50,8 @@ pub struct ServerStats {
     pub sync_batches: AtomicU64,
     /// fsync requests covered.
     pub sync_requests: AtomicU64,
+    /// Time to serve each kind of request (`--metrics`; `server/src/metrics.rs`).
+    pub latency: crate::metrics::Latency,
 }
 
 impl ServerStats {
@@ -61,6 +63,12 @@ impl ServerStats {
             .unwrap_or_else(|e| e.into_inner())
             .entry(name)
             .or_default() += 1;
+    }
+
+    /// Counts one request of kind `name` that took `took` to serve.
+    pub fn served(&self, name: &'static str, took: std::time::Duration) {
+        self.request(name);
+        self.latency.observe(name, took);
     }
 
     /// A snapshot for the control port.
