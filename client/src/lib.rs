@@ -21,6 +21,76 @@ pub use config::ClientConfig;
 pub use fs::{DirEntry, FileSystem, OpenFlags};
 pub use madfs_proto::{Attr, Errno, FindFilter, FsResult, StatFs, TimeSpec};
 
+/// Logging of a program running under the preload, set up when it first talks to the
+/// servers: events of `MADFS_LOG`'s level (default `warn`: a timeout names the operation, the
+/// server and its address; a refused server says why; `off`: nothing) go to stderr, or to the
+/// file `MADFS_LOG_FILE` (appended; kept at a high descriptor number, out of the program's
+/// way), one line each, prefixed with `madfs[PID]`.
+pub fn init_preload_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("MADFS_LOG")
+        .unwrap_or_else(|_| "warn,async_ucx=off".into());
+    let file = std::env::var_os("MADFS_LOG_FILE").and_then(|p| {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        let f = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(p)
+            .ok()?;
+        // SAFETY: duplicates an open descriptor to a free one at or above 900 (close-on-exec);
+        // the original is closed when `f` drops.
+        let high = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 900) };
+        // SAFETY: `high` is a descriptor this process just made and owns.
+        (high >= 0).then(|| unsafe { std::fs::File::from_raw_fd(high) })
+    });
+    let sink = std::sync::Arc::new(Sink {
+        file: file.map(std::sync::Mutex::new),
+    });
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_target(false)
+        .with_writer(move || LineWriter(sink.clone(), Vec::new()))
+        .try_init();
+}
+
+/// Where the preload's log lines go.
+struct Sink {
+    file: Option<std::sync::Mutex<std::fs::File>>,
+}
+
+/// One event's line, written whole (with the process's id) when the event is done.
+struct LineWriter(std::sync::Arc<Sink>, Vec<u8>);
+
+impl std::io::Write for LineWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.1.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for LineWriter {
+    fn drop(&mut self) {
+        if self.1.is_empty() {
+            return;
+        }
+        let mut line = format!("madfs[{}]: ", std::process::id()).into_bytes();
+        line.extend_from_slice(&self.1);
+        match &self.0.file {
+            Some(f) => {
+                let mut f = f.lock().unwrap_or_else(|p| p.into_inner());
+                let _ = std::io::Write::write_all(&mut *f, &line);
+            }
+            None => {
+                let _ = std::io::Write::write_all(&mut std::io::stderr(), &line);
+            }
+        }
+    }
+}
+
 /// Logging of the command-line tools (`madfs`, `madfs-find`): to stderr, filtered by
 /// `MADFS_LOG` (tracing's `EnvFilter` syntax; default `warn`, so a timeout or a refused
 /// server is named, see `Transport::wait`).

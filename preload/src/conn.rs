@@ -332,6 +332,8 @@ fn make_client(tcp: bool) -> FsResult<Rc<Client>> {
         return Err(Errno::EIO);
     }
     let cfg = config()?;
+    static LOGGING: std::sync::Once = std::sync::Once::new();
+    LOGGING.call_once(madfs_client::init_preload_logging);
     // The placeholder template sits at a high fd number; putting it there grows the kernel's
     // fd table, which waits for an RCU grace period (7-17 ms here) once the process has
     // threads, and UCX starts some: make it first, while a single-threaded program still

@@ -952,3 +952,47 @@ print("long OK")
         assert_eq!(err.matches(moved).count(), moves, "{mode}");
     }
 }
+
+/// A call that times out fails with EIO and names its operation, the server and its address:
+/// on the program's stderr by default (`MADFS_LOG`, level `warn`), in `MADFS_LOG_FILE` when
+/// set, nowhere with `MADFS_LOG=off`; each line says which process wrote it.
+#[test]
+fn timeouts_name_the_server_and_operation() {
+    let cl = cluster();
+    bash(&cl, "echo hi > /madfs/logged");
+    let pids: Vec<i32> = (0..3).map(|i| cl.pid(i).unwrap() as i32).collect();
+    let signal = |sig| {
+        for p in &pids {
+            // SAFETY: kill(2) on this test's server processes.
+            unsafe { libc::kill(*p, sig) };
+        }
+    };
+    // every server frozen: the program's first call times out (over TCP, the transport a
+    // program starts on, and over UCX)
+    signal(libc::SIGSTOP);
+    let stderr_of = |env: &[(&str, &str)]| {
+        let out = common::run_env(&cl, &["/bin/cat", "/madfs/logged"], 1000, env);
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    for transport in ["tcp", "ucx"] {
+        let err = stderr_of(&[("MADFS_TRANSPORT", transport)]);
+        assert!(
+            err.contains("madfs[")
+                && err.contains("server 0 (127.0.0.1:")
+                && err.contains("timed out after 1s"),
+            "{transport}: {err}"
+        );
+        assert!(err.contains("127.0.0.1:"), "{transport}: {err}");
+        assert!(err.contains("Input/output error"), "{transport}: {err}");
+    }
+    let file = cl.root().join("client.log");
+    let err = stderr_of(&[("MADFS_LOG_FILE", file.to_str().unwrap())]);
+    assert!(!err.contains("timed out"), "{err}");
+    let logged = std::fs::read_to_string(&file).unwrap();
+    assert!(logged.contains("timed out after 1s"), "{logged}");
+    let err = stderr_of(&[("MADFS_LOG", "off")]);
+    assert!(!err.contains("madfs["), "{err}");
+    signal(libc::SIGCONT);
+    assert_eq!(bash(&cl, "cat /madfs/logged"), "hi\n");
+}

@@ -28,19 +28,40 @@ fn histogram() -> Histogram {
     Histogram::new(exponential_buckets(2e-6, 2.0, 22))
 }
 
-/// How long requests took to serve, by kind (from their decoding to their reply's encoding).
-#[derive(Clone)]
-pub struct Latency(Family<Op, Histogram, fn() -> Histogram>);
+/// How long requests took to serve, by kind (from their decoding to their reply's encoding);
+/// measured only while the endpoint is on (a server without `--metrics` reads no clock for
+/// it).
+pub struct Latency {
+    on: std::sync::atomic::AtomicBool,
+    family: Family<Op, Histogram, fn() -> Histogram>,
+}
 
 impl Default for Latency {
     fn default() -> Self {
-        Latency(Family::new_with_constructor(histogram))
+        Latency {
+            on: Default::default(),
+            family: Family::new_with_constructor(histogram),
+        }
     }
 }
 
 impl Latency {
-    pub fn observe(&self, op: &'static str, took: Duration) {
-        self.0.get_or_create(&Op { op }).observe(took.as_secs_f64());
+    /// The start of a request to time, if timing is on.
+    #[inline]
+    pub fn start(&self) -> Option<std::time::Instant> {
+        self.on
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .then(std::time::Instant::now)
+    }
+
+    /// Records a request of kind `op` started at `started` (see [`Latency::start`]).
+    #[inline]
+    pub fn done(&self, op: &'static str, started: Option<std::time::Instant>) {
+        if let Some(t) = started {
+            self.family
+                .get_or_create(&Op { op })
+                .observe(t.elapsed().as_secs_f64());
+        }
     }
 }
 
@@ -56,7 +77,7 @@ pub fn render(ops: &Ops) -> String {
     r.register(
         "request_seconds",
         "Time to serve a request, by kind",
-        ops.stats.latency.0.clone(),
+        ops.stats.latency.family.clone(),
     );
     let counters: [(&str, &str, u64); 10] = [
         ("errors", "Error replies", s.errors),
@@ -118,6 +139,10 @@ pub fn render(ops: &Ops) -> String {
 pub async fn start(addr: SocketAddr, ops: Arc<Ops>) -> std::io::Result<SocketAddr> {
     let l = tokio::net::TcpListener::bind(addr).await?;
     let bound = l.local_addr()?;
+    ops.stats
+        .latency
+        .on
+        .store(true, std::sync::atomic::Ordering::Relaxed);
     tokio::spawn(async move {
         loop {
             let Ok((mut s, _)) = l.accept().await else {

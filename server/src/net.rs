@@ -473,9 +473,9 @@ fn serve_frame_unguarded(
                         size_of,
                         cap,
                     };
-                    let started = std::time::Instant::now();
+                    let started = ops.stats.latency.start();
                     let r = ops.execute_as(who, &w, &b.data[..n], &mut Vec::new());
-                    ops.stats.latency.observe("write", started.elapsed());
+                    ops.stats.latency.done("write", started);
                     r
                 }
                 // the data did not arrive whole (or not over UCX: the TCP transport has none)
@@ -484,10 +484,11 @@ fn serve_frame_unguarded(
             }
         }
         Ok((req, bulk)) => {
-            let started = std::time::Instant::now();
+            ops.stats.request(req.name());
             ops.stats.bytes_in.fetch_add(bulk.len() as u64, Relaxed);
+            let started = ops.stats.latency.start();
             let r = ops.execute_as(who, &req, bulk, &mut b.data);
-            ops.stats.served(req.name(), started.elapsed());
+            ops.stats.latency.done(req.name(), started);
             r
         }
     };

@@ -65,12 +65,6 @@ impl ServerStats {
             .or_default() += 1;
     }
 
-    /// Counts one request of kind `name` that took `took` to serve.
-    pub fn served(&self, name: &'static str, took: std::time::Duration) {
-        self.request(name);
-        self.latency.observe(name, took);
-    }
-
     /// A snapshot for the control port.
     pub fn snapshot(&self) -> Stats {
         Stats {

@@ -387,7 +387,10 @@ impl Transport {
         s.set_read_timeout(Some(t)).map_err(|_| Errno::EIO)?;
         s.set_write_timeout(Some(t)).map_err(|_| Errno::EIO)?;
         let mut buf = [0u8; 512];
-        let n = tcp_recv(&mut s, &mut buf).map_err(|_| Errno::EIO)?;
+        let op = self.last_op.replace("connect");
+        let n = tcp_recv(&mut s, &mut buf).map_err(|e| self.tcp_failed(server, e));
+        self.last_op.set(op);
+        let n = n?;
         let welcome: Welcome =
             flexbuffers::from_slice(&buf[..n.min(buf.len())]).map_err(|_| Errno::EPROTO)?;
         self.check_welcome(server, &welcome)?;
@@ -449,7 +452,10 @@ impl Transport {
             })
         };
         let timed_out = || {
-            tracing::warn!("madfs: connect to server {server} at {addr} timed out");
+            tracing::warn!(
+                "madfs: connect to server {server} ({addr}) timed out after {:?}",
+                self.timeout.get()
+            );
             Errno::EIO
         };
         let mut conn = {
@@ -662,6 +668,26 @@ impl Transport {
         }
     }
 
+    /// A TCP call to `server` failed with `e`: named in the log (a timeout at warn level, as
+    /// on UCX); the call fails with EIO and the connection is given up on.
+    fn tcp_failed(&self, server: u32, e: std::io::Error) -> Errno {
+        let addr = self.addrs.borrow().get(server as usize).copied();
+        let at = addr.map_or(String::new(), |a| format!(" ({a})"));
+        if matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ) {
+            tracing::warn!(
+                "madfs: {} on server {server}{at} timed out after {:?}",
+                self.last_op.get(),
+                self.timeout.get()
+            );
+        } else {
+            tracing::debug!("madfs: {} on server {server}{at}: {e}", self.last_op.get());
+        }
+        Errno::EIO
+    }
+
     fn tcp_exchange(
         &self,
         server: u32,
@@ -686,8 +712,9 @@ impl Transport {
         for (slot, p) in all[1..].iter_mut().zip(pieces) {
             *slot = p;
         }
-        tcp_send(&mut s, k, &all[..1 + pieces.len().min(4)]).map_err(|_| Errno::EIO)?;
-        let n = tcp_recv(&mut s, out).map_err(|_| Errno::EIO)?;
+        tcp_send(&mut s, k, &all[..1 + pieces.len().min(4)])
+            .map_err(|e| self.tcp_failed(server, e))?;
+        let n = tcp_recv(&mut s, out).map_err(|e| self.tcp_failed(server, e))?;
         if n > out.len() {
             return Err(Errno::EMSGSIZE);
         }
