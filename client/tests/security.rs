@@ -143,6 +143,10 @@ fn the_control_port_serves_members_only() {
     c.mkdir("/still-here", 0o755).unwrap();
     let (ok, out) = ctl(&["status", "--cluster", file], false);
     assert!(ok && out.contains("server 1 of 2"), "{out}");
+    // capacity per server: the data file system and the metadata database
+    assert_eq!(out.matches(" disk=").count(), 2, "{out}");
+    assert_eq!(out.matches(" disk_free=").count(), 2, "{out}");
+    assert_eq!(out.matches(" metadata=").count(), 2, "{out}");
     // counters as JSON, one object per server
     let (ok, out) = ctl(&["stats", "--cluster", file, "--json"], false);
     assert!(ok, "{out}");

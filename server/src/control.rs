@@ -71,6 +71,18 @@ impl Control for ControlServer {
             uptime_s: self.start.elapsed().as_secs(),
             ucx_addr: self.ucx_addr.get().cloned().unwrap_or_default(),
             map: self.replica.get().map(|n| n.map_status()),
+            capacity: {
+                use crate::store::ChunkStore;
+                self.ops
+                    .chunks
+                    .statfs()
+                    .ok()
+                    .map(|fs| madfs_control::Capacity {
+                        disk_bytes: fs.blocks * fs.bsize,
+                        free_bytes: fs.bavail * fs.bsize,
+                        metadata_bytes: self.ops.meta.disk_bytes(),
+                    })
+            },
             ..self.status.clone()
         })
     }

@@ -185,6 +185,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         },
         replication: ident.replication,
         map: None,
+        capacity: None,
     };
     let ucx_shown = Arc::new(std::sync::OnceLock::new());
     let replica = Arc::new(std::sync::OnceLock::new());

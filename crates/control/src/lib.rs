@@ -43,6 +43,21 @@ pub struct Status {
     /// The cluster map as this server knows it (clusters with replication ≥ 2).
     #[serde(default)]
     pub map: Option<MapStatus>,
+    /// Capacity: the data directory's file system (total and free bytes) and what the
+    /// metadata database holds.
+    #[serde(default)]
+    pub capacity: Option<Capacity>,
+}
+
+/// A server's capacity as `status` answers it.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+pub struct Capacity {
+    /// Size of the file system holding the data directory, bytes.
+    pub disk_bytes: u64,
+    /// Free bytes on it (for unprivileged writers).
+    pub free_bytes: u64,
+    /// Bytes the metadata database (RocksDB, with chunk 0 inline) holds.
+    pub metadata_bytes: u64,
 }
 
 /// The cluster map as one server knows it (docs/redundancy.md).

@@ -139,8 +139,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                                 ),
                                 None => String::new(),
                             };
+                            let cap = match &s.capacity {
+                                Some(c) => format!(
+                                    " disk={} disk_free={} metadata={}",
+                                    human(c.disk_bytes),
+                                    human(c.free_bytes),
+                                    human(c.metadata_bytes)
+                                ),
+                                None => String::new(),
+                            };
                             anyhow::Ok(format!(
-                                "server {} of {} cluster={} ucx={} control={a} pid={} chunk_size={} err_mode={} uptime={}s data={}{map}",
+                                "server {} of {} cluster={} ucx={} control={a} pid={} chunk_size={} err_mode={} uptime={}s data={}{cap}{map}",
                                 s.id, s.servers, s.cluster, s.ucx_addr, s.pid, s.chunk_size, s.err_mode, s.uptime_s, s.data_dir
                             ))
                         };
@@ -236,6 +245,22 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+    }
+}
+
+/// Bytes in binary units, one decimal (`12.3G`).
+fn human(b: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "K", "M", "G", "T", "P"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b}B")
+    } else {
+        format!("{v:.1}{}", UNITS[u])
     }
 }
 

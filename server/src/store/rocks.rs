@@ -439,6 +439,18 @@ const BLOCK_CACHE_BYTES: usize = 64 << 20;
 pub type RocksMeta = RocksDbMeta;
 
 impl RocksDbMeta {
+    /// Bytes the database holds: its table files and its memtables (what `madfs-ctl status`
+    /// shows as the metadata's size).
+    pub fn disk_bytes(&self) -> u64 {
+        [
+            "rocksdb.total-sst-files-size",
+            "rocksdb.cur-size-all-mem-tables",
+        ]
+        .iter()
+        .filter_map(|p| self.db.property_int_value(*p).ok().flatten())
+        .sum()
+    }
+
     /// Opens (creating) the database in `dir`. The WAL stays on.
     pub fn open(dir: &Path, server_id: u32) -> anyhow::Result<Self> {
         let mut opts = Options::default();
