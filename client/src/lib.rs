@@ -21,14 +21,19 @@ pub use config::ClientConfig;
 pub use fs::{DirEntry, FileSystem, OpenFlags};
 pub use madfs_proto::{Attr, Errno, FindFilter, FsResult, StatFs, TimeSpec};
 
+/// `MADFS_LOG`'s filter (tracing's `EnvFilter` syntax), `warn` without it.
+fn log_filter() -> tracing_subscriber::EnvFilter {
+    tracing_subscriber::EnvFilter::try_from_env("MADFS_LOG")
+        .unwrap_or_else(|_| "warn,async_ucx=off".into())
+}
+
 /// Logging of a program running under the preload, set up when it first talks to the
 /// servers: events of `MADFS_LOG`'s level (default `warn`: a timeout names the operation, the
 /// server and its address; a refused server says why; `off`: nothing) go to stderr, or to the
 /// file `MADFS_LOG_FILE` (appended; kept at a high descriptor number, out of the program's
 /// way), one line each, prefixed with `madfs[PID]`.
 pub fn init_preload_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("MADFS_LOG")
-        .unwrap_or_else(|_| "warn,async_ucx=off".into());
+    let filter = log_filter();
     let file = std::env::var_os("MADFS_LOG_FILE").and_then(|p| {
         use std::os::fd::{AsRawFd, FromRawFd};
         let f = std::fs::OpenOptions::new()
@@ -96,8 +101,7 @@ impl Drop for LineWriter {
 /// server is named, see `Transport::wait`).
 pub fn init_cli_logging() {
     use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::try_from_env("MADFS_LOG")
-        .unwrap_or_else(|_| "warn,async_ucx=off".into());
+    let filter = log_filter();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())

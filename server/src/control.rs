@@ -71,18 +71,7 @@ impl Control for ControlServer {
             uptime_s: self.start.elapsed().as_secs(),
             ucx_addr: self.ucx_addr.get().cloned().unwrap_or_default(),
             map: self.replica.get().map(|n| n.map_status()),
-            capacity: {
-                use crate::store::ChunkStore;
-                self.ops
-                    .chunks
-                    .statfs()
-                    .ok()
-                    .map(|fs| madfs_control::Capacity {
-                        disk_bytes: fs.blocks * fs.bsize,
-                        free_bytes: fs.bavail * fs.bsize,
-                        metadata_bytes: self.ops.meta.disk_bytes(),
-                    })
-            },
+            capacity: capacity(&self.ops),
             ..self.status.clone()
         })
     }
@@ -136,6 +125,18 @@ impl Control for ControlServer {
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())
     }
+}
+
+/// The server's capacity (`status`, and the metrics endpoint): the data directory's file
+/// system and the metadata database.
+pub fn capacity(ops: &Ops) -> Option<madfs_control::Capacity> {
+    use crate::store::ChunkStore;
+    let fs = ops.chunks.statfs().ok()?;
+    Some(madfs_control::Capacity {
+        disk_bytes: fs.blocks * fs.bsize,
+        free_bytes: fs.bavail * fs.bsize,
+        metadata_bytes: ops.meta.disk_bytes(),
+    })
 }
 
 /// Starts the control port on its own thread and runtime; returns the bound address and

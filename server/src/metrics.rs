@@ -5,7 +5,6 @@
 //! needs no login and says nothing beyond counts and times.
 
 use crate::ops::Ops;
-use crate::store::ChunkStore;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -109,24 +108,28 @@ pub fn render(ops: &Ops) -> String {
         g.set(v.min(i64::MAX as u64) as i64);
         g
     };
-    r.register(
-        "live_connections",
-        "Connections open now",
-        gauge(s.live_connections),
-    );
-    r.register("resident_bytes", "Resident set size", gauge(s.rss_bytes));
-    if let Ok(fs) = ops.chunks.statfs() {
-        let (total, free) = (fs.blocks * fs.bsize, fs.bavail * fs.bsize);
-        r.register(
+    let mut gauges = vec![
+        (
+            "live_connections",
+            "Connections open now",
+            s.live_connections,
+        ),
+        ("resident_bytes", "Resident set size", s.rss_bytes),
+    ];
+    if let Some(c) = crate::control::capacity(ops) {
+        gauges.push((
             "data_bytes",
             "Size of the file system holding the data directory",
-            gauge(total),
-        );
-        r.register(
+            c.disk_bytes,
+        ));
+        gauges.push((
             "data_free_bytes",
             "Free bytes of the file system holding the data directory",
-            gauge(free),
-        );
+            c.free_bytes,
+        ));
+    }
+    for (name, help, v) in gauges {
+        r.register(name, help, gauge(v));
     }
     let mut out = String::new();
     if prometheus_client::encoding::text::encode(&mut out, &r).is_err() {
