@@ -204,6 +204,232 @@ fn pieces(
 }
 
 impl Client {
+    fn read_once(&self, f: &OpenFile, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
+        let size = f.size();
+        if offset >= size || buf.is_empty() {
+            return Ok(0);
+        }
+        let len = buf.len().min((size - offset) as usize);
+        let cs = f.attr.chunk_size.max(1) as u64;
+        let max_piece = self.max_piece(f.meta)?;
+        let plan = pieces(offset, len, cs, max_piece);
+        let mut rest = &mut buf[..len];
+        let mut slices = Vec::with_capacity(plan.len());
+        for (chunk, in_chunk, range) in &plan {
+            let (head, tail) = rest.split_at_mut(range.len());
+            rest = tail;
+            let server = chunk_server(f.attr.id, *chunk, self.n);
+            // chunks ≥ 1 of a server on this host: straight from its chunk file
+            if *chunk > 0 && self.is_local(server) {
+                let pos = chunk * cs + *in_chunk as u64;
+                if let Some(n) = self.local.read(server, f.attr.id, pos, head) {
+                    head[n..].fill(0);
+                    continue;
+                }
+            }
+            self.t.ensure(server)?;
+            slices.push((server, *chunk, *in_chunk, head));
+        }
+        for group in slices.chunks_mut(WINDOW) {
+            let involved: Vec<u32> = group.iter().map(|g| g.0).collect();
+            let futs = group.iter_mut().map(|(server, chunk, in_chunk, buf)| {
+                let req = Request::Read {
+                    id: f.attr.id,
+                    chunk: *chunk,
+                    offset: *in_chunk,
+                    len: buf.len() as u32,
+                    chunk_size: cs as u32,
+                    cap: f.cap,
+                };
+                let server = *server;
+                async move {
+                    let n = self.t.call_read(server, &req, buf).await?;
+                    // a hole or the unwritten end of a chunk reads as zeros
+                    buf[n..].fill(0);
+                    Ok::<_, Errno>(())
+                }
+            });
+            let results = self.t.wait(&involved, async { Ok(join_all(futs).await) })?;
+            for r in results {
+                r?;
+            }
+        }
+        Ok(len)
+    }
+
+    fn write_once(&self, f: &mut OpenFile, offset: u64, data: &[u8]) -> FsResult<usize> {
+        if data.is_empty() {
+            return Ok(0);
+        }
+        if self.uid != 0 && madfs_proto::privs_of(f.attr.mode) != 0 {
+            self.drop_privs(f)?;
+        }
+        let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
+        if end > i64::MAX as u64 {
+            return Err(Errno::EFBIG);
+        }
+        let cs = f.attr.chunk_size.max(1) as u64;
+        let max_piece = self.max_piece(f.meta)?;
+        let plan = pieces(offset, data.len(), cs, max_piece);
+        let mut calls = Vec::with_capacity(plan.len());
+        for (chunk, in_chunk, range) in plan {
+            let server = chunk_server(f.attr.id, chunk, self.n);
+            self.t.ensure(server)?;
+            f.touched.insert(server);
+            calls.push((server, chunk, in_chunk, &data[range]));
+        }
+        let id = f.attr.id;
+        let cap = f.cap;
+        // a write that stays in chunk 0 publishes the file's size in the same request, when
+        // chunk 0's server (the file's home) holds its entry too
+        let all_inline = calls.iter().all(|c| c.1 == 0);
+        let mut with_size = !f.orphan && chunk_server(id, 0, self.n) == f.meta;
+        let path = f.path.clone();
+        mutated();
+        for group in calls.chunks(WINDOW) {
+            let involved: Vec<u32> = group.iter().map(|g| g.0).collect();
+            // a server short of room for writes whose data is slow to come answers EAGAIN
+            // (docs/architecture.md): the group is sent again after a pause (a write of the
+            // same bytes at the same place is the same write)
+            let give_up = std::time::Instant::now() + self.t.timeout();
+            let mut pause = std::time::Duration::from_millis(1);
+            loop {
+                let futs = group.iter().map(|(server, chunk, in_chunk, bulk)| {
+                    let size_of = (*chunk == 0 && with_size).then_some(path.as_str());
+                    // large pieces: header and data as two messages, the data contiguous
+                    let data_apart = bulk.len() >= frame::RAW_WRITE_MIN && !self.t.is_tcp();
+                    let req = if data_apart {
+                        Request::WriteData {
+                            id,
+                            chunk: *chunk,
+                            offset: *in_chunk,
+                            len: bulk.len() as u32,
+                            chunk_size: cs as u32,
+                            size_of,
+                            cap,
+                        }
+                    } else {
+                        Request::Write {
+                            id,
+                            chunk: *chunk,
+                            offset: *in_chunk,
+                            chunk_size: cs as u32,
+                            size_of,
+                            cap,
+                        }
+                    };
+                    async move {
+                        let raw = if data_apart {
+                            self.t.call_write(*server, &req, bulk, SMALL_REPLY).await?
+                        } else {
+                            self.t
+                                .call(*server, tag::REQUEST, &req, bulk, SMALL_REPLY)
+                                .await?
+                        };
+                        match raw.decode()?.0 {
+                            Reply::Written(n) if n as usize == bulk.len() => Ok(()),
+                            _ => Err(Errno::EIO),
+                        }
+                    }
+                });
+                let results = self.t.wait(&involved, async { Ok(join_all(futs).await) })?;
+                match results.into_iter().find(|r| r.is_err()) {
+                    None => break,
+                    // the path names another file now (renamed or unlinked while open):
+                    // written again without the size, which the next publication takes
+                    // to where the file is
+                    Some(Err(Errno::ESTALE)) if with_size => with_size = false,
+                    Some(Err(Errno::EAGAIN)) if std::time::Instant::now() < give_up => {
+                        std::thread::sleep(pause);
+                        pause = (pause * 2).min(std::time::Duration::from_millis(50));
+                    }
+                    Some(r) => r?,
+                }
+            }
+        }
+        f.written = f.written.max(end);
+        if all_inline && with_size {
+            f.attr.size = f.attr.size.max(end);
+        } else {
+            f.dirty = true;
+        }
+        Ok(data.len())
+    }
+
+    fn fsync_once(&self, f: &mut OpenFile) -> FsResult<()> {
+        let mut servers: BTreeSet<u32> = std::mem::take(&mut f.touched);
+        // data may also have been written through other handles (other fds, other processes
+        // sharing the open file): cover every server that can hold a chunk of the file
+        let cs = f.attr.chunk_size.max(1) as u64;
+        let chunks = f.size().div_ceil(cs);
+        if chunks > 4 * self.n as u64 {
+            servers.extend(0..self.n);
+        } else {
+            servers.extend((0..chunks.max(1)).map(|c| chunk_server(f.attr.id, c, self.n)));
+        }
+        let deadline = std::time::Instant::now() + self.t.timeout();
+        let mut pause = std::time::Duration::from_millis(1);
+        let mut moves = 0;
+        loop {
+            let mut involved = servers.clone();
+            involved.insert(f.meta);
+            let involved: Vec<u32> = involved.into_iter().collect();
+            for s in &involved {
+                self.t.ensure(*s)?;
+            }
+            // the metadata server's request also publishes the size (no SetSize of its own)
+            let plain = Request::Fsync {
+                id: f.attr.id,
+                size_of: None,
+                size: 0,
+                cap: f.cap,
+            };
+            let publishing = Request::Fsync {
+                id: f.attr.id,
+                size_of: f.dirty.then_some(f.whereabouts()),
+                size: f.written,
+                cap: f.cap,
+            };
+            let futs = involved.iter().map(|s| {
+                let req = if *s == f.meta { &publishing } else { &plain };
+                self.t.call(*s, tag::FSYNC, req, &[], SMALL_REPLY)
+            });
+            let results = self.t.wait(&involved, async { Ok(join_all(futs).await) })?;
+            let failed = results
+                .into_iter()
+                .map(|r| r.and_then(|raw| raw.decode().map(drop)))
+                .find(|r| r.is_err());
+            match failed {
+                None => break,
+                // the file was renamed or unlinked while open: its size goes where it is now
+                Some(Err(Errno::ESTALE)) if moves < 8 => {
+                    moves += 1;
+                    self.relocate(f)?;
+                }
+                // its name is being moved right now
+                Some(Err(Errno::EAGAIN)) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(std::time::Duration::from_millis(50));
+                }
+                Some(r) => r?,
+            }
+        }
+        if f.dirty {
+            f.dirty = false;
+            f.attr.size = f.attr.size.max(f.written);
+        }
+        Ok(())
+    }
+
+    /// A read, write or fsync of `f` failed with `e`: in a replicated cluster, is it worth sending
+    /// again after a failover (`Transport::failover`) of the replica sets of its chunks?
+    fn failover_file(&self, f: &OpenFile, e: Errno) -> bool {
+        let sets: Vec<u32> = (0..self.n as u64)
+            .map(|c| chunk_server(f.attr.id, c, self.n))
+            .collect();
+        self.t.failover(&sets, e)
+    }
+
     /// A client for the cluster in `cfg`. Connections are opened lazily, on first use.
     pub fn new(cfg: &ClientConfig) -> std::io::Result<Client> {
         let ctx = madfs_rpc::new_context()?;
@@ -220,7 +446,11 @@ impl Client {
         }
         let t = Transport::new(ctx, cfg.servers.clone(), cfg.cluster_file.clone(), cfg.ucx)?;
         t.set_timeout(cfg.timeout);
-        t.expect_cluster(cfg.identity.id.0, cfg.identity.servers);
+        t.expect_cluster(
+            cfg.identity.id.0,
+            cfg.identity.servers,
+            cfg.identity.replication,
+        );
         t.set_credentials(cfg.credentials.clone());
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
@@ -247,7 +477,11 @@ impl Client {
         })?;
         let t = Transport::new_tcp(addrs, cfg.cluster_file.clone());
         t.set_timeout(cfg.timeout);
-        t.expect_cluster(cfg.identity.id.0, cfg.identity.servers);
+        t.expect_cluster(
+            cfg.identity.id.0,
+            cfg.identity.servers,
+            cfg.identity.replication,
+        );
         t.set_credentials(cfg.credentials.clone());
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
@@ -294,6 +528,11 @@ impl Client {
 
     /// Is `server` on this host with chunk files this process can read (local reads)?
     fn is_local(&self, server: u32) -> bool {
+        // a replica set served by another server after a failover: over the wire (the
+        // chunk files found first were its first server's)
+        if self.t.routed_elsewhere(server) {
+            return false;
+        }
         self.local.is_local(server, || {
             self.t.ensure(server)?;
             let raw = self
@@ -643,6 +882,10 @@ impl Client {
     /// Server-side find: every entry under `dir` (any depth) passing `filter`, evaluated by all
     /// servers in parallel over their own key ranges. Returns (paths sorted, entries examined).
     pub fn find(&self, dir: &str, filter: &FindFilter<'_>) -> FsResult<(Vec<String>, u64)> {
+        self.t.failing_over(&[], || self.find_once(dir, filter))
+    }
+
+    fn find_once(&self, dir: &str, filter: &FindFilter<'_>) -> FsResult<(Vec<String>, u64)> {
         let dir = self.directory(dir)?;
         let all = self.connect_all()?;
         let dir = dir.as_str();
@@ -717,13 +960,20 @@ impl Client {
             .collect();
         if !empty.is_empty() {
             let (dir, to) = (c.dir.as_str(), c.to);
-            let futs = empty.iter().map(|&s| {
-                let start = c.servers[s as usize].1.unwrap_or(0);
-                self.list_page(s, dir, start, to)
-            });
-            let pages = self.t.wait(&empty, async { Ok(join_all(futs).await) })?;
+            let pages = self.t.failing_over(&empty, || {
+                for s in &empty {
+                    self.t.ensure(*s)?;
+                }
+                let futs = empty.iter().map(|&s| {
+                    let start = c.servers[s as usize].1.unwrap_or(0);
+                    self.list_page(s, dir, start, to)
+                });
+                let pages = self.t.wait(&empty, async { Ok(join_all(futs).await) })?;
+                // a page that failed is asked for again (after a failover)
+                pages.into_iter().collect::<FsResult<Vec<_>>>()
+            })?;
             for (&s, page) in empty.iter().zip(pages) {
-                let (entries, next) = page?;
+                let (entries, next) = page;
                 let slot = &mut c.servers[s as usize];
                 slot.0.extend(entries);
                 slot.1 = next;
@@ -742,6 +992,11 @@ impl Client {
     /// Lists `dir` as `k` position ranges at once (every range on every server concurrently);
     /// the same entries, in the same order, as [`FileSystem::readdir`].
     pub fn readdir_parallel(&self, dir: &str, k: usize) -> FsResult<Vec<DirEntry>> {
+        self.t
+            .failing_over(&[], || self.readdir_parallel_once(dir, k))
+    }
+
+    fn readdir_parallel_once(&self, dir: &str, k: usize) -> FsResult<Vec<DirEntry>> {
         let k = k.clamp(1, 4096) as u64;
         let dir = self.directory(dir)?;
         let all = self.connect_all()?;
@@ -973,6 +1228,10 @@ impl Client {
     /// Sends a request to every server at once (connecting first).
     fn broadcast(&self, req: &Request<'_>) -> FsResult<Vec<Reply<'static>>> {
         mutating(req);
+        self.t.failing_over(&[], || self.broadcast_once(req))
+    }
+
+    fn broadcast_once(&self, req: &Request<'_>) -> FsResult<Vec<Reply<'static>>> {
         let all = self.connect_all()?;
         let futs = all
             .iter()
@@ -1118,220 +1377,34 @@ impl FileSystem for Client {
         }
     }
     fn read(&self, f: &OpenFile, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
-        let size = f.size();
-        if offset >= size || buf.is_empty() {
-            return Ok(0);
-        }
-        let len = buf.len().min((size - offset) as usize);
-        let cs = f.attr.chunk_size.max(1) as u64;
-        let max_piece = self.max_piece(f.meta)?;
-        let plan = pieces(offset, len, cs, max_piece);
-        let mut rest = &mut buf[..len];
-        let mut slices = Vec::with_capacity(plan.len());
-        for (chunk, in_chunk, range) in &plan {
-            let (head, tail) = rest.split_at_mut(range.len());
-            rest = tail;
-            let server = chunk_server(f.attr.id, *chunk, self.n);
-            // chunks ≥ 1 of a server on this host: straight from its chunk file
-            if *chunk > 0 && self.is_local(server) {
-                let pos = chunk * cs + *in_chunk as u64;
-                if let Some(n) = self.local.read(server, f.attr.id, pos, head) {
-                    head[n..].fill(0);
-                    continue;
-                }
-            }
-            self.t.ensure(server)?;
-            slices.push((server, *chunk, *in_chunk, head));
-        }
-        for group in slices.chunks_mut(WINDOW) {
-            let involved: Vec<u32> = group.iter().map(|g| g.0).collect();
-            let futs = group.iter_mut().map(|(server, chunk, in_chunk, buf)| {
-                let req = Request::Read {
-                    id: f.attr.id,
-                    chunk: *chunk,
-                    offset: *in_chunk,
-                    len: buf.len() as u32,
-                    chunk_size: cs as u32,
-                    cap: f.cap,
-                };
-                let server = *server;
-                async move {
-                    let n = self.t.call_read(server, &req, buf).await?;
-                    // a hole or the unwritten end of a chunk reads as zeros
-                    buf[n..].fill(0);
-                    Ok::<_, Errno>(())
-                }
-            });
-            let results = self.t.wait(&involved, async { Ok(join_all(futs).await) })?;
-            for r in results {
-                r?;
+        let mut retry = madfs_rpc::Retry::default();
+        loop {
+            match self.read_once(f, offset, buf) {
+                Err(e) if retry.again() && self.failover_file(f, e) => {}
+                r => return r,
             }
         }
-        Ok(len)
     }
 
     fn write(&self, f: &mut OpenFile, offset: u64, data: &[u8]) -> FsResult<usize> {
-        if data.is_empty() {
-            return Ok(0);
-        }
-        if self.uid != 0 && madfs_proto::privs_of(f.attr.mode) != 0 {
-            self.drop_privs(f)?;
-        }
-        let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
-        if end > i64::MAX as u64 {
-            return Err(Errno::EFBIG);
-        }
-        let cs = f.attr.chunk_size.max(1) as u64;
-        let max_piece = self.max_piece(f.meta)?;
-        let plan = pieces(offset, data.len(), cs, max_piece);
-        let mut calls = Vec::with_capacity(plan.len());
-        for (chunk, in_chunk, range) in plan {
-            let server = chunk_server(f.attr.id, chunk, self.n);
-            self.t.ensure(server)?;
-            f.touched.insert(server);
-            calls.push((server, chunk, in_chunk, &data[range]));
-        }
-        let id = f.attr.id;
-        let cap = f.cap;
-        // a write that stays in chunk 0 publishes the file's size in the same request, when
-        // chunk 0's server (the file's home) holds its entry too
-        let all_inline = calls.iter().all(|c| c.1 == 0);
-        let mut with_size = !f.orphan && chunk_server(id, 0, self.n) == f.meta;
-        let path = f.path.clone();
-        mutated();
-        for group in calls.chunks(WINDOW) {
-            let involved: Vec<u32> = group.iter().map(|g| g.0).collect();
-            // a server short of room for writes whose data is slow to come answers EAGAIN
-            // (docs/architecture.md): the group is sent again after a pause (a write of the
-            // same bytes at the same place is the same write)
-            let give_up = std::time::Instant::now() + self.t.timeout();
-            let mut pause = std::time::Duration::from_millis(1);
-            loop {
-                let futs = group.iter().map(|(server, chunk, in_chunk, bulk)| {
-                    let size_of = (*chunk == 0 && with_size).then_some(path.as_str());
-                    // large pieces: header and data as two messages, the data contiguous
-                    let data_apart = bulk.len() >= frame::RAW_WRITE_MIN && !self.t.is_tcp();
-                    let req = if data_apart {
-                        Request::WriteData {
-                            id,
-                            chunk: *chunk,
-                            offset: *in_chunk,
-                            len: bulk.len() as u32,
-                            chunk_size: cs as u32,
-                            size_of,
-                            cap,
-                        }
-                    } else {
-                        Request::Write {
-                            id,
-                            chunk: *chunk,
-                            offset: *in_chunk,
-                            chunk_size: cs as u32,
-                            size_of,
-                            cap,
-                        }
-                    };
-                    async move {
-                        let raw = if data_apart {
-                            self.t.call_write(*server, &req, bulk, SMALL_REPLY).await?
-                        } else {
-                            self.t
-                                .call(*server, tag::REQUEST, &req, bulk, SMALL_REPLY)
-                                .await?
-                        };
-                        match raw.decode()?.0 {
-                            Reply::Written(n) if n as usize == bulk.len() => Ok(()),
-                            _ => Err(Errno::EIO),
-                        }
-                    }
-                });
-                let results = self.t.wait(&involved, async { Ok(join_all(futs).await) })?;
-                match results.into_iter().find(|r| r.is_err()) {
-                    None => break,
-                    // the path names another file now (renamed or unlinked while open):
-                    // written again without the size, which the next publication takes
-                    // to where the file is
-                    Some(Err(Errno::ESTALE)) if with_size => with_size = false,
-                    Some(Err(Errno::EAGAIN)) if std::time::Instant::now() < give_up => {
-                        std::thread::sleep(pause);
-                        pause = (pause * 2).min(std::time::Duration::from_millis(50));
-                    }
-                    Some(r) => r?,
-                }
+        let mut retry = madfs_rpc::Retry::default();
+        loop {
+            // a write sent again is the same write (the same bytes at the same place)
+            match self.write_once(f, offset, data) {
+                Err(e) if retry.again() && self.failover_file(f, e) => {}
+                r => return r,
             }
         }
-        f.written = f.written.max(end);
-        if all_inline && with_size {
-            f.attr.size = f.attr.size.max(end);
-        } else {
-            f.dirty = true;
-        }
-        Ok(data.len())
     }
 
     fn fsync(&self, f: &mut OpenFile) -> FsResult<()> {
-        let mut servers: BTreeSet<u32> = std::mem::take(&mut f.touched);
-        // data may also have been written through other handles (other fds, other processes
-        // sharing the open file): cover every server that can hold a chunk of the file
-        let cs = f.attr.chunk_size.max(1) as u64;
-        let chunks = f.size().div_ceil(cs);
-        if chunks > 4 * self.n as u64 {
-            servers.extend(0..self.n);
-        } else {
-            servers.extend((0..chunks.max(1)).map(|c| chunk_server(f.attr.id, c, self.n)));
-        }
-        let deadline = std::time::Instant::now() + self.t.timeout();
-        let mut pause = std::time::Duration::from_millis(1);
-        let mut moves = 0;
+        let mut retry = madfs_rpc::Retry::default();
         loop {
-            let mut involved = servers.clone();
-            involved.insert(f.meta);
-            let involved: Vec<u32> = involved.into_iter().collect();
-            for s in &involved {
-                self.t.ensure(*s)?;
-            }
-            // the metadata server's request also publishes the size (no SetSize of its own)
-            let plain = Request::Fsync {
-                id: f.attr.id,
-                size_of: None,
-                size: 0,
-                cap: f.cap,
-            };
-            let publishing = Request::Fsync {
-                id: f.attr.id,
-                size_of: f.dirty.then_some(f.whereabouts()),
-                size: f.written,
-                cap: f.cap,
-            };
-            let futs = involved.iter().map(|s| {
-                let req = if *s == f.meta { &publishing } else { &plain };
-                self.t.call(*s, tag::FSYNC, req, &[], SMALL_REPLY)
-            });
-            let results = self.t.wait(&involved, async { Ok(join_all(futs).await) })?;
-            let failed = results
-                .into_iter()
-                .map(|r| r.and_then(|raw| raw.decode().map(drop)))
-                .find(|r| r.is_err());
-            match failed {
-                None => break,
-                // the file was renamed or unlinked while open: its size goes where it is now
-                Some(Err(Errno::ESTALE)) if moves < 8 => {
-                    moves += 1;
-                    self.relocate(f)?;
-                }
-                // its name is being moved right now
-                Some(Err(Errno::EAGAIN)) if std::time::Instant::now() < deadline => {
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(std::time::Duration::from_millis(50));
-                }
-                Some(r) => r?,
+            match self.fsync_once(f) {
+                Err(e) if retry.again() && self.failover_file(f, e) => {}
+                r => return r,
             }
         }
-        if f.dirty {
-            f.dirty = false;
-            f.attr.size = f.attr.size.max(f.written);
-        }
-        Ok(())
     }
 
     fn close(&self, mut f: OpenFile) -> FsResult<()> {
@@ -1534,7 +1607,9 @@ fn small_reply(raw: RawReply) -> FsResult<Reply<'static>> {
         | Reply::Named(_)
         | Reply::Found { .. }
         | Reply::Located { .. }
-        | Reply::Dirs { .. } => return Err(Errno::EPROTO),
+        | Reply::Dirs { .. }
+        | Reply::Map { .. }
+        | Reply::Records { .. } => return Err(Errno::EPROTO),
     })
 }
 

@@ -166,7 +166,10 @@ fn tcp_peer(cl: &LocalCluster, i: u32) -> Option<(TcpStream, u64)> {
         Some(m)
     };
     let welcome: Welcome = flexbuffers::from_slice(&recv(&mut s)?).ok()?;
-    let pending = cfg.credentials.hello(welcome.cluster, i, &welcome).ok()?;
+    let pending = cfg
+        .credentials
+        .hello(welcome.cluster, i, &welcome, None)
+        .ok()?;
     let hello = pending.bytes();
     s.write_all(&(hello.len() as u32 + 1).to_le_bytes()).ok()?;
     s.write_all(&[3]).ok()?;

@@ -20,6 +20,9 @@ pub struct Who {
     pub groups: Vec<u32>,
     /// A client, or another server of the cluster.
     pub role: Role,
+    /// The replica set the connection's requests are for (its hello's; `None`: this
+    /// server's own). See docs/redundancy.md.
+    pub set: Option<u32>,
 }
 
 impl Who {
@@ -32,6 +35,7 @@ impl Who {
             gid,
             groups: vec![gid],
             role: Role::Peer,
+            set: None,
         }
     }
 }
@@ -101,6 +105,7 @@ impl Gate {
             gid: hello.gid,
             groups: madfs_auth::groups_of(hello.uid, hello.gid),
             role: Role::Client,
+            set: None,
         }
     }
 
@@ -137,13 +142,15 @@ impl Gate {
         conn: u32,
         nonce: &[u8; 32],
     ) -> Result<(Who, Vec<u8>), String> {
-        let (who, proof) = self.admit_unsquashed(hello, conn, nonce)?;
+        let (mut who, proof) = self.admit_unsquashed(hello, conn, nonce)?;
+        who.set = hello.set;
         if self.root_squash && who.uid == 0 && who.role == Role::Client {
             let who = Who {
                 uid: SQUASHED,
                 gid: SQUASHED,
                 groups: vec![SQUASHED],
                 role: Role::Client,
+                set: who.set,
             };
             return Ok((who, proof));
         }
@@ -182,6 +189,7 @@ impl Gate {
                     } else {
                         Role::Client
                     },
+                    set: None,
                 },
                 Vec::new(),
             )),
@@ -221,6 +229,7 @@ impl Gate {
                         gid: o.gid,
                         groups: madfs_auth::groups_of(o.uid, o.gid),
                         role: Role::Client,
+                        set: None,
                     },
                     key.prove(Purpose::Server, &c).to_vec(),
                 ))
@@ -233,6 +242,7 @@ impl Gate {
                         gid: d.gid,
                         groups: madfs_auth::groups_of(d.uid, d.gid),
                         role: Role::Client,
+                        set: None,
                     },
                     Vec::new(),
                 ))
@@ -310,6 +320,52 @@ impl crate::ops::Ops {
     /// the connection proved (new entries belong to `who`), and requests only servers may
     /// send are refused to clients.
     pub fn execute_as(
+        &self,
+        who: &Who,
+        req: &Request<'_>,
+        bulk: &[u8],
+        data: &mut [u8],
+    ) -> FsResult<Answer> {
+        let Some(rep) = &self.replica else {
+            return self.execute_checked(who, req, bulk, data);
+        };
+        // a replicated cluster: a copy from a primary, or a request this server must be
+        // the primary for (docs/redundancy.md)
+        if let Request::Replicate {
+            set,
+            epoch,
+            from,
+            op,
+        } = *req
+        {
+            return rep.apply(self, who, set, epoch, from, op, bulk);
+        }
+        match *req {
+            Request::Resync {
+                set,
+                epoch,
+                after,
+                max_bytes,
+                files,
+                after_id,
+            } => return rep.resync_page(self, who, set, epoch, after, max_bytes, files, after_id),
+            Request::ResyncRead { id, pos, len } => {
+                if who.role != Role::Peer {
+                    return Err(Errno::EPERM);
+                }
+                let want = (len as usize).min(data.len());
+                let n = self.chunks.read_raw(id, pos, &mut data[..want])?;
+                return Ok(Answer::Records(vec![(vec![], data[..n].to_vec())], None));
+            }
+            _ => {}
+        }
+        let target = rep.admit(who, req)?;
+        crate::replica::forward::serving(target, self, || {
+            self.execute_checked(who, req, bulk, data)
+        })
+    }
+
+    fn execute_checked(
         &self,
         who: &Who,
         req: &Request<'_>,
@@ -472,6 +528,7 @@ mod tests {
             uid: 0,
             gid: 0,
             groups: vec![],
+            set: None,
         }
     }
 

@@ -70,7 +70,10 @@ impl Control for ControlServer {
         Ok(Status {
             uptime_s: self.start.elapsed().as_secs(),
             ucx_addr: self.ucx_addr.get().cloned().unwrap_or_default(),
-            map: self.replica.get().map(|n| n.map_status()),
+            map: self.replica.get().map(|n| madfs_control::MapStatus {
+                resync: self.stats.resync(),
+                ..n.map_status()
+            }),
             capacity: capacity(&self.ops),
             ..self.status.clone()
         })

@@ -139,14 +139,15 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     let chunk_size = ident.chunk_size;
     let stats = Arc::new(stats::ServerStats::default());
     let max_frame = chunk_size.max(1 << 20) as usize + net::HEADER_ROOM;
+    let replica = Arc::new(std::sync::OnceLock::new());
     let ops = Arc::new(ops::Ops {
         id: cfg.id,
-        peers: peer::Peers::new(
+        peers: Arc::new(peer::Peers::new(
             ident,
             cfg.cluster_file.clone(),
             cfg.ucx,
             gate.peer_key().clone(),
-        ),
+        )),
         moving: rename::Moving::default(),
         meta: store::rocks::RocksMeta::open(&cfg.data_dir.join("db"), cfg.id)?,
         chunks: store::chunks::FsChunks::open(
@@ -161,6 +162,13 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         dir_times: Default::default(),
         sealed: Default::default(),
         opens: open::OpenRefs::new(cfg.limits.open_lease),
+        replica: (ident.replication >= 2).then(|| {
+            Arc::new(replica::forward::Replication::new(
+                ident.replication,
+                cfg.id,
+                replica.clone(),
+            ))
+        }),
     });
     let reserve = ops.chunks.set_reserve(cfg.reserve)?;
     tracing::debug!("{reserve} bytes kept free for metadata");
@@ -188,7 +196,6 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         capacity: None,
     };
     let ucx_shown = Arc::new(std::sync::OnceLock::new());
-    let replica = Arc::new(std::sync::OnceLock::new());
     let (control_addr, control_rt) = control::start(
         cfg.control,
         status,
@@ -258,6 +265,10 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                 cfg.map.clone(),
             ))?;
             let _ = replica.set(node);
+            if let Some(r) = &ops.replica {
+                r.set_handle(control_rt.clone());
+            }
+            replica::rejoin::start(ops.clone(), stop.clone(), cfg.map.resync_rate)?;
         }
         (None, r) if r >= 2 => anyhow::bail!("replication {r} needs a cluster file"),
         _ => {}
@@ -273,6 +284,14 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
             .spawn(move || {
                 while !ops.dirs.ready() {
                     std::thread::sleep(Duration::from_millis(5));
+                }
+                // a replicated cluster's server serves once it knows the current map (or
+                // after a while without: `madfs-ctl status` then tells why)
+                let until = std::time::Instant::now() + Duration::from_secs(30);
+                while ops.replica.as_ref().is_some_and(|r| !r.current())
+                    && std::time::Instant::now() < until
+                {
+                    std::thread::sleep(Duration::from_millis(20));
                 }
                 if let Err(e) = std::fs::write(&path, line) {
                     tracing::error!("{}: {e}", path.display());
@@ -302,6 +321,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         send_timeout: cfg.send_timeout,
         gate: gate.clone(),
         limits: cfg.limits.clone(),
+        replication: ident.replication,
     };
     rename::start_mover(ops.clone(), stop.clone(), Duration::from_millis(500))?;
     dirtimes::start(ops.clone(), stop.clone())?;

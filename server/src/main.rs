@@ -106,6 +106,10 @@ struct Args {
     /// is marked down in the cluster map.
     #[arg(long, default_value_t = 1500)]
     down_after_ms: u64,
+    /// Replicated clusters: MiB per second a rejoining server copies chunk data at while it
+    /// catches up (0: as fast as it can), so that running jobs keep their speed.
+    #[arg(long, default_value_t = 200)]
+    resync_mib_s: u64,
     /// Milliseconds to wait for a reply to go out before dropping the connection.
     #[arg(long, default_value_t = 5000)]
     send_timeout_ms: u64,
@@ -289,6 +293,7 @@ fn main() {
             heartbeat: Duration::from_millis(a.heartbeat_ms),
             election: Duration::from_millis(a.election_ms),
             down_after: Duration::from_millis(a.down_after_ms),
+            resync_rate: a.resync_mib_s << 20,
         },
     };
     if let Ok(n) = std::env::var(madfs_server::restart::RESTARTS) {

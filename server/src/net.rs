@@ -14,7 +14,7 @@
 //! connection's is dropped unanswered (counted as `forged`).
 
 use crate::auth::{Gate, Who};
-use crate::ops::{read_span, runs_inline, Answer, Ops};
+use crate::ops::{read_span, runs_inline, runs_inline_replicated, Answer, Ops};
 use crate::store::chunks::Mapped;
 use crate::sync::SyncSender;
 use madfs_proto::frame::CONN_WORD;
@@ -64,6 +64,8 @@ pub struct NetConfig {
     pub gate: Arc<Gate>,
     /// What slow, stalled and hostile peers may hold.
     pub limits: Limits,
+    /// The cluster's replication factor, told to clients.
+    pub replication: u32,
 }
 
 /// What slow, stalled and hostile peers may hold of a server (docs/architecture.md,
@@ -144,6 +146,7 @@ impl NetConfig {
             server: self.server_id,
             max_frame: self.max_frame as u32,
             chunk_size: self.chunk_size,
+            replication: self.replication,
         }
     }
 }
@@ -545,6 +548,23 @@ fn serve_frame_unguarded(
                     token: l.token,
                 },
                 Answer::Named(p) => Reply::Named(p),
+                Answer::Records(records, next) => Reply::Records {
+                    records: records
+                        .iter()
+                        .map(|(k, v)| {
+                            (
+                                serde_bytes::Bytes::new(k.as_slice()),
+                                serde_bytes::Bytes::new(v.as_slice()),
+                            )
+                        })
+                        .collect(),
+                    next: next.as_deref(),
+                },
+                Answer::Map(epoch, states, replication) => Reply::Map {
+                    epoch: *epoch,
+                    states: states.clone(),
+                    replication: *replication,
+                },
                 Answer::Dirents(v, next) => {
                     dirents = v
                         .iter()
@@ -1471,8 +1491,14 @@ async fn handler(net: Rc<Net>) {
                     bufs = Some(b);
                     continue;
                 }
-                Ok((req, _)) if ops.cap_check(&who, &req).is_err() => {
-                    denied = Some(Errno::EACCES);
+                Ok((req, _))
+                    if ops.cap_check(&who, &req).is_err() || !ops.may_serve(&who, &req) =>
+                {
+                    denied = Some(if ops.may_serve(&who, &req) {
+                        Errno::EACCES
+                    } else {
+                        Errno::EREMCHG
+                    });
                     let data_len = match req {
                         Request::WriteData { len, .. } => Some(len as usize),
                         _ => None,
@@ -1503,11 +1529,15 @@ async fn handler(net: Rc<Net>) {
                     // a write whose bytes came in the frame (< RAW_WRITE_MIN) into an open file
                     let small_write = match req {
                         Request::Write { id, chunk, .. } if chunk != 0 => {
-                            small_writes_inline() && ops.chunks.is_open(id)
+                            ops.replica.is_none() && small_writes_inline() && ops.chunks.is_open(id)
                         }
                         _ => false,
                     };
-                    let inline = runs_inline(&req, cfg.meta_inline) || small_write;
+                    let inline = if ops.replica.is_some() {
+                        runs_inline_replicated(&req)
+                    } else {
+                        runs_inline(&req, cfg.meta_inline) || small_write
+                    };
                     (inline, raw, span, data_len, small_write)
                 }
                 Err(_) => (true, false, None, None, false),
@@ -1666,6 +1696,28 @@ async fn fsync_handler(
         };
         c.seen.set(conns.tick.get());
         let waiter = match frame::decode_request(frame_of(&recv)) {
+            // a replicated cluster: served by the primary, durable on its secondaries too
+            // (`Ops::execute_as`), on an IO thread
+            Ok((req @ Request::Fsync { .. }, _)) if ops.replica.is_some() => {
+                ops.stats.request("fsync");
+                match ops.cap_check(&c.who, &req) {
+                    Ok(()) => {
+                        let (tx, rx) = tokio::sync::oneshot::channel();
+                        let (ops, who, msg) = (ops.clone(), c.who.clone(), recv.clone());
+                        tokio::task::spawn_blocking(move || {
+                            let r = match frame::decode_request(frame_of(&msg)) {
+                                Ok((req, bulk)) => {
+                                    ops.execute_as(&who, &req, bulk, &mut []).map(drop)
+                                }
+                                Err(e) => Err(e),
+                            };
+                            let _ = tx.send(r);
+                        });
+                        Ok(rx)
+                    }
+                    Err(e) => Err(e),
+                }
+            }
             Ok((req @ Request::Fsync { id, .. }, _)) => {
                 ops.stats.request("fsync");
                 match ops.cap_check(&c.who, &req) {
@@ -1899,6 +1951,10 @@ async fn tcp_conn(
             (b, prefix, 0)
         } else {
             let (inline, denied) = match frame::decode_request(frame_of(&b.recv)) {
+                Ok((req, _)) if ops.replica.is_some() => (
+                    runs_inline_replicated(&req),
+                    ops.cap_check(&who, &req).err(),
+                ),
                 Ok((req, _)) => (
                     runs_inline(&req, cfg.meta_inline),
                     ops.cap_check(&who, &req).err(),

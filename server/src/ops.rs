@@ -2,13 +2,14 @@
 //! logic, run inline on the net thread (metadata) or on an IO thread (data), see
 //! [`runs_inline`].
 
+use crate::replica::forward;
 use crate::stats::ServerStats;
 use crate::store::chunks::{FsChunks, Location};
 use crate::store::rocks::{Change, RocksMeta};
 use crate::store::{is_stub, ChunkStore, Created, Entry, MetadataStore};
 use madfs_placement::check_normalized;
 use madfs_proto::{
-    Attr, Errno, FsResult, LinkOp, Request, SizeMode, StatFs, TimeSpec, S_IFDIR, S_IFREG,
+    Attr, Errno, FsResult, LinkOp, ReplOp, Request, SizeMode, StatFs, TimeSpec, S_IFDIR, S_IFREG,
 };
 use std::sync::Arc;
 
@@ -59,14 +60,20 @@ pub enum Answer {
     Located(Location),
     /// The path naming an open file now (`Where`).
     Named(String),
+    /// A rejoining server's copy (`Resync`): records and the key to go on after.
+    #[allow(clippy::type_complexity)]
+    Records(Vec<(Vec<u8>, Vec<u8>)>, Option<Vec<u8>>),
+    /// The cluster map: epoch, each server's state (0 up, 1 down, 2 rejoining), the
+    /// replication factor.
+    Map(u64, Vec<u8>, u32),
 }
 
 /// The stores of one server and its settings.
 pub struct Ops {
     /// This server's index.
     pub id: u32,
-    /// The other servers (a rename's move).
-    pub peers: crate::peer::Peers,
+    /// The other servers (a rename's move, the copies of a replicated cluster).
+    pub peers: Arc<crate::peer::Peers>,
     /// Paths whose move to another server is in flight or pending.
     pub moving: crate::rename::Moving,
     /// Metadata and inline chunk 0.
@@ -91,6 +98,52 @@ pub struct Ops {
     pub sealed: crate::rmdir::Sealed,
     /// Open references of the files whose home this server is ([`crate::open`]).
     pub opens: crate::open::OpenRefs,
+    /// A replicated cluster's primaries, fencing and copies ([`crate::replica::forward`]).
+    pub replica: Option<Arc<crate::replica::forward::Replication>>,
+}
+
+impl Ops {
+    /// The cluster map as this server knows it (`Request::Map`).
+    fn map_answer(&self) -> Answer {
+        use crate::replica::map::State;
+        let n = self.peers.servers();
+        let Some(rep) = &self.replica else {
+            return Answer::Map(0, vec![0; n as usize], 1);
+        };
+        let m = rep.map(n);
+        let states = m
+            .states
+            .iter()
+            .map(|s| match s {
+                State::Up => 0,
+                State::Down => 1,
+                State::Rejoining => 2,
+            })
+            .collect();
+        Answer::Map(m.epoch, states, rep.r)
+    }
+
+    /// May this server serve `req` from `who` (replicated clusters: only as the primary of
+    /// the request's replica set, in a current map)?
+    pub fn may_serve(&self, who: &crate::auth::Who, req: &Request<'_>) -> bool {
+        self.replica
+            .as_ref()
+            .is_none_or(|r| r.admit(who, req).is_ok())
+    }
+
+    /// Is entry `name` of `dir` in the replica set being served (replicated clusters: a
+    /// server holds the entries of several sets)?
+    fn in_set(&self, dir: &str, name: &str) -> bool {
+        let Some(set) = crate::replica::forward::serving_set() else {
+            return true;
+        };
+        let path = if dir == "/" {
+            format!("/{name}")
+        } else {
+            format!("{dir}/{name}")
+        };
+        madfs_placement::meta_server(&path, self.peers.servers()) == set
+    }
 }
 
 /// Nanoseconds since the epoch.
@@ -126,6 +179,13 @@ pub fn runs_inline(req: &Request<'_>, meta_inline: bool) -> bool {
         | Request::Where { .. }
         | Request::Moved { .. }
         | Request::HasChildren { .. } => true,
+        // the cluster map is in memory; a copy of metadata is one write
+        Request::Map
+        | Request::Replicate {
+            op: madfs_proto::ReplOp::Batch { .. },
+            ..
+        } => true,
+        Request::Replicate { .. } | Request::Resync { .. } | Request::ResyncRead { .. } => false,
         Request::Create { .. }
         | Request::Symlink { .. }
         | Request::Mknod { .. }
@@ -165,6 +225,25 @@ pub fn runs_inline(req: &Request<'_>, meta_inline: bool) -> bool {
         | Request::Fsync { .. }
         | Request::Sync { .. } => false,
     }
+}
+
+/// In a replicated cluster, may `req` run on the net thread? Only what makes no copies: a
+/// request that writes waits for its secondaries, and the net thread must stay free to take
+/// the copies other primaries send (`replica::forward`).
+pub fn runs_inline_replicated(req: &Request<'_>) -> bool {
+    matches!(
+        req,
+        Request::Ping
+            | Request::Bye
+            | Request::Locate
+            | Request::Map
+            | Request::Stat(_)
+            | Request::Statfs
+            | Request::Replicate {
+                op: madfs_proto::ReplOp::Batch { .. },
+                ..
+            }
+    )
 }
 
 /// Where `len` bytes at `offset` of chunk `chunk` (chunk size `cs`) are in the file, or
@@ -389,6 +468,11 @@ impl Ops {
         }
         match *req {
             Request::Ping => Ok(Answer::Unit),
+            Request::Map => Ok(self.map_answer()),
+            // a replicated cluster's copies and catch-ups are served in `execute_as`
+            Request::Replicate { .. } | Request::Resync { .. } | Request::ResyncRead { .. } => {
+                Err(Errno::EINVAL)
+            }
             Request::Stat(path) => {
                 path_ok(path)?;
                 self.get(path).map(Answer::Attr)
@@ -618,6 +702,10 @@ impl Ops {
                 let (mut v, next) = self.meta.list(dir, start, max)?;
                 if self.moving.active() {
                     v.retain(|e| !self.moving.hides(dir, &e.name));
+                }
+                if self.replica.is_some() {
+                    // this server holds other replica sets' entries too: the set asked for
+                    v.retain(|e| self.in_set(dir, &e.name));
                 }
                 Ok(Answer::Dirents(v, next))
             }
@@ -873,6 +961,8 @@ impl Ops {
                 let wal = self.meta.mark();
                 self.chunks.sync(id)?;
                 self.meta.sync(wal)?;
+                // durable on every live replica (a replicated cluster's secondaries)
+                forward::chunk(ReplOp::Sync { id: Some(id) }, &[])?;
                 Ok(Answer::Unit)
             }
             Request::Sync { data } => {
@@ -881,6 +971,7 @@ impl Ops {
                     self.chunks.sync_all()?;
                 }
                 self.meta.sync(wal)?;
+                forward::chunk(ReplOp::Sync { id: None }, &[])?;
                 Ok(Answer::Unit)
             }
             Request::Statfs => self.chunks.statfs().map(Answer::StatFs),
@@ -901,8 +992,10 @@ impl Ops {
                 let mut scanned = 0u64;
                 let matcher = filter.matcher();
                 // only a server's own directory rename sees what other finds do not
-                let hidden =
-                    |parent: &str, name: &str| !filter.pending && self.moving.hides(parent, name);
+                let hidden = |parent: &str, name: &str| {
+                    (!filter.pending && self.moving.hides(parent, name))
+                        || (self.replica.is_some() && !self.in_set(parent, name))
+                };
                 // matches travel relative to `dir` (fewer bytes, so fewer pages)
                 let base = if dir == "/" {
                     "/".to_string()
@@ -951,12 +1044,13 @@ pub(crate) mod tests {
         let one = madfs_rpc::ClusterIdentity::new(1, 4096, 1024).unwrap();
         Ops {
             id: 0,
-            peers: crate::peer::Peers::new(
+            peers: Arc::new(crate::peer::Peers::new(
                 one,
                 None,
                 madfs_rpc::UcxSettings::default(),
                 madfs_auth::Key::from_bytes([7; 32]),
-            ),
+            )),
+            replica: None,
             dirs: Default::default(),
             dir_times: Default::default(),
             sealed: Default::default(),

@@ -27,7 +27,17 @@ pub struct Peers {
 thread_local! {
     /// This thread's transport, and per server the start it has a connection to.
     static TRANSPORT: RefCell<Option<(Transport, Vec<i64>)>> = const { RefCell::new(None) };
+    /// This thread's transport for copies to secondaries: to a server itself, never to
+    /// the primary of its replica set (no failover).
+    static COPIES: RefCell<Option<(Transport, Vec<i64>)>> = const { RefCell::new(None) };
+    /// This thread's transport for a rejoining server's copy: to each replica set's
+    /// primary, with a short deadline (a connection to a server that died meanwhile is
+    /// given up on quickly, and the set's primary asked again).
+    static RESYNC: RefCell<Option<(Transport, Vec<i64>)>> = const { RefCell::new(None) };
 }
+
+/// Deadline of a rejoining server's copy calls.
+const RESYNC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Largest reply a peer call expects (an `Attr`-sized answer).
 const REPLY_CAP: usize = 512;
@@ -143,6 +153,114 @@ impl Peers {
         })
     }
 
+    /// One page of a rejoining server's copy of replica set `set` from its primary
+    /// (`Request::Resync`): records (or chunk files with `files`) and where to go on.
+    #[allow(clippy::type_complexity)]
+    pub fn resync_page(
+        &self,
+        set: u32,
+        epoch: u64,
+        after: &[u8],
+        max_bytes: u32,
+        files: bool,
+        after_id: u64,
+    ) -> FsResult<(Vec<(Vec<u8>, Vec<u8>)>, Option<Vec<u8>>)> {
+        let req = Request::Resync {
+            set,
+            epoch,
+            after,
+            max_bytes,
+            files,
+            after_id,
+        };
+        let cap = 2 * (max_bytes as usize).max(64 << 10);
+        let take = |reply: Reply<'_>| match reply {
+            Reply::Records { records, next } => Ok((
+                records
+                    .into_iter()
+                    .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                    .collect(),
+                next.map(<[u8]>::to_vec),
+            )),
+            _ => Err(Errno::EPROTO),
+        };
+        self.retrying(|| {
+            RESYNC.with(|slot| {
+                self.call_on(
+                    slot,
+                    set,
+                    &req,
+                    &[],
+                    cap,
+                    take,
+                    Some((RESYNC_TIMEOUT, true)),
+                )
+            })
+        })
+    }
+
+    /// Bytes of file `id`'s chunk file at `pos` on the primary of replica set `set`.
+    pub fn resync_read(&self, set: u32, id: u64, pos: u64, len: u32) -> FsResult<Vec<u8>> {
+        let req = Request::ResyncRead { id, pos, len };
+        let take = |reply: Reply<'_>| match reply {
+            Reply::Records { mut records, .. } if records.len() == 1 => {
+                Ok(records.pop().map(|(_, v)| v.to_vec()).unwrap_or_default())
+            }
+            _ => Err(Errno::EPROTO),
+        };
+        self.retrying(|| {
+            RESYNC.with(|slot| {
+                let cap = len as usize + 4096;
+                self.call_on(
+                    slot,
+                    set,
+                    &req,
+                    &[],
+                    cap,
+                    take,
+                    Some((RESYNC_TIMEOUT, true)),
+                )
+            })
+        })
+    }
+
+    /// `f` again while it answers EAGAIN (a primary waiting for older requests), ≤ 10 s.
+    fn retrying<T>(&self, mut f: impl FnMut() -> FsResult<T>) -> FsResult<T> {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            match f() {
+                Err(Errno::EAGAIN) if std::time::Instant::now() < until => {
+                    std::thread::sleep(std::time::Duration::from_millis(20))
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// Sends a copy (`Request::Replicate`) to server `server` itself, within `timeout`.
+    pub fn replicate(
+        &self,
+        server: u32,
+        req: &Request<'_>,
+        bulk: &[u8],
+        timeout: std::time::Duration,
+    ) -> FsResult<()> {
+        COPIES.with(|slot| {
+            self.call_on(
+                slot,
+                server,
+                req,
+                bulk,
+                REPLY_CAP,
+                |reply| match reply {
+                    Reply::Unit => Ok(()),
+                    _ => Err(Errno::EPROTO),
+                },
+                Some((timeout, false)),
+            )
+        })
+    }
+
     fn call_with<T>(
         &self,
         server: u32,
@@ -151,11 +269,33 @@ impl Peers {
         cap: usize,
         take: impl FnOnce(Reply<'_>) -> FsResult<T>,
     ) -> FsResult<T> {
-        TRANSPORT.with(|slot| {
+        TRANSPORT.with(|slot| self.call_on(slot, server, req, bulk, cap, take, None))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn call_on<T>(
+        &self,
+        slot: &RefCell<Option<(Transport, Vec<i64>)>>,
+        server: u32,
+        req: &Request<'_>,
+        bulk: &[u8],
+        cap: usize,
+        take: impl FnOnce(Reply<'_>) -> FsResult<T>,
+        // a deadline of its own, and whether calls fail over to a set's new primary
+        own: Option<(std::time::Duration, bool)>,
+    ) -> FsResult<T> {
+        {
             let mut slot = slot.borrow_mut();
             if slot.is_none() {
                 let seen = vec![0; self.starts.len()];
-                *slot = Some((self.transport()?, seen));
+                let t = self.transport()?;
+                if let Some((d, failover)) = own {
+                    t.set_timeout(d);
+                    if !failover {
+                        t.no_failover();
+                    }
+                }
+                *slot = Some((t, seen));
             }
             let (t, seen) = slot.as_mut().ok_or(Errno::EIO)?;
             // a connection to an earlier run of the server would wait out the deadline
@@ -172,7 +312,7 @@ impl Peers {
             let raw = t.call_sync(server, req, bulk, cap)?;
             let (reply, _) = raw.decode()?;
             take(reply)
-        })
+        }
     }
 
     fn transport(&self) -> FsResult<Transport> {
@@ -198,7 +338,7 @@ impl Peers {
             tracing::error!("peers: {e}");
             Errno::EIO
         })?;
-        t.expect_cluster(identity.id.0, identity.servers);
+        t.expect_cluster(identity.id.0, identity.servers, identity.replication);
         t.set_credentials(Credentials::Peer(self.key.clone()));
         Ok(t)
     }

@@ -613,6 +613,7 @@ mod tests {
             gid: groups[0],
             groups: groups.to_vec(),
             role: Role::Client,
+            set: None,
         }
     }
 

@@ -52,6 +52,8 @@ pub struct ServerStats {
     pub sync_requests: AtomicU64,
     /// Time to serve each kind of request (`--metrics`; `server/src/metrics.rs`).
     pub latency: crate::metrics::Latency,
+    /// While this server catches up (`replica::rejoin`): records and chunk bytes copied.
+    resync: Mutex<Option<(u64, u64)>>,
 }
 
 impl ServerStats {
@@ -63,6 +65,21 @@ impl ServerStats {
             .unwrap_or_else(|e| e.into_inner())
             .entry(name)
             .or_default() += 1;
+    }
+
+    /// Catching up: `records` and `bytes` copied so far.
+    pub fn resync_progress(&self, records: u64, bytes: u64) {
+        *self.resync.lock().unwrap_or_else(|e| e.into_inner()) = Some((records, bytes));
+    }
+
+    /// Caught up.
+    pub fn resync_done(&self) {
+        *self.resync.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// The catch-up's progress, while there is one.
+    pub fn resync(&self) -> Option<(u64, u64)> {
+        *self.resync.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A snapshot for the control port.

@@ -69,6 +69,9 @@ pub struct MapStatus {
     pub states: Vec<String>,
     /// The Raft group's leader this server knows of.
     pub leader: Option<u32>,
+    /// While this server catches up (rejoining): records and chunk bytes copied so far.
+    #[serde(default)]
+    pub resync: Option<(u64, u64)>,
 }
 
 /// What `stats` answers: counters since start.

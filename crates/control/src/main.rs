@@ -131,11 +131,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                                 .map_err(|e| anyhow::anyhow!("status from {a}: {e}"))?;
                             let map = match &s.map {
                                 Some(m) => format!(
-                                    " replication={} map_epoch={} states={} leader={}",
+                                    " replication={} map_epoch={} states={} leader={}{}",
                                     s.replication,
                                     m.epoch,
                                     m.states.join(","),
-                                    m.leader.map_or("none".into(), |l| l.to_string())
+                                    m.leader.map_or("none".into(), |l| l.to_string()),
+                                    m.resync.map_or(String::new(), |(r, b)| format!(
+                                        " resync={r}_records,{}",
+                                        human(b)
+                                    ))
                                 ),
                                 None => String::new(),
                             };

@@ -23,6 +23,7 @@ macro_rules! errnos {
 
 errnos!(
     EPERM,
+    EREMCHG,
     ENXIO,
     EMFILE,
     ENOTTY,

@@ -635,6 +635,55 @@ pub enum Request<'a> {
     /// is kept by id on its home server (docs/consistency.md, "Hard links"). Reply: `Attr`
     /// after the change.
     Linked { id: u64, op: LinkOp },
+    /// Servers only: what primary `from` of replica set `set` changed in cluster-map epoch
+    /// `epoch`, for this secondary to apply (docs/redundancy.md, "Primaries and fencing");
+    /// the bytes `op` needs come as the request's bulk. EREMCHG when this server's map has a
+    /// newer epoch or another primary for `set` (the sender is stale), EAGAIN while its map
+    /// is older than `epoch`. Reply: `Unit`.
+    Replicate {
+        set: u32,
+        epoch: u64,
+        from: u32,
+        op: ReplOp,
+    },
+    /// The cluster map as this server knows it (replicated clusters). Reply: `Map`.
+    Map,
+    /// Servers only: a rejoining server catching up replica set `set` from its primary
+    /// (docs/redundancy.md, "Rejoin"): the metadata records of the set in key order after
+    /// `after` (empty: from the start), about `max_bytes` of them, once every request the
+    /// primary admitted before map epoch `epoch` is over. With `files`, the set's server
+    /// lists instead its chunk files after file id `after_id`, with their data extents.
+    /// Reply: `Records`.
+    Resync {
+        set: u32,
+        epoch: u64,
+        #[serde(with = "serde_bytes")]
+        after: &'a [u8],
+        max_bytes: u32,
+        files: bool,
+        after_id: u64,
+    },
+    /// Servers only: `len` bytes of this server's chunk file of file `id` at byte `pos`
+    /// (a rejoining server's copy). Reply: `Records` with one record, the bytes.
+    ResyncRead { id: u64, pos: u64, len: u32 },
+}
+
+/// What a [`Request::Replicate`] applies.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplOp {
+    /// A metadata write batch (RocksDB's encoding, the bulk), made durable at once when
+    /// `synced`.
+    Batch { synced: bool },
+    /// The bulk written into file `id` at byte `pos`.
+    Write { id: u64, pos: u64 },
+    /// Every byte of file `id` at or beyond `size` dropped.
+    Truncate { id: u64, size: u64 },
+    /// Bytes `[pos, pos + len)` of file `id` dropped.
+    Punch { id: u64, pos: u64, len: u64 },
+    /// Every chunk of file `id` dropped.
+    Remove { id: u64 },
+    /// File `id`'s data (`Some`), or every chunk file and the metadata (`None`), durable.
+    Sync { id: Option<u64> },
 }
 
 /// What [`Request::Linked`] does to a file's attributes kept by id.
@@ -777,6 +826,10 @@ impl Request<'_> {
             Request::Link { .. } => "link",
             Request::Linked { .. } => "linked",
             Request::DropPrivs { .. } => "drop_privs",
+            Request::Replicate { .. } => "replicate",
+            Request::Map => "map",
+            Request::Resync { .. } => "resync",
+            Request::ResyncRead { .. } => "resync_read",
         }
     }
 }
@@ -815,7 +868,7 @@ pub struct StatFs {
 
 /// Version of the wire protocol: bumped whenever a request, reply, frame or tag changes
 /// meaning. A client refuses a server whose welcome names another version.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// What a server says to a client right after accepting its connection.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
@@ -842,6 +895,10 @@ pub struct Welcome {
     /// so a client idle for half of it reconnects before its next one (0: no lease).
     #[serde(default)]
     pub lease_ms: u32,
+    /// The cluster's replication factor (0 or 1: one copy; from 2 a client routes each
+    /// replica set to its primary in the cluster map, [`Request::Map`]).
+    #[serde(default)]
+    pub replication: u32,
 }
 
 /// What a connection claims to be.
@@ -892,6 +949,11 @@ pub struct Hello<'a> {
     /// the server's group database decides).
     #[serde(default)]
     pub groups: Vec<u32>,
+    /// The replica set the connection's requests are for (replicated clusters: the set
+    /// whose first member is that server; `None`: the server's own). A server that is not
+    /// that set's primary answers EREMCHG.
+    #[serde(default)]
+    pub set: Option<u32>,
 }
 
 /// The server's answer to a [`Hello`], on `tag::admit(server)`.
@@ -978,6 +1040,22 @@ pub enum Reply<'a> {
         boot: &'a str,
         dir: &'a str,
         token: u64,
+    },
+    /// Answer to `Resync`: (key, value) records (metadata), or (file id as 8 bytes LE,
+    /// its data extents as (position, length) pairs of u64 LE) with `files`, and where to go
+    /// on after (`None`: done).
+    Records {
+        #[serde(borrow)]
+        records: Vec<(&'a serde_bytes::Bytes, &'a serde_bytes::Bytes)>,
+        #[serde(borrow, with = "serde_bytes")]
+        next: Option<&'a [u8]>,
+    },
+    /// Answer to `Map`: the epoch, each server's state (0 up, 1 down, 2 rejoining) and the
+    /// replication factor.
+    Map {
+        epoch: u64,
+        states: Vec<u8>,
+        replication: u32,
     },
 }
 

@@ -270,6 +270,7 @@ fn write_fuzz_seeds() {
         chunk_size: 752128,
         nonce: [0x5a; 32],
         lease_ms: 30_000,
+        replication: 2,
     };
     std::fs::write(dir.join("welcome"), flexbuffers::to_vec(w).unwrap()).unwrap();
     let nonce = [0xa5u8; 32];
@@ -286,6 +287,7 @@ fn write_fuzz_seeds() {
             uid: 1000,
             gid: 1000,
             groups: vec![1000, 27],
+            set: None,
         };
         std::fs::write(
             dir.join(format!("hello-{name}")),

@@ -69,8 +69,14 @@ impl Credentials {
         Key::load(&madfs_auth::peer_key_path(cluster_file)).map(Credentials::Peer)
     }
 
-    /// The hello answering `w` (from server `server`).
-    pub fn hello(&self, cluster: u64, server: u32, w: &Welcome) -> Result<Pending, Errno> {
+    /// The hello answering `w` (from server `server`), for replica set `set`.
+    pub fn hello(
+        &self,
+        cluster: u64,
+        server: u32,
+        w: &Welcome,
+        set: Option<u32>,
+    ) -> Result<Pending, Errno> {
         let challenge = Challenge {
             cluster,
             server,
@@ -122,6 +128,7 @@ impl Credentials {
             uid,
             gid,
             groups,
+            set,
         };
         let bytes = flexbuffers::to_vec(&hello).map_err(|_| Errno::EIO)?;
         Ok(Pending { challenge, bytes })

@@ -98,7 +98,47 @@ pub struct Transport {
     /// When a request last went to each server (its connection's lease, see
     /// [`Transport::fresh`]).
     used: RefCell<Vec<Instant>>,
+    /// Replicated clusters (docs/redundancy.md): the server that serves each replica set
+    /// now (index = the set, which is the server placement names; identity at first), the
+    /// replication factor the servers' welcomes told (≤ 1: not replicated, no routing) and
+    /// the epoch of the cluster map the routes come from.
+    route: RefCell<Vec<u32>>,
+    replication: Cell<u32>,
+    map_epoch: Cell<u64>,
+    /// Calls go to the server named, never elsewhere ([`Transport::no_failover`]).
+    fixed: Cell<bool>,
 }
+
+/// How long calls go on being sent to a replica set's new primary after a failover began
+/// (at least twice): the servers take about 1.5 s to mark a dead server down (their
+/// `--down-after-ms`), a failed leader twice that.
+pub const FAILOVER_WINDOW: Duration = Duration::from_secs(6);
+
+/// The tries of one call through failovers ([`FAILOVER_WINDOW`]).
+#[derive(Debug)]
+pub struct Retry {
+    started: Instant,
+    tries: u32,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Retry {
+            started: Instant::now(),
+            tries: 0,
+        }
+    }
+}
+
+impl Retry {
+    /// May the call be sent once more?
+    pub fn again(&mut self) -> bool {
+        self.tries += 1;
+        self.tries <= 2 || self.started.elapsed() < FAILOVER_WINDOW
+    }
+}
+/// Deadline of asking another server for the cluster map during a failover.
+const MAP_TIMEOUT: Duration = Duration::from_millis(1000);
 
 /// Kind byte of a TCP message carrying a [`madfs_proto::Hello`] (requests are 1, fsyncs 2).
 const TCP_HELLO: u8 = 3;
@@ -231,6 +271,10 @@ impl Transport {
             last_op: Cell::new("connect"),
             creds: RefCell::new(Credentials::Insecure),
             used: RefCell::new(vec![Instant::now(); n]),
+            route: RefCell::new((0..n as u32).collect()),
+            replication: Cell::new(0),
+            map_epoch: Cell::new(0),
+            fixed: Cell::new(false),
         }
     }
 
@@ -242,9 +286,13 @@ impl Transport {
 
     /// Serve only servers of cluster `id` with `servers` servers (the cluster file's identity
     /// record): a welcome from any other is refused with `EPROTO`, and logged with the
-    /// reason.
-    pub fn expect_cluster(&self, id: u64, servers: u32) {
+    /// reason. `replication` (the record's): from 2, calls are routed to each replica set's
+    /// primary ([`Transport::failover`]).
+    pub fn expect_cluster(&self, id: u64, servers: u32, replication: u32) {
         self.cluster.set(Some((id, servers)));
+        if !self.fixed.get() {
+            self.replication.set(replication);
+        }
     }
 
     /// Does server `server`'s welcome belong to the expected protocol and cluster?
@@ -323,6 +371,127 @@ impl Transport {
         }
     }
 
+    /// The server that serves replica set `set` now.
+    fn serving(&self, set: u32) -> u32 {
+        self.route
+            .borrow()
+            .get(set as usize)
+            .copied()
+            .unwrap_or(set)
+    }
+
+    /// Is replica set `set` served by another server than its first member (a failover)?
+    pub fn routed_elsewhere(&self, set: u32) -> bool {
+        self.serving(set) != set
+    }
+
+    /// Calls go to the server named even in a replicated cluster (a primary's copies to
+    /// its secondaries): no routing by the cluster map, no failover.
+    pub fn no_failover(&self) {
+        self.fixed.set(true);
+        self.replication.set(0);
+    }
+
+    fn learn_replication(&self, w: &Welcome) {
+        if !self.fixed.get() && w.replication > self.replication.get() {
+            self.replication.set(w.replication);
+        }
+    }
+
+    /// Replicated clusters: after error `e` (EREMCHG: not the primary; EIO: no answer) from
+    /// the servers of replica sets `sets`, learns the cluster map from another server and
+    /// routes every replica set to its primary there (the first member that is up), giving
+    /// up the connections whose server changed. True if a call is worth sending again: the
+    /// map moved, or the map has not moved yet (then after a pause, for the servers to
+    /// notice).
+    pub fn failover(&self, sets: &[u32], e: Errno) -> bool {
+        let r = self.replication.get();
+        if r < 2 || !matches!(e, Errno::EREMCHG | Errno::EIO) {
+            return false;
+        }
+        let n = self.servers();
+        let failed: Vec<u32> = sets.iter().map(|s| self.serving(*s)).collect();
+        let saved = self.timeout.replace(self.timeout.get().min(MAP_TIMEOUT));
+        let mut map = None;
+        // ask the servers after the failed ones (the map is everywhere), else any
+        let first = sets.first().copied().unwrap_or(0);
+        let mut ask: Vec<u32> = (1..=n)
+            .map(|k| (first + k) % n)
+            .filter(|s| !failed.contains(&self.serving(*s)))
+            .collect();
+        if ask.is_empty() {
+            ask = (0..n).collect();
+        }
+        for s in ask {
+            let got = self.call_sync_once(s, &Request::Map, &[], 4096);
+            if let Ok(raw) = got {
+                if let Ok((Reply::Map { epoch, states, .. }, _)) = raw.decode() {
+                    if states.len() == n as usize {
+                        map = Some((epoch, states));
+                        break;
+                    }
+                }
+            }
+        }
+        self.timeout.set(saved);
+        let moved = match map {
+            Some((epoch, states)) if epoch > self.map_epoch.get() => {
+                self.map_epoch.set(epoch);
+                let mut changed = vec![];
+                {
+                    let mut route = self.route.borrow_mut();
+                    for (set, to) in route.iter_mut().enumerate() {
+                        let set = set as u32;
+                        // 0: up
+                        if let Some(p) =
+                            madfs_placement::replicas(set, n, r).find(|s| states[*s as usize] == 0)
+                        {
+                            if *to != p {
+                                *to = p;
+                                changed.push(set);
+                            }
+                        }
+                    }
+                }
+                for set in &changed {
+                    self.invalidate(*set);
+                }
+                if !changed.is_empty() {
+                    tracing::info!(
+                        "madfs: cluster map epoch {epoch}: replica sets {changed:?} served elsewhere"
+                    );
+                }
+                true
+            }
+            _ => false,
+        };
+        if !moved {
+            // the servers have not marked anything yet: give them a moment
+            std::thread::sleep(Duration::from_millis(200));
+            for s in sets {
+                self.invalidate(*s);
+            }
+        }
+        true
+    }
+
+    /// Runs `f` (calls to the servers of replica sets `sets`; empty: any) again after a
+    /// failover, as [`Transport::call_sync`] does for one call: for calls made in parallel.
+    pub fn failing_over<T>(
+        &self,
+        sets: &[u32],
+        mut f: impl FnMut() -> Result<T, Errno>,
+    ) -> Result<T, Errno> {
+        let mut retry = Retry::default();
+        loop {
+            match f() {
+                Err(e)
+                    if self.replication.get() >= 2 && retry.again() && self.failover(sets, e) => {}
+                r => return r,
+            }
+        }
+    }
+
     fn next_seq(&self) -> u32 {
         let s = self.seq.get().wrapping_add(1);
         self.seq.set(s);
@@ -380,7 +549,8 @@ impl Transport {
             conns.borrow_mut()[idx] = None;
         }
         self.refresh_addrs();
-        let addr = self.addrs.borrow()[idx];
+        let (set, server) = (server, self.serving(server));
+        let addr = self.addrs.borrow()[server as usize];
         let t = self.timeout.get();
         let mut s = TcpStream::connect_timeout(&addr, t).map_err(|_| Errno::EIO)?;
         let _ = s.set_nodelay(true);
@@ -395,7 +565,8 @@ impl Transport {
             flexbuffers::from_slice(&buf[..n.min(buf.len())]).map_err(|_| Errno::EPROTO)?;
         self.check_welcome(server, &welcome)?;
         let creds = self.creds.borrow().clone();
-        let pending = creds.hello(welcome.cluster, server, &welcome)?;
+        let pending = creds.hello(welcome.cluster, server, &welcome, Some(set))?;
+        self.learn_replication(&welcome);
         tcp_send(&mut s, TCP_HELLO, &[pending.bytes()]).map_err(|_| Errno::EIO)?;
         let n = tcp_recv(&mut s, &mut buf).map_err(|_| Errno::EIO)?;
         let secret = creds.admitted(server, &pending, &buf[..n.min(buf.len())])?;
@@ -422,7 +593,9 @@ impl Transport {
             self.retire(idx);
         }
         self.refresh_addrs();
-        let addr = self.addrs.borrow()[idx];
+        // the connection for replica set `server` goes to the server that serves it now
+        let (set, server) = (server, self.serving(server));
+        let addr = self.addrs.borrow()[server as usize];
         let deadline = Instant::now() + self.timeout.get();
         let worker = worker.clone();
         let mode = self.settings.err_mode;
@@ -466,7 +639,8 @@ impl Transport {
         self.check_welcome(server, &conn.welcome)?;
         // prove who we are; the server answers with the connection's secret
         let creds = self.creds.borrow().clone();
-        let pending = creds.hello(conn.welcome.cluster, server, &conn.welcome)?;
+        let pending = creds.hello(conn.welcome.cluster, server, &conn.welcome, Some(set))?;
+        self.learn_replication(&conn.welcome);
         let (ep, w) = (conn.ep.clone(), conn.welcome);
         let worker2 = worker_ref(&self.net);
         let answer = async {
@@ -606,8 +780,44 @@ impl Transport {
         }
     }
 
-    /// One synchronous call: connect if needed, send, wait for the reply.
+    /// One synchronous call: connect if needed, send, wait for the reply. In a replicated
+    /// cluster, a call that found no primary (EREMCHG, or no answer: EIO) goes to the
+    /// replica set's new primary ([`Transport::failover`]).
     pub fn call_sync(
+        &self,
+        server: u32,
+        req: &Request<'_>,
+        bulk: &[u8],
+        reply_cap: usize,
+    ) -> Result<RawReply, Errno> {
+        let mut retry = Retry::default();
+        loop {
+            let r = self.call_sync_once(server, req, bulk, reply_cap);
+            match self.failed(&r) {
+                Some(e) if retry.again() && self.failover(&[server], e) => {}
+                _ => return r,
+            }
+        }
+    }
+
+    /// The errno of `r` that a failover may cure (replicated clusters only).
+    pub fn failed(&self, r: &Result<RawReply, Errno>) -> Option<Errno> {
+        if self.replication.get() < 2 {
+            return None;
+        }
+        match r {
+            // no answer
+            Err(e) => (*e == Errno::EIO || *e == Errno::EREMCHG).then_some(*e),
+            // an answer: only "not the primary" (a server's own EIO is its answer)
+            Ok(raw) => {
+                let prefix: &[u8; PREFIX] = raw.buf.get(..PREFIX)?.try_into().ok()?;
+                let e = frame::reply_status(prefix).err()?;
+                (e == Errno::EREMCHG).then_some(e)
+            }
+        }
+    }
+
+    fn call_sync_once(
         &self,
         server: u32,
         req: &Request<'_>,
@@ -636,19 +846,33 @@ impl Transport {
         meanwhile: impl FnOnce() -> R,
     ) -> (Result<RawReply, Errno>, R) {
         if let Err(e) = self.ensure(server) {
-            return (Err(e), meanwhile());
+            let r = meanwhile();
+            return match self.failed(&Err(e)) {
+                Some(e) if self.failover(&[server], e) => {
+                    (self.call_sync(server, req, bulk, reply_cap), r)
+                }
+                _ => (Err(e), r),
+            };
         }
-        let mut fut = pin!(self.call(server, tag::REQUEST, req, bulk, reply_cap));
-        let waker = futures::task::noop_waker();
-        let first = fut
-            .as_mut()
-            .poll(&mut std::task::Context::from_waker(&waker));
-        let r = meanwhile();
-        let res = match first {
-            Poll::Ready(done) => self.wait(&[server], std::future::ready(done)),
-            Poll::Pending => self.wait(&[server], fut),
+        let res = {
+            let mut fut = pin!(self.call(server, tag::REQUEST, req, bulk, reply_cap));
+            let waker = futures::task::noop_waker();
+            let first = fut
+                .as_mut()
+                .poll(&mut std::task::Context::from_waker(&waker));
+            let r = meanwhile();
+            let res = match first {
+                Poll::Ready(done) => self.wait(&[server], std::future::ready(done)),
+                Poll::Pending => self.wait(&[server], fut),
+            };
+            (res, r)
         };
-        (res, r)
+        match self.failed(&res.0) {
+            Some(e) if self.failover(&[server], e) => {
+                (self.call_sync(server, req, bulk, reply_cap), res.1)
+            }
+            _ => res,
+        }
     }
 
     fn encode(&self, req: &Request<'_>) -> ([u8; PREFIX], Vec<u8>) {

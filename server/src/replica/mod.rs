@@ -6,11 +6,14 @@
 //! * [`net`]: Raft messages over the servers' control ports, and when each server last
 //!   answered;
 //! * [`Node`]: this server's member of the group: answers the others' messages, and runs the
-//!   duties of the leader (add every server, mark silent ones down) and of a server that was
-//!   marked down (ask to rejoin, then to be up).
+//!   duties of the leader (add every server, mark silent ones down);
+//! * [`forward`]: primaries, fencing and the copies a primary sends its secondaries;
+//! * [`rejoin`]: a server that was marked down catches up, then is up again.
 
+pub mod forward;
 pub mod map;
 pub mod net;
+pub mod rejoin;
 pub mod store;
 
 use map::{Change, ClusterMap, State};
@@ -55,6 +58,8 @@ pub struct Settings {
     pub election: Duration,
     /// A server that answered none of the leader's messages for this long is marked down.
     pub down_after: Duration,
+    /// Bytes per second a rejoining server copies chunk data at (0: unbounded).
+    pub resync_rate: u64,
 }
 
 impl Default for Settings {
@@ -65,6 +70,7 @@ impl Default for Settings {
             heartbeat: Duration::from_millis(200),
             election: Duration::from_millis(800),
             down_after: Duration::from_millis(1500),
+            resync_rate: 200 << 20,
         }
     }
 }
@@ -77,6 +83,8 @@ pub struct Node {
     machine: store::MapMachine,
     net: net::Network,
     settings: Settings,
+    /// When this server last took the leader's entries, and the leader's commit index then.
+    took: std::sync::Mutex<Option<(Instant, u64)>>,
 }
 
 impl Node {
@@ -120,6 +128,7 @@ impl Node {
             machine,
             net,
             settings,
+            took: Default::default(),
         });
         tokio::spawn(node.clone().duties());
         Ok(node)
@@ -128,6 +137,42 @@ impl Node {
     /// The map as this server applied it.
     pub fn map(&self) -> ClusterMap {
         self.machine.map()
+    }
+
+    /// The timing settings.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Is this server's map current, so that it may serve as a primary? The leader: a
+    /// quorum acknowledged it within the lease; any other member: it took the leader's
+    /// entries within the lease and applied everything the leader had committed then. The
+    /// lease (two thirds of `--down-after-ms`) runs out before the leader may mark this
+    /// server down: a server frozen or cut off long enough to be replaced has stopped
+    /// serving by then, and serves again only once it knows the map that replaced it.
+    pub fn current(&self) -> bool {
+        let lease = self.settings.down_after * 2 / 3;
+        let m = self.raft.metrics().borrow().clone();
+        if m.state == ServerState::Leader {
+            return m
+                .millis_since_quorum_ack
+                .is_some_and(|ms| ms < lease.as_millis() as u64);
+        }
+        let applied = m.last_applied.map_or(0, |l| l.index);
+        match *self.took.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some((at, commit)) => at.elapsed() < lease && applied >= commit,
+            None => false,
+        }
+    }
+
+    /// Proposes server `s` down (a primary whose copies it does not take).
+    pub async fn propose_down(&self, s: u32) -> Result<Applied, String> {
+        self.propose(Change::Down(s), 0).await
+    }
+
+    /// Commits `c` through the leader (`rejoin`: this server rejoining, then up).
+    pub async fn propose_change(&self, c: Change) -> Result<Applied, String> {
+        self.propose(c, 0).await
     }
 
     /// The map and the leader, for `madfs-ctl status`.
@@ -142,6 +187,7 @@ impl Node {
                 .borrow()
                 .current_leader
                 .map(|l| l as u32),
+            resync: None,
         }
     }
 
@@ -160,7 +206,13 @@ impl Node {
                 self.net
                     .acks
                     .heard(rpc.vote.leader_id().voted_for().unwrap_or(u64::MAX));
-                json(&self.raft.append_entries(rpc).await)
+                let commit = rpc.leader_commit.map_or(0, |l| l.index);
+                let at = Instant::now();
+                let r = self.raft.append_entries(rpc).await;
+                if matches!(r, Ok(openraft::raft::AppendEntriesResponse::Success)) {
+                    *self.took.lock().unwrap_or_else(|e| e.into_inner()) = Some((at, commit));
+                }
+                json(&r)
             }
             "vote" => {
                 let rpc: VoteRequest<NodeId> = serde_json::from_str(body).map_err(bad)?;
@@ -201,8 +253,8 @@ impl Node {
     }
 
     /// Runs for the server's life: every heartbeat, the duties of the leader (the first
-    /// voter also makes the group once every voter is registered) and those of a server the
-    /// map has down.
+    /// voter also makes the group once every voter is registered). (A server the map has
+    /// down catches up in [`rejoin`].)
     async fn duties(self: Arc<Self>) {
         let mut leading_since: Option<Instant> = None;
         let mut tick = tokio::time::interval(self.settings.heartbeat);
@@ -225,7 +277,6 @@ impl Node {
             } else {
                 leading_since = None;
             }
-            self.rejoin().await;
         }
     }
 
@@ -277,24 +328,6 @@ impl Node {
                     tracing::warn!("cluster map: server {s} down: {e}");
                 }
             }
-        }
-    }
-
-    /// A server the map has down (it was dead, frozen or cut off, and is back) asks to be
-    /// rejoining, and once it has caught up, to be up. (Catching up is the next step of
-    /// docs/redundancy.md; until then a rejoining server is up at once.)
-    async fn rejoin(&self) {
-        let change = match self.map().state(self.id) {
-            State::Up => return,
-            State::Down => Change::Rejoining(self.id),
-            State::Rejoining => Change::Up(self.id),
-        };
-        match self.propose(change, 0).await {
-            Ok(a) if a.changed => {
-                tracing::info!("cluster map epoch {}: asked {change:?}", a.epoch)
-            }
-            Ok(_) => {}
-            Err(e) => tracing::debug!("cluster map: {change:?}: {e}"),
         }
     }
 }

@@ -13,8 +13,9 @@
 use super::flush::SharedFlush;
 use super::sums;
 use super::ChunkStore;
+use crate::replica::forward;
 use madfs_placement::TOKEN_FILE;
-use madfs_proto::{Errno, FsResult, StatFs};
+use madfs_proto::{Errno, FsResult, ReplOp, StatFs};
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -513,6 +514,61 @@ impl FsChunks {
         Ok(())
     }
 
+    /// The data extents (position, length) of file `id`'s chunk file here (holes left out):
+    /// what a rejoining server copies.
+    pub fn extents(&self, id: u64) -> FsResult<Vec<(u64, u64)>> {
+        let f = match File::open(self.file_path(id)) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+            Err(e) => return Err(Errno::from_io(&e)),
+        };
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+        let size = f.metadata()?.len() as i64;
+        let mut out = vec![];
+        let mut pos = 0i64;
+        while pos < size {
+            // SAFETY: lseek on our open file.
+            let data = unsafe { libc::lseek(fd, pos, libc::SEEK_DATA) };
+            if data < 0 {
+                break; // ENXIO: no data after pos
+            }
+            // SAFETY: as above.
+            let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+            let end = if hole < 0 { size } else { hole.min(size) };
+            if end > data {
+                out.push((data as u64, (end - data) as u64));
+            }
+            pos = end.max(data + 1);
+        }
+        Ok(out)
+    }
+
+    /// Reads file `id`'s chunk file at `pos` into `out` as it is (no checksum check: a
+    /// rejoining server's copy, which checksums what it writes); returns the bytes read.
+    pub fn read_raw(&self, id: u64, pos: u64, out: &mut [u8]) -> FsResult<usize> {
+        let f = match File::open(self.file_path(id)) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(Errno::from_io(&e)),
+        };
+        let mut done = 0;
+        while done < out.len() {
+            match f.read_at(&mut out[done..], pos + done as u64) {
+                Ok(0) => break,
+                Ok(k) => done += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Errno::from_io(&e)),
+            }
+        }
+        Ok(done)
+    }
+
+    /// Writes copied bytes into file `id` here (a rejoining server's copy; nothing
+    /// forwarded).
+    pub fn write_copied(&self, id: u64, pos: u64, data: &[u8]) -> FsResult<()> {
+        ChunkStore::write(self, id, pos, data)
+    }
+
     /// File ids with a chunk file or a record file here, with their bytes on disk (fsck).
     pub fn ids(&self) -> std::io::Result<Vec<(u64, u64)>> {
         use std::os::unix::fs::MetadataExt;
@@ -579,7 +635,8 @@ impl FsChunks {
                 bytes += m.blocks() * 512;
             }
         }
-        self.truncate(id, 0)?;
+        self.truncate_here(id, 0)?;
+        forward::chunk(ReplOp::Remove { id }, &[])?;
         // a record file alone (its chunk file lost) goes too
         std::fs::remove_file(self.sums_path(id)).or_else(not_found_is_ok)?;
         Ok(bytes)
@@ -605,6 +662,83 @@ impl FsChunks {
     fn mark_dirty(&self, id: u64) {
         let mut d = self.dirty_files();
         d.entry(id).or_default().writes.fetch_add(1, SeqCst);
+    }
+    /// Truncates file `id` to `size` here (no copy: [`ChunkStore::truncate`] makes those).
+    fn truncate_here(&self, id: u64, size: u64) -> FsResult<()> {
+        let path = self.file_path(id);
+        if size == 0 {
+            // nothing kept: the file goes (a mapped reply keeps reading the unlinked pages),
+            // then its record file (only if there was a chunk file: most files have none on
+            // most servers; a record file left by a lost chunk file is an orphan for fsck)
+            let removed = match std::fs::remove_file(&path) {
+                Ok(()) if self.checksums => {
+                    std::fs::remove_file(self.sums_path(id)).or_else(not_found_is_ok)
+                }
+                Ok(()) => Ok(()),
+                Err(e) => not_found_is_ok(e),
+            };
+            {
+                // after the removal: a descriptor opened before it was opened before this
+                let mut c = self.open_cache();
+                c.gen += 1;
+                c.files.remove(&id);
+            }
+            removed?;
+            self.dirty_files().remove(&id);
+            return Ok(());
+        }
+        let Some(o) = self.open_file(id, false)? else {
+            return Ok(());
+        };
+        let f = &o.data;
+        let shrink = || -> FsResult<()> {
+            if f.metadata()?.len() > size {
+                let _no_mapped_replies = self.pins.shrink(id);
+                f.set_len(size)?;
+                self.mark_dirty(id);
+            }
+            Ok(())
+        };
+        match &o.sums {
+            Some(s) => sums::cut(f, s, &self.locks, id, size, shrink),
+            None => shrink(),
+        }
+    }
+
+    /// Punches a hole in file `id` here (no copy).
+    fn punch_here(&self, id: u64, pos: u64, len: u64) -> FsResult<()> {
+        let Some(o) = self.open_file(id, false)? else {
+            return Ok(());
+        };
+        let f = &o.data;
+        let size = f.metadata()?.len();
+        if pos >= size || len == 0 {
+            return Ok(());
+        }
+        if pos + len >= size {
+            // the end of the file: cut it
+            return self.truncate_here(id, pos);
+        }
+        let hole = || -> FsResult<()> {
+            // SAFETY: fallocate on our open file; the range reads as zeros afterwards.
+            let r = unsafe {
+                libc::fallocate(
+                    std::os::fd::AsRawFd::as_raw_fd(f),
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    pos as libc::off_t,
+                    len as libc::off_t,
+                )
+            };
+            if r != 0 {
+                return Err(Errno::from_io(&std::io::Error::last_os_error()));
+            }
+            self.mark_dirty(id);
+            Ok(())
+        };
+        match &o.sums {
+            Some(s) => sums::punch(f, s, &self.locks, id, pos, len, hole),
+            None => hole(),
+        }
     }
 }
 
@@ -694,83 +828,17 @@ impl ChunkStore for FsChunks {
             };
         }
         self.mark_dirty(id);
-        Ok(())
+        forward::chunk(ReplOp::Write { id, pos }, data)
     }
 
     fn truncate(&self, id: u64, size: u64) -> FsResult<()> {
-        let path = self.file_path(id);
-        if size == 0 {
-            // nothing kept: the file goes (a mapped reply keeps reading the unlinked pages),
-            // then its record file (only if there was a chunk file: most files have none on
-            // most servers; a record file left by a lost chunk file is an orphan for fsck)
-            let removed = match std::fs::remove_file(&path) {
-                Ok(()) if self.checksums => {
-                    std::fs::remove_file(self.sums_path(id)).or_else(not_found_is_ok)
-                }
-                Ok(()) => Ok(()),
-                Err(e) => not_found_is_ok(e),
-            };
-            {
-                // after the removal: a descriptor opened before it was opened before this
-                let mut c = self.open_cache();
-                c.gen += 1;
-                c.files.remove(&id);
-            }
-            removed?;
-            self.dirty_files().remove(&id);
-            return Ok(());
-        }
-        let Some(o) = self.open_file(id, false)? else {
-            return Ok(());
-        };
-        let f = &o.data;
-        let shrink = || -> FsResult<()> {
-            if f.metadata()?.len() > size {
-                let _no_mapped_replies = self.pins.shrink(id);
-                f.set_len(size)?;
-                self.mark_dirty(id);
-            }
-            Ok(())
-        };
-        match &o.sums {
-            Some(s) => sums::cut(f, s, &self.locks, id, size, shrink),
-            None => shrink(),
-        }
+        self.truncate_here(id, size)?;
+        forward::chunk(ReplOp::Truncate { id, size }, &[])
     }
 
     fn punch(&self, id: u64, pos: u64, len: u64) -> FsResult<()> {
-        let Some(o) = self.open_file(id, false)? else {
-            return Ok(());
-        };
-        let f = &o.data;
-        let size = f.metadata()?.len();
-        if pos >= size || len == 0 {
-            return Ok(());
-        }
-        if pos + len >= size {
-            // the end of the file: cut it
-            return self.truncate(id, pos);
-        }
-        let hole = || -> FsResult<()> {
-            // SAFETY: fallocate on our open file; the range reads as zeros afterwards.
-            let r = unsafe {
-                libc::fallocate(
-                    std::os::fd::AsRawFd::as_raw_fd(f),
-                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                    pos as libc::off_t,
-                    len as libc::off_t,
-                )
-            };
-            if r != 0 {
-                return Err(Errno::from_io(&std::io::Error::last_os_error()));
-            }
-            self.mark_dirty(id);
-            Ok(())
-        };
-        match &o.sums {
-            Some(s) => sums::punch(f, s, &self.locks, id, pos, len, hole),
-            None => hole(),
-        }
+        self.punch_here(id, pos, len)?;
+        forward::chunk(ReplOp::Punch { id, pos, len }, &[])
     }
 
     fn sync(&self, id: u64) -> FsResult<()> {

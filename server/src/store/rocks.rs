@@ -16,6 +16,7 @@
 
 use super::flush::SharedFlush;
 use super::{is_stub, Arrival, Created, Entry, Intent, MetadataStore};
+use crate::replica::forward;
 use madfs_placement::{name_hash, split_parent};
 use madfs_proto::{Attr, Errno, FsResult, ATTR_BYTES};
 use rocksdb::{MergeOperands, Options, WriteBatch, WriteOptions, DB};
@@ -398,6 +399,37 @@ pub struct RocksDbMeta {
     wal: SharedFlush,
 }
 
+/// The replica set (of `n` servers; the first server of the set, docs/redundancy.md) a
+/// record belongs to: an entry, intent, directory intent or pending move-in by its path
+/// (`meta_server`), a file's inline chunk 0 and orphan record by its id (`home_server`).
+/// `None` for what each server keeps of its own (entry counts, the id counter, markers).
+pub fn key_set(key: &[u8], n: u32) -> Option<u32> {
+    let path_set = |p: &[u8]| {
+        std::str::from_utf8(p)
+            .ok()
+            .map(|p| madfs_placement::meta_server(p, n))
+    };
+    match *key.first()? {
+        b'E' => {
+            let zero = key.iter().position(|b| *b == 0)?;
+            let parent = std::str::from_utf8(&key[1..zero]).ok()?;
+            let name = std::str::from_utf8(key.get(zero + 9..)?).ok()?;
+            let path = if parent == "/" {
+                format!("/{name}")
+            } else {
+                format!("{parent}/{name}")
+            };
+            Some(madfs_placement::meta_server(&path, n))
+        }
+        b'I' | b'D' | b'A' => path_set(&key[1..]),
+        b'C' | b'O' => {
+            let id = u64::from_be_bytes(key.get(1..9)?.try_into().ok()?);
+            Some(madfs_placement::home_server(id, n))
+        }
+        _ => None,
+    }
+}
+
 /// Present once every directory's entry count (`N dir`) is kept; a database without it (made
 /// by an older version) is counted once at open.
 const COUNTS_MARKER: &[u8] = b"Scounts_v1";
@@ -516,8 +548,119 @@ impl RocksDbMeta {
     }
 
     fn write_synced(&self, b: WriteBatch) -> FsResult<()> {
+        let copy = forward::active().then(|| b.data().to_vec());
         let mut wo = WriteOptions::default();
         wo.set_sync(true);
+        self.db.write_opt(b, &wo).map_err(io)?;
+        copy.map_or(Ok(()), |c| forward::batch(&c, true))
+    }
+
+    /// Writes `b`; in a replicated cluster, the request being served has it copied to its
+    /// replica set's secondaries (`replica::forward`) before this returns. Every write of
+    /// replicated key spaces goes through here or [`Self::write_synced`] (the id counter and
+    /// the count marker are this server's own).
+    fn commit(&self, b: WriteBatch) -> FsResult<()> {
+        if !forward::active() {
+            return self.db.write(b).map_err(io);
+        }
+        let copy = b.data().to_vec();
+        self.db.write(b).map_err(io)?;
+        forward::batch(&copy, false)
+    }
+
+    /// The records of replica set `set` (of `n` servers; [`key_set`]) in key order after
+    /// `after` (empty: from the start), until about `max_bytes`: what a rejoining server
+    /// copies. Returns them and the key to go on after (`None`: done).
+    #[allow(clippy::type_complexity)]
+    pub fn records_of_set(
+        &self,
+        n: u32,
+        set: u32,
+        after: &[u8],
+        max_bytes: usize,
+    ) -> FsResult<(Vec<(Vec<u8>, Vec<u8>)>, Option<Vec<u8>>)> {
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        let mut it = self.db.raw_iterator();
+        if after.is_empty() {
+            it.seek_to_first();
+        } else {
+            it.seek(after);
+            if it.key() == Some(after) {
+                it.next();
+            }
+        }
+        while let (Some(k), Some(v)) = (it.key(), it.value()) {
+            if key_set(k, n) == Some(set) {
+                bytes += k.len() + v.len() + 16;
+                out.push((k.to_vec(), v.to_vec()));
+                if bytes >= max_bytes {
+                    let next = Some(k.to_vec());
+                    return Ok((out, next));
+                }
+            }
+            it.next();
+        }
+        it.status().map_err(io)?;
+        Ok((out, None))
+    }
+
+    /// Drops every record of the replica sets `sets` (of `n` servers) held here: a
+    /// rejoining server's stale copy, before it copies the current one.
+    pub fn drop_sets(&self, n: u32, sets: &[u32]) -> FsResult<u64> {
+        let mut it = self.db.raw_iterator();
+        it.seek_to_first();
+        let mut b = WriteBatch::default();
+        let mut dropped = 0;
+        while let Some(k) = it.key() {
+            if key_set(k, n).is_some_and(|s| sets.contains(&s)) {
+                b.delete(k);
+                dropped += 1;
+                if b.len() >= 4096 {
+                    self.db.write(std::mem::take(&mut b)).map_err(io)?;
+                }
+            }
+            it.next();
+        }
+        it.status().map_err(io)?;
+        self.db.write(b).map_err(io)?;
+        Ok(dropped)
+    }
+
+    /// Writes copied records as they are (a rejoining server's copy; nothing forwarded).
+    pub fn put_records(&self, records: &[(&[u8], &[u8])]) -> FsResult<()> {
+        let mut b = WriteBatch::default();
+        for (k, v) in records {
+            b.put(k, v);
+        }
+        self.db.write(b).map_err(io)
+    }
+
+    /// Counts every directory's entries again (after a rejoining server's copy).
+    pub fn recount(&self) -> FsResult<()> {
+        let mut b = WriteBatch::default();
+        let mut it = self.db.raw_iterator();
+        it.seek([b'N']);
+        while let Some(k) = it.key() {
+            if k.first() != Some(&b'N') {
+                break;
+            }
+            b.delete(k);
+            it.next();
+        }
+        it.status().map_err(io)?;
+        self.db.write(b).map_err(io)?;
+        count_children(&self.db).map_err(|e| {
+            tracing::error!("recount: {e}");
+            Errno::EIO
+        })
+    }
+
+    /// Applies a write batch a primary made (a secondary's copy, `Request::Replicate`).
+    pub fn apply_batch(&self, data: &[u8], synced: bool) -> FsResult<()> {
+        let b = WriteBatch::from_data(data);
+        let mut wo = WriteOptions::default();
+        wo.set_sync(synced);
         self.db.write_opt(b, &wo).map_err(io)
     }
 
@@ -598,7 +741,9 @@ impl MetadataStore for RocksDbMeta {
     }
 
     fn put(&self, path: &str, attr: &Attr) -> FsResult<()> {
-        self.db.put(entry_key(path), encode_attr(attr)).map_err(io)
+        let mut b = WriteBatch::default();
+        b.put(entry_key(path), encode_attr(attr));
+        self.commit(b)
     }
 
     fn insert(&self, path: &str, attr: &Attr, data: &[u8]) -> FsResult<()> {
@@ -613,7 +758,7 @@ impl MetadataStore for RocksDbMeta {
             b.put(inline_key(attr.id), data);
         }
         Self::count(&mut b, path, 1);
-        self.db.write(b).map_err(io)
+        self.commit(b)
     }
 
     fn get_or_insert(
@@ -630,7 +775,7 @@ impl MetadataStore for RocksDbMeta {
         let mut b = WriteBatch::default();
         b.put(entry_key(path), encode_attr(&attr));
         Self::count(&mut b, path, 1);
-        self.db.write(b).map_err(io)?;
+        self.commit(b)?;
         Ok(Created::New(attr))
     }
 
@@ -646,7 +791,7 @@ impl MetadataStore for RocksDbMeta {
             Some(a) => b.put(orphan_key(id), encode_attr(a)),
             None => b.delete(inline_key(id)),
         }
-        self.db.write(b).map_err(io)
+        self.commit(b)
     }
 
     fn put_orphan(&self, id: u64, orphan: Option<&Attr>) -> FsResult<()> {
@@ -659,7 +804,7 @@ impl MetadataStore for RocksDbMeta {
                 b.delete(inline_key(id));
             }
         }
-        self.db.write(b).map_err(io)
+        self.commit(b)
     }
 
     fn orphan(&self, id: u64) -> FsResult<Option<Attr>> {
@@ -688,7 +833,7 @@ impl MetadataStore for RocksDbMeta {
         let mut b = WriteBatch::default();
         b.delete(entry_key(path));
         Self::count(&mut b, path, -1);
-        self.db.write(b).map_err(io)
+        self.commit(b)
     }
 
     fn attach(
@@ -712,7 +857,7 @@ impl MetadataStore for RocksDbMeta {
         if let Some(a) = arrival {
             b.put(arrival_key(path), encode_arrival(a));
         }
-        self.db.write(b).map_err(io)
+        self.commit(b)
     }
 
     fn settle(&self, path: &str, id: u64) -> FsResult<()> {
@@ -723,7 +868,9 @@ impl MetadataStore for RocksDbMeta {
         };
         if decode_arrival(&key, &v).is_none_or(|a| a.id == id) {
             drop(v);
-            self.db.delete(key).map_err(io)?;
+            let mut b = WriteBatch::default();
+            b.delete(key);
+            self.commit(b)?;
         }
         Ok(())
     }
@@ -762,7 +909,7 @@ impl MetadataStore for RocksDbMeta {
         if old.is_none() {
             Self::count(&mut b, to, 1);
         }
-        self.db.write(b).map_err(io)?;
+        self.commit(b)?;
         Ok(old)
     }
 
@@ -842,7 +989,9 @@ impl MetadataStore for RocksDbMeta {
         if self.get(path)?.is_some_and(|a| is_stub(&a)) {
             return Err(Errno::ESTALE);
         }
-        self.db.merge(entry_key(path), c.encode()).map_err(io)
+        let mut b = WriteBatch::default();
+        b.merge(entry_key(path), c.encode());
+        self.commit(b)
     }
 
     fn to_stub(
@@ -859,9 +1008,9 @@ impl MetadataStore for RocksDbMeta {
     }
 
     fn merge_size(&self, path: &str, size: u64, mtime: i64) -> FsResult<()> {
-        self.db
-            .merge(entry_key(path), size_operand(size, mtime))
-            .map_err(io)
+        let mut b = WriteBatch::default();
+        b.merge(entry_key(path), size_operand(size, mtime));
+        self.commit(b)
     }
 
     fn list(&self, dir: &str, start: u64, max_bytes: usize) -> FsResult<(Vec<Entry>, Option<u64>)> {
@@ -1000,7 +1149,7 @@ impl MetadataStore for RocksDbMeta {
         if let Some((path, size, mtime)) = size_of {
             b.merge(entry_key(path), size_operand(size, mtime));
         }
-        self.db.write(b).map_err(io)
+        self.commit(b)
     }
 
     fn truncate_inline(&self, id: u64, size: u64) -> FsResult<()> {
@@ -1009,7 +1158,9 @@ impl MetadataStore for RocksDbMeta {
         if let Some(mut v) = self.db.get(key).map_err(io)? {
             if (size as usize) < v.len() {
                 v.truncate(size as usize);
-                self.db.put(key, v).map_err(io)?;
+                let mut b = WriteBatch::default();
+                b.put(key, v);
+                self.commit(b)?;
             }
         }
         Ok(())

@@ -1,0 +1,440 @@
+//! Copies of every change (docs/redundancy.md, "Primaries and fencing"): a request is served
+//! only by its replica set's primary in the map; what serving it writes (each metadata write
+//! batch, each chunk write, truncate, punch and removal) goes to the set's secondaries
+//! before the request is answered, and a secondary takes it only from the primary its own
+//! map names.
+//!
+//! The copies are made where the stores write ([`batch`], [`chunk`]), on the thread that
+//! serves the request, inside the store's own locks: two changes of one key reach the
+//! secondaries in the order the primary made them. Requests of a replicated cluster are
+//! therefore served on IO threads (never on the net thread, which must stay free to take
+//! the copies other primaries send: a ring of servers each waiting for the next would
+//! otherwise stop).
+
+use super::map::ClusterMap;
+use super::Node;
+use crate::auth::Who;
+use crate::ops::{Answer, Ops};
+use crate::peer::Peers;
+use crate::store::{ChunkStore, MetadataStore};
+use madfs_proto::{Errno, FsResult, ReplOp, Request, Role};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// A replicated cluster's side of the request path (`Ops::replica`).
+pub struct Replication {
+    /// The replication factor (≥ 2).
+    pub r: u32,
+    pub(super) me: u32,
+    node: Arc<OnceLock<Arc<Node>>>,
+    /// The control port's runtime, where the Raft node runs.
+    handle: OnceLock<tokio::runtime::Handle>,
+    /// Requests being served, by the map epoch they were admitted in (a rejoining server's
+    /// copy starts once those of older epochs, which do not copy to it, are over).
+    inflight: Mutex<BTreeMap<u64, usize>>,
+    /// While this server catches up (`super::rejoin`): the copies it was sent meanwhile.
+    pub(super) catching: Mutex<Option<Catching>>,
+}
+
+/// What a catching-up server was sent while it copies: metadata batches, applied after the
+/// copy (in order: each is idempotent but for entry counts, which are counted again), and
+/// the chunk ranges already written, which the copy leaves alone.
+#[derive(Default)]
+pub struct Catching {
+    pub(super) batches: Vec<(Vec<u8>, bool)>,
+    pub(super) touched: HashMap<u64, Touched>,
+}
+
+/// Chunk changes of one file sent to a catching-up server.
+#[derive(Default)]
+pub struct Touched {
+    /// Ranges written or punched.
+    pub(super) ranges: Vec<(u64, u64)>,
+    /// Cut to this size (the least of the cuts).
+    pub(super) cut: Option<u64>,
+    /// Removed.
+    pub(super) removed: bool,
+}
+
+/// Where the changes of the request being served on this thread go.
+#[derive(Clone, Debug)]
+pub struct Target {
+    set: u32,
+    epoch: u64,
+    to: Vec<u32>,
+}
+
+/// A request's copies: where they go, and how.
+type Copying = (Target, Arc<Peers>, Arc<Replication>);
+
+thread_local! {
+    static TARGET: RefCell<Option<Copying>> = const { RefCell::new(None) };
+    /// The replica set of the request being served on this thread.
+    static SET: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
+}
+
+/// How long a secondary's map may lag behind a primary's (EAGAIN) before a copy fails.
+const LAG: Duration = Duration::from_secs(2);
+
+impl Replication {
+    /// Replication `r` for server `me`; `node` is filled in once the map's Raft node runs.
+    pub fn new(r: u32, me: u32, node: Arc<OnceLock<Arc<Node>>>) -> Self {
+        Replication {
+            r,
+            me,
+            node,
+            handle: OnceLock::new(),
+            inflight: Mutex::default(),
+            catching: Mutex::default(),
+        }
+    }
+
+    /// How long a secondary may take to take a copy: `--down-after-ms` (then it is given up
+    /// on: [`Replication::give_up_on`]).
+    fn copy_timeout(&self) -> Duration {
+        self.node
+            .get()
+            .map_or(Duration::from_millis(1500), |n| n.settings().down_after)
+    }
+
+    /// The runtime the Raft node runs in (to ask it from IO threads).
+    pub fn set_handle(&self, h: tokio::runtime::Handle) {
+        let _ = self.handle.set(h);
+    }
+
+    /// Commits map change `c` through the Raft leader (from a thread outside its runtime).
+    pub(super) fn propose(&self, c: super::map::Change) -> Result<super::Applied, String> {
+        let node = self.node().map_err(|e| e.to_string())?.clone();
+        let h = self.handle.get().ok_or("no runtime")?;
+        h.block_on(async move { node.propose_change(c).await })
+    }
+
+    /// Waits until every request admitted in a map epoch before `epoch` is over (≤ [`LAG`]):
+    /// from then on every change of a set reaches the members `epoch`'s map names.
+    fn settled(&self, epoch: u64) -> FsResult<()> {
+        let until = Instant::now() + LAG;
+        loop {
+            let oldest = self
+                .inflight
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .find(|(_, n)| **n > 0)
+                .map(|(e, _)| *e);
+            if oldest.is_none_or(|e| e >= epoch) {
+                return Ok(());
+            }
+            if Instant::now() >= until {
+                return Err(Errno::EAGAIN);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// A rejoining server's page of replica set `set` (`Request::Resync`), served by the
+    /// set's primary once the requests of epochs before `epoch` are over.
+    #[allow(clippy::too_many_arguments)]
+    pub fn resync_page(
+        &self,
+        ops: &Ops,
+        who: &Who,
+        set: u32,
+        epoch: u64,
+        after: &[u8],
+        max_bytes: u32,
+        files: bool,
+        after_id: u64,
+    ) -> FsResult<Answer> {
+        if who.role != Role::Peer || who.set.unwrap_or(self.me) != set {
+            return Err(Errno::EPERM);
+        }
+        let node = self.node()?;
+        if !node.current() || node.map().primary(set, self.r) != Some(self.me) {
+            return Err(Errno::EREMCHG);
+        }
+        if node.map().epoch < epoch {
+            return Err(Errno::EAGAIN);
+        }
+        self.settled(epoch)?;
+        let max = (max_bytes as usize).clamp(4096, ops.max_list_bytes);
+        if files {
+            // chunk files after `after_id`, 64 per page, with their data extents
+            let ids: Vec<u64> = ops
+                .chunks
+                .ids()?
+                .into_iter()
+                .map(|(id, _)| id)
+                .filter(|id| *id > after_id)
+                .take(65)
+                .collect();
+            let more = ids.len() > 64;
+            let mut records = vec![];
+            for &id in ids.iter().take(64) {
+                let mut v = vec![];
+                for (p, l) in ops.chunks.extents(id)? {
+                    v.extend_from_slice(&p.to_le_bytes());
+                    v.extend_from_slice(&l.to_le_bytes());
+                }
+                records.push((id.to_le_bytes().to_vec(), v));
+            }
+            let next = more.then(|| ids[63].to_le_bytes().to_vec());
+            return Ok(Answer::Records(records, next));
+        }
+        let (records, next) = ops
+            .meta
+            .records_of_set(ops.peers.servers(), set, after, max)?;
+        Ok(Answer::Records(records, next))
+    }
+
+    pub(super) fn node(&self) -> FsResult<&Arc<Node>> {
+        // not started yet: nothing is served before the map is known
+        self.node.get().ok_or(Errno::EREMCHG)
+    }
+
+    /// Does this server know the current map ([`Node::current`])?
+    pub fn current(&self) -> bool {
+        self.node.get().is_some_and(|n| n.current())
+    }
+
+    /// The map as this server knows it (all up, epoch 0, before the node runs).
+    pub fn map(&self, servers: u32) -> ClusterMap {
+        self.node
+            .get()
+            .map_or_else(|| ClusterMap::new(servers), |n| n.map())
+    }
+
+    /// May this server serve `req` from `who`? The copies' target when it may (a request of
+    /// the set whose primary this server is, in a map it knows to be current); EREMCHG
+    /// otherwise (the client asks for the map and goes to the primary it names).
+    pub fn admit(&self, who: &Who, req: &Request<'_>) -> FsResult<Option<Target>> {
+        if matches!(
+            req,
+            Request::Map | Request::Ping | Request::Bye | Request::Replicate { .. }
+        ) {
+            return Ok(None);
+        }
+        let node = self.node()?;
+        if !node.current() {
+            return Err(Errno::EREMCHG);
+        }
+        let map = node.map();
+        let set = who.set.unwrap_or(self.me);
+        if map.primary(set, self.r) != Some(self.me) {
+            return Err(Errno::EREMCHG);
+        }
+        Ok(Some(Target {
+            set,
+            epoch: map.epoch,
+            to: map.secondaries(set, self.r),
+        }))
+    }
+
+    /// Applies a primary's change (`Request::Replicate`) on this secondary.
+    #[allow(clippy::too_many_arguments)]
+    pub fn apply(
+        &self,
+        ops: &Ops,
+        who: &Who,
+        set: u32,
+        epoch: u64,
+        from: u32,
+        op: ReplOp,
+        bulk: &[u8],
+    ) -> FsResult<Answer> {
+        if who.role != Role::Peer {
+            return Err(Errno::EPERM);
+        }
+        let map = self.node()?.map();
+        let member = map.secondaries(set, self.r).contains(&self.me);
+        if map.primary(set, self.r) != Some(from) || !member {
+            // the sender's map is newer: this server learns it shortly
+            return Err(if epoch > map.epoch {
+                Errno::EAGAIN
+            } else {
+                Errno::EREMCHG
+            });
+        }
+        let mut catching = self.catching.lock().unwrap_or_else(|e| e.into_inner());
+        let caught_up = match catching.as_mut() {
+            // catching up: batches wait for the copy; chunk changes are made (under the
+            // lock: never interleaved with the copy's writes) and noted
+            Some(c) => {
+                let t = &mut c.touched;
+                match op {
+                    ReplOp::Batch { synced } => {
+                        c.batches.push((bulk.to_vec(), synced));
+                        return Ok(Answer::Unit);
+                    }
+                    ReplOp::Write { id, pos } => t
+                        .entry(id)
+                        .or_default()
+                        .ranges
+                        .push((pos, bulk.len() as u64)),
+                    ReplOp::Punch { id, pos, len } => {
+                        t.entry(id).or_default().ranges.push((pos, len))
+                    }
+                    ReplOp::Truncate { id, size } => {
+                        let cut = &mut t.entry(id).or_default().cut;
+                        *cut = Some(cut.map_or(size, |c| c.min(size)));
+                    }
+                    ReplOp::Remove { id } => t.entry(id).or_default().removed = true,
+                    ReplOp::Sync { .. } => {}
+                }
+                false
+            }
+            None => true,
+        };
+        let _held = if caught_up {
+            drop(catching);
+            None
+        } else {
+            Some(catching)
+        };
+        match op {
+            ReplOp::Batch { synced } => ops.meta.apply_batch(bulk, synced)?,
+            ReplOp::Write { id, pos } => ops.chunks.write(id, pos, bulk)?,
+            ReplOp::Truncate { id, size } => ops.chunks.truncate(id, size)?,
+            ReplOp::Punch { id, pos, len } => ops.chunks.punch(id, pos, len)?,
+            ReplOp::Remove { id } => {
+                ops.chunks.remove(id)?;
+            }
+            ReplOp::Sync { id } => {
+                let wal = ops.meta.mark();
+                match id {
+                    Some(id) => ops.chunks.sync(id)?,
+                    None => ops.chunks.sync_all()?,
+                }
+                ops.meta.sync(wal)?;
+            }
+        }
+        Ok(Answer::Unit)
+    }
+
+    /// Secondary `to` did not take a copy in time: it counts as a live replica until the map
+    /// says it is down, so the copy is done once it does (the leader's watch marks a dead
+    /// server down; a live one that cannot keep up is proposed down here, and catches up
+    /// when it rejoins).
+    fn give_up_on(&self, to: u32) -> FsResult<()> {
+        let node = self.node()?;
+        let down = |n: &Node| n.map().state(to) == super::map::State::Down;
+        let wait = node.settings().down_after * 2;
+        let until = Instant::now() + wait;
+        while Instant::now() < until {
+            if down(node) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if let Some(h) = self.handle.get() {
+            let n = node.clone();
+            let proposed = h.block_on(async move { n.propose_down(to).await });
+            if let Err(e) = proposed {
+                tracing::warn!(
+                    "replica: server {to} takes no copies, and marking it down failed: {e}"
+                );
+            }
+        }
+        if down(node) {
+            Ok(())
+        } else {
+            Err(Errno::EIO)
+        }
+    }
+}
+
+/// Serves `f` for replica set `target.set`, with the changes it makes copied to the set's
+/// secondaries.
+pub fn serving<T>(target: Option<Target>, ops: &Ops, f: impl FnOnce() -> T) -> T {
+    let (Some(t), Some(rep)) = (target, &ops.replica) else {
+        return f();
+    };
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            TARGET.with(|c| c.borrow_mut().take());
+            SET.with(|c| c.set(None));
+        }
+    }
+    let _reset = Reset;
+    // counted in flight by its epoch (`Replication::settled`)
+    struct Flight<'a>(&'a Replication, u64);
+    impl Drop for Flight<'_> {
+        fn drop(&mut self) {
+            let mut m = self.0.inflight.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(n) = m.get_mut(&self.1) {
+                *n -= 1;
+                if *n == 0 {
+                    m.remove(&self.1);
+                }
+            }
+        }
+    }
+    *rep.inflight
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(t.epoch)
+        .or_default() += 1;
+    let _flight = Flight(rep, t.epoch);
+    SET.with(|c| c.set(Some(t.set)));
+    if !t.to.is_empty() {
+        TARGET.with(|c| *c.borrow_mut() = Some((t, ops.peers.clone(), rep.clone())));
+    }
+    f()
+}
+
+/// The replica set of the request being served on this thread (replicated clusters).
+pub fn serving_set() -> Option<u32> {
+    SET.with(|c| c.get())
+}
+
+/// Is a request being served on this thread whose changes are copied?
+pub fn active() -> bool {
+    TARGET.with(|c| c.borrow().is_some())
+}
+
+/// A metadata write batch (RocksDB's encoding) the store just wrote: copied to the
+/// secondaries of the request being served, if any.
+pub fn batch(data: &[u8], synced: bool) -> FsResult<()> {
+    copy(ReplOp::Batch { synced }, data)
+}
+
+/// A chunk change the store just made (`bulk`: a write's bytes): copied likewise.
+pub fn chunk(op: ReplOp, bulk: &[u8]) -> FsResult<()> {
+    copy(op, bulk)
+}
+
+fn copy(op: ReplOp, bulk: &[u8]) -> FsResult<()> {
+    let Some((t, peers, rep)) = TARGET.with(|c| c.borrow().clone()) else {
+        return Ok(());
+    };
+    let req = Request::Replicate {
+        set: t.set,
+        epoch: t.epoch,
+        from: rep.me,
+        op,
+    };
+    for &to in &t.to {
+        let start = Instant::now();
+        loop {
+            match peers.replicate(to, &req, bulk, rep.copy_timeout()) {
+                Ok(()) => break,
+                Err(Errno::EAGAIN) if start.elapsed() < LAG => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                // this server is not the primary any more: nothing is acknowledged
+                Err(Errno::EREMCHG) => return Err(Errno::EREMCHG),
+                Err(e) => {
+                    tracing::warn!(
+                        "replica: server {to} did not take a copy for set {} ({e})",
+                        t.set
+                    );
+                    rep.give_up_on(to)?;
+                    break;
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,244 @@
+//! Rejoin (docs/redundancy.md, "Rejoin"): a server the map has down (it was dead, frozen
+//! or cut off, and is back) catches up before it serves again.
+//!
+//! It asks to be *rejoining*: from then on the primaries of its replica sets send it their
+//! copies (`forward`), which it keeps aside (metadata batches) or makes and notes (chunk
+//! changes) while it copies. It drops its own records of those sets, copies the current
+//! ones from each set's primary (metadata by key range, then the chunk files' data, at a
+//! bounded rate), applies the batches it kept, counts its directories' entries again, and
+//! asks to be *up*. A primary serves the copy only once every request it admitted before
+//! the rejoin's map epoch is over (those do not copy to the rejoining server), so nothing
+//! falls between the copy and the copies.
+
+use super::forward::Catching;
+use super::map::{Change, State};
+use crate::ops::Ops;
+use madfs_proto::{Errno, FsResult};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bytes of metadata records per page of the copy.
+const PAGE: u32 = 256 << 10;
+/// Bytes of chunk data per read of the copy.
+const PIECE: u64 = 256 << 10;
+
+/// Starts the thread that watches this server's state in the map and catches it up.
+/// `rate`: bytes per second the chunk copy may take (0: unbounded).
+pub fn start(ops: Arc<Ops>, stop: Arc<AtomicBool>, rate: u64) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("madfs-rejoin".into())
+        .spawn(move || {
+            while !stop.load(Relaxed) {
+                if let Err(e) = step(&ops, rate) {
+                    tracing::warn!("rejoin: {e}");
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })?;
+    Ok(())
+}
+
+fn step(ops: &Ops, rate: u64) -> Result<(), String> {
+    let Some(rep) = &ops.replica else {
+        return Ok(());
+    };
+    let Ok(node) = rep.node() else {
+        return Ok(());
+    };
+    if !node.current() {
+        return Ok(());
+    }
+    let map = node.map();
+    match map.state(rep.me) {
+        State::Up => Ok(()),
+        State::Down => {
+            // keep what the primaries send from the moment they may send it
+            begin(ops);
+            let a = rep.propose(Change::Rejoining(rep.me))?;
+            tracing::info!("rejoin: rejoining in map epoch {}", a.epoch);
+            Ok(())
+        }
+        State::Rejoining => {
+            begin(ops);
+            let t = Instant::now();
+            let (records, bytes) = catch_up(ops, map.epoch, rate).map_err(|e| e.to_string())?;
+            let a = rep.propose(Change::Up(rep.me))?;
+            ops.stats.resync_done();
+            tracing::info!(
+                "rejoin: caught up in {:.1} s ({records} records, {bytes} bytes of chunks): up in map epoch {}",
+                t.elapsed().as_secs_f64(),
+                a.epoch
+            );
+            Ok(())
+        }
+    }
+}
+
+/// From now on copies sent to this server are kept aside (if they were not already).
+fn begin(ops: &Ops) {
+    if let Some(rep) = &ops.replica {
+        let mut c = rep.catching.lock().unwrap_or_else(|e| e.into_inner());
+        if c.is_none() {
+            *c = Some(Catching::default());
+        }
+    }
+}
+
+/// Copies every replica set this server is a member of from its primary in map `epoch`;
+/// returns the records and chunk bytes copied.
+fn catch_up(ops: &Ops, epoch: u64, rate: u64) -> FsResult<(u64, u64)> {
+    let rep = ops.replica.as_ref().ok_or(Errno::EINVAL)?;
+    let n = ops.peers.servers();
+    let sets: Vec<u32> = (0..rep.r).map(|i| (rep.me + n - i) % n).collect();
+    let dropped = ops.meta.drop_sets(n, &sets)?;
+    tracing::info!("rejoin: copying replica sets {sets:?} (dropped {dropped} stale records)");
+    ops.stats.resync_progress(0, 0);
+    let mut records = 0u64;
+    for &set in &sets {
+        let mut after: Vec<u8> = vec![];
+        loop {
+            let (page, next) = ops.peers.resync_page(set, epoch, &after, PAGE, false, 0)?;
+            let view: Vec<(&[u8], &[u8])> = page
+                .iter()
+                .map(|(k, v)| (k.as_slice(), v.as_slice()))
+                .collect();
+            ops.meta.put_records(&view)?;
+            records += page.len() as u64;
+            ops.stats.resync_progress(records, 0);
+            match next {
+                Some(k) => after = k,
+                None => break,
+            }
+        }
+    }
+    let mut bytes = 0u64;
+    let started = Instant::now();
+    for &set in &sets {
+        let mut after_id = 0u64;
+        loop {
+            let (files, next) = ops.peers.resync_page(set, epoch, &[], 0, true, after_id)?;
+            for (id, ext) in files {
+                let id = u64::from_le_bytes(
+                    id.get(..8)
+                        .ok_or(Errno::EPROTO)?
+                        .try_into()
+                        .unwrap_or_default(),
+                );
+                for e in ext.chunks_exact(16) {
+                    let pos = u64::from_le_bytes(e[..8].try_into().unwrap_or_default());
+                    let len = u64::from_le_bytes(e[8..].try_into().unwrap_or_default());
+                    let mut at = pos;
+                    while at < pos + len {
+                        let want = PIECE.min(pos + len - at);
+                        let data = ops.peers.resync_read(set, id, at, want as u32)?;
+                        if data.is_empty() {
+                            break;
+                        }
+                        copy_piece(ops, id, at, &data)?;
+                        at += data.len() as u64;
+                        bytes += data.len() as u64;
+                        ops.stats.resync_progress(records, bytes);
+                        throttle(started, bytes, rate);
+                    }
+                }
+            }
+            match next {
+                Some(k) => {
+                    after_id = u64::from_le_bytes(
+                        k.get(..8)
+                            .ok_or(Errno::EPROTO)?
+                            .try_into()
+                            .unwrap_or_default(),
+                    )
+                }
+                None => break,
+            }
+        }
+    }
+    // the batches kept meanwhile, in order, then the entry counts; from then on copies are
+    // applied as they come
+    let mut c = rep.catching.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(kept) = c.take() {
+        for (b, synced) in kept.batches {
+            ops.meta.apply_batch(&b, synced)?;
+        }
+    }
+    ops.meta.recount()?;
+    drop(c);
+    Ok((records, bytes))
+}
+
+/// Writes a copied piece of file `id` at `pos`, leaving out what copies sent meanwhile
+/// changed (written, punched, cut or removed: those are newer).
+fn copy_piece(ops: &Ops, id: u64, pos: u64, data: &[u8]) -> FsResult<()> {
+    let rep = ops.replica.as_ref().ok_or(Errno::EINVAL)?;
+    let c = rep.catching.lock().unwrap_or_else(|e| e.into_inner());
+    let touched = c.as_ref().and_then(|c| c.touched.get(&id));
+    let mut keep = vec![(pos, pos + data.len() as u64)];
+    if let Some(t) = touched {
+        if t.removed {
+            return Ok(());
+        }
+        if let Some(cut) = t.cut {
+            keep = cut_ranges(keep, cut, u64::MAX);
+        }
+        for (p, l) in &t.ranges {
+            keep = cut_ranges(keep, *p, p + l);
+        }
+    }
+    for (a, b) in keep {
+        let s = (a - pos) as usize;
+        let e = (b - pos) as usize;
+        ops.chunks.write_copied(id, a, &data[s..e])?;
+    }
+    Ok(())
+}
+
+/// `ranges` without `[from, to)`.
+fn cut_ranges(ranges: Vec<(u64, u64)>, from: u64, to: u64) -> Vec<(u64, u64)> {
+    let mut out = vec![];
+    for (a, b) in ranges {
+        if to <= a || from >= b {
+            out.push((a, b));
+            continue;
+        }
+        if a < from {
+            out.push((a, from));
+        }
+        if to < b {
+            out.push((to, b));
+        }
+    }
+    out
+}
+
+/// Sleeps so that `bytes` copied since `started` stay within `rate` bytes per second.
+fn throttle(started: Instant, bytes: u64, rate: u64) {
+    if rate == 0 {
+        return;
+    }
+    let due = Duration::from_secs_f64(bytes as f64 / rate as f64);
+    if let Some(wait) = due.checked_sub(started.elapsed()) {
+        std::thread::sleep(wait);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cut_ranges;
+
+    #[test]
+    fn a_copy_leaves_out_what_was_sent_meanwhile() {
+        let r = vec![(0, 100)];
+        assert_eq!(cut_ranges(r.clone(), 10, 20), [(0, 10), (20, 100)]);
+        assert_eq!(cut_ranges(r.clone(), 0, 100), []);
+        assert_eq!(cut_ranges(r.clone(), 50, u64::MAX), [(0, 50)]);
+        assert_eq!(cut_ranges(r.clone(), 100, 200), [(0, 100)]);
+        assert_eq!(
+            cut_ranges(vec![(0, 10), (20, 30)], 5, 25),
+            [(0, 5), (25, 30)]
+        );
+    }
+}
