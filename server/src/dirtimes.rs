@@ -113,7 +113,8 @@ pub fn start(ops: Arc<Ops>, stop: Arc<std::sync::atomic::AtomicBool>) -> std::io
                 sent.retain(|_, t| now - *t < EVERY);
                 for (dir, time) in due {
                     let s = meta_server(&dir, ops.peers.servers());
-                    if s == ops.id {
+                    // (a replicated cluster: through the set's primary, which copies it)
+                    if s == ops.here() && ops.replica.is_none() {
                         ops.touch(&dir, time);
                     } else if let Err(e) =
                         ops.peers.call(s, &Request::Touch { dir: &dir, time }, &[])

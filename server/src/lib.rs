@@ -170,6 +170,9 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
             ))
         }),
     });
+    if ident.replication >= 2 {
+        ops.meta.keep_own(ident.servers, cfg.id);
+    }
     let reserve = ops.chunks.set_reserve(cfg.reserve)?;
     tracing::debug!("{reserve} bytes kept free for metadata");
     // every port that is not UCX's first: a port taken by someone else stops the server
@@ -267,6 +270,8 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
             let _ = replica.set(node);
             if let Some(r) = &ops.replica {
                 r.set_handle(control_rt.clone());
+                let (r, n) = (r.clone(), ident.servers);
+                ops.peers.set_map_source(Box::new(move || r.map_states(n)));
             }
             replica::rejoin::start(ops.clone(), stop.clone(), cfg.map.resync_rate)?;
         }

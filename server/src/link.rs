@@ -41,7 +41,7 @@ impl Ops {
     /// `op` on the attributes of file `id` at its home server (here, or a call).
     pub(crate) fn linked(&self, id: u64, op: LinkOp) -> FsResult<Attr> {
         let home = home_server(id, self.peers.servers());
-        if home == self.id {
+        if home == self.here() {
             return self.linked_here(id, op);
         }
         match self.peers.call(home, &Request::Linked { id, op }, &[])? {
@@ -226,10 +226,10 @@ impl Ops {
             replace: false,
             durable: false,
             from: None,
-            src: self.id,
+            src: self.here(),
         };
         let s = meta_server(to, self.peers.servers());
-        let made = if s == self.id {
+        let made = if s == self.here() {
             self.execute(&attach, &[], &mut []).map(drop)
         } else {
             self.peers.call(s, &attach, &[]).map(drop)

@@ -239,7 +239,7 @@ impl Ops {
     }
 
     fn is_home(&self, id: u64) -> bool {
-        home_server(id, self.peers.servers()) == self.id
+        home_server(id, self.peers.servers()) == self.here()
     }
 
     /// The last name of file `a` is gone (this server removed it): its home server keeps it
@@ -250,7 +250,7 @@ impl Ops {
             return Ok(());
         }
         let home = home_server(a.id, self.peers.servers());
-        if home != self.id {
+        if home != self.here() {
             self.opens.errand(Errand::Forget(home, *a));
             return Ok(());
         }
@@ -311,7 +311,7 @@ impl Ops {
     /// A rename moved file `id` to `to`: its home server learns where descriptors find it.
     pub(crate) fn moved(&self, id: u64, to: &str) {
         let home = home_server(id, self.peers.servers());
-        if home == self.id {
+        if home == self.here() {
             self.note_moved(id, to);
         } else if let Err(e) = self.peers.call(home, &Request::Moved { id, to }, &[]) {
             tracing::warn!("rename of file {id:016x}: home server {home} not told ({e})");
@@ -367,7 +367,7 @@ impl Ops {
                         chunk_size: a.chunk_size,
                         cap: Default::default(),
                     };
-                    for s in (0..self.peers.servers()).filter(|s| *s != self.id) {
+                    for s in (0..self.peers.servers()).filter(|s| *s != self.here()) {
                         if let Err(e) = self.peers.call(s, &req, &[]) {
                             tracing::warn!("bytes of file {:016x} on server {s} left ({e})", a.id);
                         }
@@ -420,7 +420,7 @@ pub fn start(ops: Arc<Ops>, stop: Arc<std::sync::atomic::AtomicBool>) -> std::io
                             .unwrap_or_else(|e| e.into_inner());
                     }
                 }
-                ops.sweep();
+                crate::replica::forward::as_own_set(&ops, || ops.sweep());
             }
         })
         .map(drop)

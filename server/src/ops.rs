@@ -105,22 +105,21 @@ pub struct Ops {
 impl Ops {
     /// The cluster map as this server knows it (`Request::Map`).
     fn map_answer(&self) -> Answer {
-        use crate::replica::map::State;
         let n = self.peers.servers();
-        let Some(rep) = &self.replica else {
-            return Answer::Map(0, vec![0; n as usize], 1);
-        };
-        let m = rep.map(n);
-        let states = m
-            .states
-            .iter()
-            .map(|s| match s {
-                State::Up => 0,
-                State::Down => 1,
-                State::Rejoining => 2,
-            })
-            .collect();
-        Answer::Map(m.epoch, states, rep.r)
+        match &self.replica {
+            None => Answer::Map(0, vec![0; n as usize], 1),
+            Some(rep) => {
+                let (epoch, states) = rep.map_states(n);
+                Answer::Map(epoch, states, rep.r)
+            }
+        }
+    }
+
+    /// The replica set this server acts for now: the set of the request being served (a
+    /// replicated cluster's server may serve several after a failover), else its own. What
+    /// placement names "this server" is compared with this.
+    pub fn here(&self) -> u32 {
+        forward::serving_set().unwrap_or(self.id)
     }
 
     /// May this server serve `req` from `who` (replicated clusters: only as the primary of
@@ -949,7 +948,7 @@ impl Ops {
                     return Err(Errno::EINVAL);
                 }
                 if size < chunk_size as u64
-                    && madfs_placement::home_server(id, self.peers.servers()) == self.id
+                    && madfs_placement::home_server(id, self.peers.servers()) == self.here()
                 {
                     self.meta.truncate_inline(id, size)?; // chunk 0 lives here
                 }

@@ -22,7 +22,13 @@ pub struct Peers {
     started: i64,
     /// Per server: when it last said it started (0: not yet).
     starts: Vec<AtomicI64>,
+    /// A replicated cluster's map as this server knows it (epoch, each server's state):
+    /// calls go to each replica set's primary in it.
+    map: OnceLock<MapSource>,
 }
+
+/// Where [`Peers`] reads the cluster map (epoch, each server's state as `Reply::Map` has it).
+pub type MapSource = Box<dyn Fn() -> (u64, Vec<u8>) + Send + Sync>;
 
 thread_local! {
     /// This thread's transport, and per server the start it has a connection to.
@@ -62,7 +68,13 @@ impl Peers {
             key,
             started: crate::ops::now_ns(),
             starts,
+            map: OnceLock::new(),
         }
+    }
+
+    /// Calls follow the cluster map `source` gives (replicated clusters).
+    pub fn set_map_source(&self, source: MapSource) {
+        let _ = self.map.set(source);
     }
 
     /// Server `server` says it started at `started` (ns): connections to an earlier run of
@@ -184,19 +196,7 @@ impl Peers {
             )),
             _ => Err(Errno::EPROTO),
         };
-        self.retrying(|| {
-            RESYNC.with(|slot| {
-                self.call_on(
-                    slot,
-                    set,
-                    &req,
-                    &[],
-                    cap,
-                    take,
-                    Some((RESYNC_TIMEOUT, true)),
-                )
-            })
-        })
+        self.resync_call(set, &req, cap, take)
     }
 
     /// Bytes of file `id`'s chunk file at `pos` on the primary of replica set `set`.
@@ -208,27 +208,24 @@ impl Peers {
             }
             _ => Err(Errno::EPROTO),
         };
-        self.retrying(|| {
-            RESYNC.with(|slot| {
-                let cap = len as usize + 4096;
-                self.call_on(
-                    slot,
-                    set,
-                    &req,
-                    &[],
-                    cap,
-                    take,
-                    Some((RESYNC_TIMEOUT, true)),
-                )
-            })
-        })
+        self.resync_call(set, &req, len as usize + 4096, take)
     }
 
-    /// `f` again while it answers EAGAIN (a primary waiting for older requests), ≤ 10 s.
-    fn retrying<T>(&self, mut f: impl FnMut() -> FsResult<T>) -> FsResult<T> {
+    /// A call of a rejoining server's copy to the primary of replica set `set`: on a
+    /// transport of its own (a short deadline), again while the primary answers EAGAIN
+    /// (waiting for older requests), ≤ 10 s.
+    fn resync_call<T>(
+        &self,
+        set: u32,
+        req: &Request<'_>,
+        cap: usize,
+        take: impl Fn(Reply<'_>) -> FsResult<T>,
+    ) -> FsResult<T> {
         let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
-            match f() {
+            let own = Some((RESYNC_TIMEOUT, true));
+            let r = RESYNC.with(|slot| self.call_on(slot, set, req, &[], cap, &take, own));
+            match r {
                 Err(Errno::EAGAIN) if std::time::Instant::now() < until => {
                     std::thread::sleep(std::time::Duration::from_millis(20))
                 }
@@ -298,6 +295,11 @@ impl Peers {
                 *slot = Some((t, seen));
             }
             let (t, seen) = slot.as_mut().ok_or(Errno::EIO)?;
+            // this server's own map says where each replica set is served
+            if let (Some(src), true) = (self.map.get(), own.is_none_or(|o| o.1)) {
+                let (epoch, states) = src();
+                t.learn_map(epoch, &states);
+            }
             // a connection to an earlier run of the server would wait out the deadline
             if let (Some(now), Some(had)) = (
                 self.starts.get(server as usize),

@@ -192,7 +192,7 @@ impl Ops {
     /// The attributes of `path`, from whichever server holds it.
     pub(crate) fn stat_anywhere(&self, path: &str) -> FsResult<Attr> {
         let s = madfs_placement::meta_server(path, self.peers.servers());
-        if s == self.id {
+        if s == self.here() {
             return self.get(path);
         }
         match self.peers.call(s, &Request::Stat(path), &[])? {
@@ -500,7 +500,7 @@ impl Ops {
             version,
             gone: perm.is_none(),
         };
-        for s in (0..self.peers.servers()).filter(|s| *s != self.id) {
+        for s in (0..self.peers.servers()).filter(|s| *s != self.here()) {
             if let Err(e) = self.peers.call(s, &req, &[]) {
                 tracing::warn!(
                     "directory {path}: server {s} not told ({e}); it learns it when it starts"
@@ -552,10 +552,10 @@ impl Ops {
     fn learn_from(&self, s: u32) -> FsResult<()> {
         let mut after = Vec::new();
         loop {
-            let (entries, next) = if s == self.id {
+            let (entries, next) = if s == self.here() {
                 self.dir_page(&after)?
             } else {
-                self.peers.dir_page(s, &after, self.id)?
+                self.peers.dir_page(s, &after, self.here())?
             };
             for (path, mode, uid, gid, version) in entries {
                 let p = DirPerm {

@@ -273,7 +273,7 @@ impl Ops {
             return Err(Errno::EINVAL);
         }
         let n = self.peers.servers();
-        if meta_server(from, n) != self.id {
+        if meta_server(from, n) != self.here() {
             return Err(Errno::EINVAL); // sent to the wrong server
         }
         let a = self.get(from)?;
@@ -288,7 +288,7 @@ impl Ops {
             path: from,
             pending: None,
         };
-        let r = if meta_server(to, n) == self.id {
+        let r = if meta_server(to, n) == self.here() {
             // a replaced file is forgotten under its name's lock (see `Unlink`)
             let _n = self.opens.name_lock(to);
             self.creating(to, || self.meta.rename_local(from, to, noreplace, now_ns()))
@@ -421,7 +421,7 @@ impl Ops {
                 replace,
                 durable: pending.is_some(),
                 from: pending,
-                src: self.id,
+                src: self.here(),
             };
             self.on(meta_server(path, n), &req).map(drop)
         };
@@ -441,7 +441,7 @@ impl Ops {
         for s in 0..n {
             let mut after = Vec::new();
             loop {
-                let (paths, next) = if s == self.id {
+                let (paths, next) = if s == self.here() {
                     let req = Request::Find {
                         dir: from,
                         filter: madfs_proto::FindFilter {
@@ -543,7 +543,7 @@ impl Ops {
 
     /// `req` done by server `server`: this one directly, another through a peer call.
     fn on(&self, server: u32, req: &Request<'_>) -> FsResult<Answer> {
-        if server == self.id {
+        if server == self.here() {
             return self.execute(req, &[], &mut []);
         }
         Ok(match self.peers.call(server, req, &[])? {
@@ -585,7 +585,7 @@ impl Ops {
             replace: !it.noreplace,
             durable: true,
             from: Some(&it.from),
-            src: self.id,
+            src: self.here(),
         };
         let dst = meta_server(&it.to, self.peers.servers());
         match self.peers.call(dst, &req, &[]) {
@@ -713,15 +713,17 @@ pub fn start_mover(
         .name("madfs-mover".into())
         .spawn(move || {
             while !stop.load(Relaxed) {
-                if ops.moving.any_parked() {
-                    if let Err(e) = ops.finish_intents() {
-                        tracing::error!("pending renames: {e}");
+                crate::replica::forward::as_own_set(&ops, || {
+                    if ops.moving.any_parked() {
+                        if let Err(e) = ops.finish_intents() {
+                            tracing::error!("pending renames: {e}");
+                        }
                     }
-                }
-                if let Err(e) = ops.finish_dir_intents() {
-                    tracing::error!("pending directory renames: {e}");
-                }
-                ops.settle_arrivals();
+                    if let Err(e) = ops.finish_dir_intents() {
+                        tracing::error!("pending directory renames: {e}");
+                    }
+                    ops.settle_arrivals();
+                });
                 std::thread::sleep(every);
             }
         })

@@ -72,7 +72,7 @@ impl Ops {
             return Err(Errno::ENOTDIR);
         }
         let others: Vec<u32> = (0..self.peers.servers())
-            .filter(|s| *s != self.id)
+            .filter(|s| *s != self.here())
             .collect();
         let unseal = |upto: &[u32]| {
             let _ = self.seal(path, false);

@@ -107,7 +107,15 @@ pub struct Transport {
     map_epoch: Cell<u64>,
     /// Calls go to the server named, never elsewhere ([`Transport::no_failover`]).
     fixed: Cell<bool>,
+    /// A connection was given up on or a connect timed out: UCX may hold a request on an
+    /// endpoint of this worker that never completes, and destroying the worker would abort
+    /// the process ("pending request … should have been flushed"): it is left to the exit.
+    tainted: Cell<bool>,
 }
+
+/// Deadline of a connect in a replicated cluster: a frozen server's listener takes the
+/// connection and never answers; the map (or a retry) finds the set's primary sooner.
+const REPLICATED_CONNECT: Duration = Duration::from_secs(2);
 
 /// How long calls go on being sent to a replica set's new primary after a failover began
 /// (at least twice): the servers take about 1.5 s to mark a dead server down (their
@@ -139,6 +147,8 @@ impl Retry {
 }
 /// Deadline of asking another server for the cluster map during a failover.
 const MAP_TIMEOUT: Duration = Duration::from_millis(1000);
+/// How often a call waiting in a replicated cluster asks for the cluster map.
+const MAP_WATCH: Duration = Duration::from_millis(400);
 
 /// Kind byte of a TCP message carrying a [`madfs_proto::Hello`] (requests are 1, fsyncs 2).
 const TCP_HELLO: u8 = 3;
@@ -275,6 +285,7 @@ impl Transport {
             replication: Cell::new(0),
             map_epoch: Cell::new(0),
             fixed: Cell::new(false),
+            tainted: Cell::new(false),
         }
     }
 
@@ -371,6 +382,15 @@ impl Transport {
         }
     }
 
+    /// The deadline of a connect: the call deadline, shorter in a replicated cluster.
+    fn connect_timeout(&self) -> Duration {
+        if self.replication.get() >= 2 {
+            self.timeout.get().min(REPLICATED_CONNECT)
+        } else {
+            self.timeout.get()
+        }
+    }
+
     /// The server that serves replica set `set` now.
     fn serving(&self, set: u32) -> u32 {
         self.route
@@ -435,35 +455,8 @@ impl Transport {
         }
         self.timeout.set(saved);
         let moved = match map {
-            Some((epoch, states)) if epoch > self.map_epoch.get() => {
-                self.map_epoch.set(epoch);
-                let mut changed = vec![];
-                {
-                    let mut route = self.route.borrow_mut();
-                    for (set, to) in route.iter_mut().enumerate() {
-                        let set = set as u32;
-                        // 0: up
-                        if let Some(p) =
-                            madfs_placement::replicas(set, n, r).find(|s| states[*s as usize] == 0)
-                        {
-                            if *to != p {
-                                *to = p;
-                                changed.push(set);
-                            }
-                        }
-                    }
-                }
-                for set in &changed {
-                    self.invalidate(*set);
-                }
-                if !changed.is_empty() {
-                    tracing::info!(
-                        "madfs: cluster map epoch {epoch}: replica sets {changed:?} served elsewhere"
-                    );
-                }
-                true
-            }
-            _ => false,
+            Some((epoch, states)) => self.learn_map(epoch, &states),
+            None => false,
         };
         if !moved {
             // the servers have not marked anything yet: give them a moment
@@ -471,6 +464,41 @@ impl Transport {
             for s in sets {
                 self.invalidate(*s);
             }
+        }
+        true
+    }
+
+    /// Routes every replica set to its primary in cluster map `epoch` (each server's state:
+    /// 0 up, 1 down, 2 rejoining), if it is newer than the map known; gives up the
+    /// connections whose server changed. True if the map was newer.
+    pub fn learn_map(&self, epoch: u64, states: &[u8]) -> bool {
+        let r = self.replication.get();
+        let n = self.servers();
+        if r < 2 || epoch <= self.map_epoch.get() || states.len() != n as usize {
+            return false;
+        }
+        self.map_epoch.set(epoch);
+        let mut changed = vec![];
+        {
+            let mut route = self.route.borrow_mut();
+            for (set, to) in route.iter_mut().enumerate() {
+                let set = set as u32;
+                let up = |s: &u32| states[*s as usize] == 0;
+                if let Some(p) = madfs_placement::replicas(set, n, r).find(up) {
+                    if *to != p {
+                        *to = p;
+                        changed.push(set);
+                    }
+                }
+            }
+        }
+        for set in &changed {
+            self.invalidate(*set);
+        }
+        if !changed.is_empty() {
+            tracing::info!(
+                "madfs: cluster map epoch {epoch}: replica sets {changed:?} served elsewhere"
+            );
         }
         true
     }
@@ -505,6 +533,7 @@ impl Transport {
             Net::Ucx { conns, retired, .. } => {
                 if let Some(c) = conns.borrow_mut().get_mut(server as usize) {
                     if let Some(old) = c.take() {
+                        self.tainted.set(true);
                         retired.borrow_mut().push(old);
                     }
                 }
@@ -596,7 +625,7 @@ impl Transport {
         // the connection for replica set `server` goes to the server that serves it now
         let (set, server) = (server, self.serving(server));
         let addr = self.addrs.borrow()[server as usize];
-        let deadline = Instant::now() + self.timeout.get();
+        let deadline = Instant::now() + self.connect_timeout();
         let worker = worker.clone();
         let mode = self.settings.err_mode;
         let fut = async move {
@@ -627,8 +656,9 @@ impl Transport {
         let timed_out = || {
             tracing::warn!(
                 "madfs: connect to server {server} ({addr}) timed out after {:?}",
-                self.timeout.get()
+                self.connect_timeout()
             );
+            self.tainted.set(true);
             Errno::EIO
         };
         let mut conn = {
@@ -744,13 +774,27 @@ impl Transport {
     ) -> Result<T, Errno> {
         let deadline = Instant::now() + self.timeout.get();
         let done = match &self.net {
+            // a replicated cluster: the call is given up as soon as the cluster map shows
+            // that a server it waits for was replaced (dead or frozen), not at its deadline
+            Net::Ucx { worker, .. } if self.replication.get() >= 2 && !involved.is_empty() => {
+                let asked = self.map_server(involved);
+                let mut fut = pin!(fut);
+                let mut watch = pin!(self.watch_map(involved, asked));
+                let both = std::future::poll_fn(|cx| {
+                    if let Poll::Ready(v) = fut.as_mut().poll(cx) {
+                        return Poll::Ready(v);
+                    }
+                    watch.as_mut().poll(cx).map(Err)
+                });
+                block_on(worker, both, self.settings.spin, deadline)
+            }
             Net::Ucx { worker, .. } => block_on(worker, fut, self.settings.spin, deadline),
             // TCP calls do their (blocking, time-limited) IO inside their first poll
             Net::Tcp { .. } => poll_to_end(fut),
         };
         match done {
             Some(r) => {
-                if r.as_ref().err() == Some(&Errno::EIO) {
+                if matches!(r.as_ref().err(), Some(&Errno::EIO | &Errno::EREMCHG)) {
                     for s in involved {
                         self.invalidate(*s);
                     }
@@ -761,7 +805,8 @@ impl Transport {
                 let addrs = self.addrs.borrow();
                 let at: Vec<String> = involved
                     .iter()
-                    .map(|s| match addrs.get(*s as usize) {
+                    .map(|s| self.serving(*s))
+                    .map(|s| match addrs.get(s as usize) {
                         Some(a) => format!("{s} ({a})"),
                         None => s.to_string(),
                     })
@@ -776,6 +821,62 @@ impl Transport {
                     self.invalidate(*s);
                 }
                 Err(Errno::EIO)
+            }
+        }
+    }
+
+    /// A replica set whose server serves none of `involved`, already connected (to ask for
+    /// the map while calls to `involved` wait; `None`: none is).
+    fn map_server(&self, involved: &[u32]) -> Option<u32> {
+        let busy: Vec<u32> = involved.iter().map(|s| self.serving(*s)).collect();
+        let n = self.servers();
+        let first = involved.first().copied().unwrap_or(0);
+        (1..=n)
+            .map(|k| (first + k) % n)
+            .filter(|s| !busy.contains(&self.serving(*s)))
+            .find(|s| self.connected(*s))
+    }
+
+    /// Is there a connection for replica set `set` (a call on it would not connect first)?
+    fn connected(&self, set: u32) -> bool {
+        match &self.net {
+            Net::Ucx { conns, .. } => matches!(cached(conns, set as usize), Ok(Some(_))),
+            Net::Tcp { conns } => matches!(cached(conns, set as usize), Ok(Some(_))),
+        }
+    }
+
+    /// Resolves with EREMCHG once the cluster map, asked of replica set `asked`'s server
+    /// every [`MAP_WATCH`], has a server serving one of `involved` down or rejoining; never
+    /// otherwise.
+    async fn watch_map(&self, involved: &[u32], asked: Option<u32>) -> Errno {
+        let serving: Vec<u32> = involved.iter().map(|s| self.serving(*s)).collect();
+        let Some(asked) = asked else {
+            return std::future::pending().await;
+        };
+        loop {
+            until(Instant::now() + MAP_WATCH).await;
+            let op = self.last_op.get();
+            let map = std::future::poll_fn({
+                let mut call = Box::pin(self.call(asked, tag::REQUEST, &Request::Map, &[], 4096));
+                let give_up = Instant::now() + MAP_TIMEOUT;
+                move |cx| match call.as_mut().poll(cx) {
+                    Poll::Ready(r) => Poll::Ready(r.ok()),
+                    Poll::Pending if Instant::now() >= give_up => Poll::Ready(None),
+                    Poll::Pending => Poll::Pending,
+                }
+            })
+            .await;
+            self.last_op.set(op);
+            let Some(raw) = map else {
+                continue;
+            };
+            if let Ok((Reply::Map { epoch, states, .. }, _)) = raw.decode() {
+                let gone = serving
+                    .iter()
+                    .any(|s| states.get(*s as usize).is_some_and(|st| *st != 0));
+                if gone && epoch > self.map_epoch.get() {
+                    return Errno::EREMCHG;
+                }
             }
         }
     }
@@ -1242,6 +1343,17 @@ impl Drop for Transport {
         for c in retired.borrow_mut().drain(..) {
             std::mem::forget(c);
         }
+        if self.tainted.get() {
+            // (see `Transport::tainted`): no goodbye, nothing closed or destroyed
+            let net = std::mem::replace(
+                &mut self.net,
+                Net::Tcp {
+                    conns: RefCell::new(Vec::new()),
+                },
+            );
+            std::mem::forget(net);
+            return;
+        }
         // the worker goes too before another thread may reuse its fds (see `LIFECYCLE`)
         let _one = lifecycle();
         let live: Vec<Conn> = conns.borrow().iter().flatten().cloned().collect();
@@ -1266,13 +1378,22 @@ impl Drop for Transport {
                 let _ = c.ep.close(false).await;
             }
         };
-        let _ = block_on(
+        let done = block_on(
             worker,
             fut,
             self.settings.spin,
             Instant::now() + Duration::from_millis(200),
         );
-        drop(live);
+        if done.is_none() {
+            // a goodbye or a flush that did not finish (a frozen server): closing that
+            // endpoint would abort the process in UCX ("pending request … should have been
+            // flushed"); it is left open, as a given-up connection is
+            for c in live {
+                std::mem::forget(c);
+            }
+        } else {
+            drop(live);
+        }
         self.net = Net::Tcp {
             conns: RefCell::new(Vec::new()),
         };
@@ -1303,6 +1424,17 @@ fn worker_ref(net: &Net) -> &Worker {
 }
 
 /// Polls a future whose work is all synchronous (TCP transport) until it is ready.
+/// A future ready at `t` (polled by [`block_on`] at least every few milliseconds).
+fn until(t: Instant) -> impl Future<Output = ()> {
+    std::future::poll_fn(move |_| {
+        if Instant::now() >= t {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+}
+
 fn poll_to_end<F: Future>(fut: F) -> Option<F::Output> {
     let mut fut = std::pin::pin!(fut);
     let waker = futures::task::noop_waker();

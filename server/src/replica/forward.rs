@@ -71,8 +71,9 @@ type Copying = (Target, Arc<Peers>, Arc<Replication>);
 
 thread_local! {
     static TARGET: RefCell<Option<Copying>> = const { RefCell::new(None) };
-    /// The replica set of the request being served on this thread.
-    static SET: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
+    /// The replica set of the request being served on this thread, and the map epoch it
+    /// was admitted in.
+    static SET: std::cell::Cell<Option<(u32, u64)>> = const { std::cell::Cell::new(None) };
 }
 
 /// How long a secondary's map may lag behind a primary's (EAGAIN) before a copy fails.
@@ -191,6 +192,29 @@ impl Replication {
     pub(super) fn node(&self) -> FsResult<&Arc<Node>> {
         // not started yet: nothing is served before the map is known
         self.node.get().ok_or(Errno::EREMCHG)
+    }
+
+    /// The map's epoch and each server's state (0 up, 1 down, 2 rejoining).
+    pub fn map_states(&self, servers: u32) -> (u64, Vec<u8>) {
+        use super::map::State;
+        let m = self.map(servers);
+        let states = m
+            .states
+            .iter()
+            .map(|s| match s {
+                State::Up => 0,
+                State::Down => 1,
+                State::Rejoining => 2,
+            })
+            .collect();
+        (m.epoch, states)
+    }
+
+    /// Has the map server `s` down?
+    fn is_down(&self, s: u32) -> bool {
+        self.node
+            .get()
+            .is_some_and(|n| n.map().state(s) == super::map::State::Down)
     }
 
     /// Does this server know the current map ([`Node::current`])?
@@ -377,15 +401,44 @@ pub fn serving<T>(target: Option<Target>, ops: &Ops, f: impl FnOnce() -> T) -> T
         .entry(t.epoch)
         .or_default() += 1;
     let _flight = Flight(rep, t.epoch);
-    SET.with(|c| c.set(Some(t.set)));
+    SET.with(|c| c.set(Some((t.set, t.epoch))));
     if !t.to.is_empty() {
         TARGET.with(|c| *c.borrow_mut() = Some((t, ops.peers.clone(), rep.clone())));
     }
     f()
 }
 
+/// Runs `f` (a server's own background work: finishing renames, directory times, open
+/// files' leases) as the primary of its own replica set, its changes copied like a
+/// request's; not at all while this server is not that primary in a current map (the
+/// set's primary does it). Unreplicated clusters: `f` as it is.
+pub fn as_own_set(ops: &Ops, f: impl FnOnce()) {
+    let Some(rep) = &ops.replica else {
+        return f();
+    };
+    if !rep.current() {
+        return;
+    }
+    let map = rep.map(ops.peers.servers());
+    if map.primary(ops.id, rep.r) != Some(ops.id) {
+        return;
+    }
+    let target = Target {
+        set: ops.id,
+        epoch: map.epoch,
+        to: map.secondaries(ops.id, rep.r),
+    };
+    serving(Some(target), ops, f);
+}
+
 /// The replica set of the request being served on this thread (replicated clusters).
 pub fn serving_set() -> Option<u32> {
+    SET.with(|c| c.get()).map(|(s, _)| s)
+}
+
+/// The replica set of the request being served on this thread and the map epoch it was
+/// admitted in (replicated clusters).
+pub fn serving_in() -> Option<(u32, u64)> {
     SET.with(|c| c.get())
 }
 
@@ -405,6 +458,15 @@ pub fn chunk(op: ReplOp, bulk: &[u8]) -> FsResult<()> {
     copy(op, bulk)
 }
 
+/// The request being served on this thread copies nothing more to `to` (down).
+fn forget_member(to: u32) {
+    TARGET.with(|c| {
+        if let Some((t, ..)) = c.borrow_mut().as_mut() {
+            t.to.retain(|m| *m != to);
+        }
+    });
+}
+
 fn copy(op: ReplOp, bulk: &[u8]) -> FsResult<()> {
     let Some((t, peers, rep)) = TARGET.with(|c| c.borrow().clone()) else {
         return Ok(());
@@ -416,6 +478,11 @@ fn copy(op: ReplOp, bulk: &[u8]) -> FsResult<()> {
         op,
     };
     for &to in &t.to {
+        // a member the map has down since the request came takes no more copies
+        if rep.is_down(to) {
+            forget_member(to);
+            continue;
+        }
         let start = Instant::now();
         loop {
             match peers.replicate(to, &req, bulk, rep.copy_timeout()) {
@@ -431,6 +498,7 @@ fn copy(op: ReplOp, bulk: &[u8]) -> FsResult<()> {
                         t.set
                     );
                     rep.give_up_on(to)?;
+                    forget_member(to);
                     break;
                 }
             }

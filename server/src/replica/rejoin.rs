@@ -166,6 +166,7 @@ fn catch_up(ops: &Ops, epoch: u64, rate: u64) -> FsResult<(u64, u64)> {
         }
     }
     ops.meta.recount()?;
+    ops.meta.forget_id_blocks();
     drop(c);
     Ok((records, bytes))
 }

@@ -397,6 +397,22 @@ pub struct RocksDbMeta {
     path_stripes: Vec<Mutex<()>>,
     /// WAL syncs, shared by the fsyncs they cover.
     wal: SharedFlush,
+    /// A replicated cluster's server (of `n`) holds copies of other replica sets' records:
+    /// the scans of its own work (intents, move-ins, orphans) see only its own set's.
+    own: std::sync::OnceLock<(u32, u32)>,
+    /// A replicated cluster's file ids: made per replica set (its index in the top bits, so
+    /// that a file's home is the set it was made in), from a counter kept in the set's own
+    /// records (`Z` + set, copied like them): whichever server is the set's primary goes on
+    /// from where the last one reserved. Per set: the map epoch the block was taken in, the
+    /// next id, the end of the reserved block.
+    set_ids: Mutex<std::collections::HashMap<u32, (u64, u64, u64)>>,
+}
+
+/// Key of replica set `set`'s id counter (replicated clusters).
+fn ids_key(set: u32) -> [u8; 5] {
+    let mut k = [b'Z', 0, 0, 0, 0];
+    k[1..].copy_from_slice(&set.to_be_bytes());
+    k
 }
 
 /// The replica set (of `n` servers; the first server of the set, docs/redundancy.md) a
@@ -426,6 +442,7 @@ pub fn key_set(key: &[u8], n: u32) -> Option<u32> {
             let id = u64::from_be_bytes(key.get(1..9)?.try_into().ok()?);
             Some(madfs_placement::home_server(id, n))
         }
+        b'Z' => Some(u32::from_be_bytes(key.get(1..5)?.try_into().ok()?)),
         _ => None,
     }
 }
@@ -520,6 +537,8 @@ impl RocksDbMeta {
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             path_stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             wal: SharedFlush::new(),
+            own: std::sync::OnceLock::new(),
+            set_ids: Mutex::default(),
         })
     }
 
@@ -566,6 +585,48 @@ impl RocksDbMeta {
         let copy = b.data().to_vec();
         self.db.write(b).map_err(io)?;
         forward::batch(&copy, false)
+    }
+
+    /// A new file id of replica set `set` (replicated clusters), served in map `epoch`: a
+    /// block taken in another epoch is given up (another server may have been the set's
+    /// primary meanwhile) and the counter read again.
+    fn next_id_of_set(&self, set: u32, epoch: u64) -> FsResult<u64> {
+        let mut ids = self.set_ids.lock().unwrap_or_else(|e| e.into_inner());
+        let fresh = ids.get(&set).is_none_or(|b| b.0 != epoch);
+        if fresh {
+            let at = match self.db.get(ids_key(set)).map_err(io)? {
+                Some(v) if v.len() == 8 => u64::from_le_bytes(v[..].try_into().unwrap_or_default()),
+                _ => 2,
+            };
+            ids.insert(set, (epoch, at, at));
+        }
+        let b = ids.get_mut(&set).ok_or(Errno::EIO)?;
+        let n = b.1;
+        if n >= 1u64 << 48 {
+            return Err(Errno::ENOSPC);
+        }
+        if n >= b.2 {
+            let new = (n / ID_BLOCK + 1) * ID_BLOCK;
+            let mut batch = WriteBatch::default();
+            batch.put(ids_key(set), new.to_le_bytes());
+            self.write_synced(batch)?;
+            b.2 = new;
+        }
+        b.1 += 1;
+        Ok(((set as u64) << 48) | n)
+    }
+
+    /// Forgets the id blocks taken (a server that caught up reads the counters again).
+    pub fn forget_id_blocks(&self) {
+        self.set_ids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
+    /// Scans of intents, move-ins and orphans see only replica set `set`'s (of `n` servers).
+    pub fn keep_own(&self, n: u32, set: u32) {
+        let _ = self.own.set((n, set));
     }
 
     /// The records of replica set `set` (of `n` servers; [`key_set`]) in key order after
@@ -700,6 +761,12 @@ impl RocksDbMeta {
         while let (Some(k), Some(v)) = (it.key(), it.value()) {
             if k.first() != Some(&kind) {
                 break;
+            }
+            if let Some((n, set)) = self.own.get() {
+                if key_set(k, *n) != Some(*set) {
+                    it.next();
+                    continue;
+                }
             }
             match decode(k, v) {
                 Some(r) => out.push(r),
@@ -1167,6 +1234,9 @@ impl MetadataStore for RocksDbMeta {
     }
 
     fn next_id(&self) -> FsResult<u64> {
+        if let Some((set, epoch)) = forward::serving_in() {
+            return self.next_id_of_set(set, epoch);
+        }
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         if n >= (1u64 << 48) {
             return Err(Errno::ENOSPC);
