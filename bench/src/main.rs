@@ -5,9 +5,11 @@
 //! * `preload` — the cost of the LD_PRELOAD layer;
 //! * `data` — data-path figures against the client library (fsync group commit, server memory);
 //! * `find` — IO500's find on a large tree: `madfs-find` vs GNU find through the preload vs a
-//!   pfind-style walk through the client library.
+//!   pfind-style walk through the client library;
+//! * `failover` — the stall clients of a replicated cluster see when one of its servers dies.
 
 mod data;
+mod failover;
 mod find;
 mod preload;
 mod rpc;
@@ -50,6 +52,9 @@ enum Cmd {
     /// (internal) the measured process of `preload`.
     #[command(hide = true)]
     PreloadWorker(preload::PreloadWorkerArgs),
+    /// The stall clients of a replicated cluster see when a server dies (or freezes): time
+    /// from the kill to each client's next completed request, over many kills.
+    Failover(failover::FailoverArgs),
 }
 
 fn main() {
@@ -64,6 +69,7 @@ fn main() {
         Cmd::Find(a) => find::run(a),
         Cmd::FindWorker(a) => find::worker(a),
         Cmd::PreloadWorker(a) => preload::worker(a),
+        Cmd::Failover(a) => failover::run(a),
     };
     if let Err(e) = r {
         eprintln!("madfs-bench: {e:#}");

@@ -263,6 +263,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
             let node = control_rt.block_on(replica::Node::start(
                 cfg.id,
                 ident.servers,
+                ident.replication,
                 &cfg.data_dir,
                 f.clone(),
                 cfg.map.clone(),

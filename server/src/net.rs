@@ -669,7 +669,23 @@ pub async fn run(
     )));
     tasks.push(tokio::task::spawn_local(lease_loop(net.clone())));
     for _ in 0..cfg.handlers {
-        tasks.push(tokio::task::spawn_local(handler(net.clone())));
+        tasks.push(tokio::task::spawn_local(handler(net.clone(), tag::REQUEST)));
+    }
+    if ops.replica.is_some() {
+        for _ in 0..COPY_HANDLERS {
+            tasks.push(tokio::task::spawn_local(handler(
+                net.clone(),
+                tag::REPLICATE,
+            )));
+        }
+    } else {
+        // an unreplicated server takes no copies: drained like the other kinds
+        tasks.push(tokio::task::spawn_local(drain(
+            worker.clone(),
+            tag::REPLICATE,
+            tag::KIND_MASK,
+            ops.clone(),
+        )));
     }
     for (kind, mask) in DRAINED_KINDS {
         tasks.push(tokio::task::spawn_local(drain(
@@ -709,15 +725,20 @@ fn stall_fault() -> Option<std::time::Instant> {
     Some(std::time::Instant::now() + Duration::from_millis(ms))
 }
 
-/// Tag kinds no server receives (everything but `REQUEST`, `FSYNC`, `REQUEST_DATA` and
-/// `HELLO`), as three (kind, mask) receives over the kind bits: 0 and 4 (`0x00`); 3 and 7
-/// (`0x11`); 8–15 (`1xxx`). A message of such a kind would otherwise wait in UCX's
-/// unexpected queue for ever, holding its memory.
-const DRAINED_KINDS: [(u64, u64); 3] = [
+/// Tag kinds no server receives (everything but `REQUEST`, `FSYNC`, `REQUEST_DATA`, `HELLO`
+/// and `REPLICATE`), as (kind, mask) receives over the kind bits: 0 and 4 (`0x00`); 3 and 7
+/// (`0x11`); 8 (`1000`); 10 and 11 (`101x`); 12–15 (`11xx`). A message of such a kind would
+/// otherwise wait in UCX's unexpected queue for ever, holding its memory.
+const DRAINED_KINDS: [(u64, u64); 5] = [
     (0, 0b1011 << 60),
     (0b0011 << 60, 0b1011 << 60),
-    (0b1000 << 60, 0b1000 << 60),
+    (0b1000 << 60, 0b1111 << 60),
+    (0b1010 << 60, 0b1110 << 60),
+    (0b1100 << 60, 0b1100 << 60),
 ];
+
+/// Handlers of copies (`tag::REPLICATE`) in a replicated cluster.
+const COPY_HANDLERS: usize = 4;
 
 /// Takes messages of the tag kinds in `kind`/`mask` off the worker and drops them (counted).
 async fn drain(worker: Rc<Worker>, kind: u64, mask: u64, ops: Arc<Ops>) {
@@ -1449,14 +1470,16 @@ async fn lease_loop(net: Rc<Net>) {
     }
 }
 
-async fn handler(net: Rc<Net>) {
+/// Receives requests of tag kind `kind` (`REQUEST`, or a replicated cluster's `REPLICATE`)
+/// and serves them.
+async fn handler(net: Rc<Net>, kind: u64) {
     let (worker, conns, cfg, ops) = (&net.worker, &net.conns, &net.cfg, &net.ops);
     let mut bufs = Some(Bufs::new(cfg.max_frame));
     loop {
         let mut b = bufs.take().expect("handler buffers");
         b.recv.clear();
         let received = worker
-            .tag_recv_mask(tag::REQUEST, tag::KIND_MASK, b.recv.spare_capacity_mut())
+            .tag_recv_mask(kind, tag::KIND_MASK, b.recv.spare_capacity_mut())
             .await;
         let (t, len) = match received {
             Ok(v) => v,
@@ -1608,6 +1631,24 @@ async fn handler(net: Rc<Net>) {
                 small_write_took(t.elapsed());
             }
             (b, p, n)
+        } else if kind == tag::REPLICATE {
+            // a copy's sync: never on the IO threads (see `runs_inline_replicated`)
+            let ops2 = ops.clone();
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let spawned = std::thread::Builder::new()
+                .name("madfs-copy-sync".into())
+                .spawn(move || {
+                    let (p, n) = serve_frame(&ops2, &mut b, data, &who);
+                    let _ = tx.send((b, p, n));
+                });
+            match (spawned, rx.await) {
+                (Ok(_), Ok(v)) => v,
+                _ => {
+                    tracing::error!("a copy's sync thread failed");
+                    bufs = Some(Bufs::new(cfg.max_frame));
+                    continue;
+                }
+            }
         } else {
             let ops2 = ops.clone();
             match tokio::task::spawn_blocking(move || {

@@ -228,7 +228,11 @@ pub fn runs_inline(req: &Request<'_>, meta_inline: bool) -> bool {
 
 /// In a replicated cluster, may `req` run on the net thread? Only what makes no copies: a
 /// request that writes waits for its secondaries, and the net thread must stay free to take
-/// the copies other primaries send (`replica::forward`).
+/// the copies other primaries send (`replica::forward`). Copies themselves are applied
+/// there (a write batch, a chunk write into the page cache), never on the IO threads: those
+/// may all be waiting for copies of their own (two servers copying to each other with every
+/// IO thread busy would wait for each other until the copies' deadline). A sync of a copy
+/// runs on a thread of its own.
 pub fn runs_inline_replicated(req: &Request<'_>) -> bool {
     matches!(
         req,
@@ -238,11 +242,7 @@ pub fn runs_inline_replicated(req: &Request<'_>) -> bool {
             | Request::Map
             | Request::Stat(_)
             | Request::Statfs
-            | Request::Replicate {
-                op: madfs_proto::ReplOp::Batch { .. },
-                ..
-            }
-    )
+    ) || matches!(req, Request::Replicate { op, .. } if !matches!(op, ReplOp::Sync { .. }))
 }
 
 /// Where `len` bytes at `offset` of chunk `chunk` (chunk size `cs`) are in the file, or

@@ -289,7 +289,9 @@ impl Peers {
                 if let Some((d, failover)) = own {
                     t.set_timeout(d);
                     if !failover {
+                        // (the copies: to a server itself, on their own tag kind)
                         t.no_failover();
+                        t.set_request_kind(madfs_proto::tag::REPLICATE);
                     }
                 }
                 *slot = Some((t, seen));

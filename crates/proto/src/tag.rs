@@ -1,7 +1,7 @@
 //! Layout of the 64-bit UCX tags.
 //!
 //! ```text
-//!  63..60  kind      REQUEST | FSYNC | REPLY | WELCOME | REQUEST_DATA | HELLO | ADMIT
+//!  63..60  kind      REQUEST | FSYNC | REPLY | WELCOME | REQUEST_DATA | HELLO | ADMIT | REPLICATE
 //!  59..32  conn      connection id the server gave the client (requests)
 //!  31..0   seq       per-client call number; the reply comes back with the same seq
 //! ```
@@ -37,6 +37,10 @@ pub const REPLY_ANY_MASK: u64 = !REPLY_DATA_BIT;
 pub const HELLO: u64 = 6 << 60;
 /// A server's [`crate::Admission`], on `admit(server)`.
 pub const ADMIT: u64 = 8 << 60;
+/// A replicated cluster's copy from a primary to a secondary (`Request::Replicate`): a
+/// kind of its own, received by handlers of its own, so that copies are taken even while
+/// every request handler waits for copies of its own (servers copying to each other).
+pub const REPLICATE: u64 = 9 << 60;
 /// A server's stall probe to its own worker (taken and dropped by its drain; see
 /// `madfs_rpc::probe`).
 pub const PROBE: u64 = 15 << 60;

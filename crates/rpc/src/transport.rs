@@ -107,6 +107,9 @@ pub struct Transport {
     map_epoch: Cell<u64>,
     /// Calls go to the server named, never elsewhere ([`Transport::no_failover`]).
     fixed: Cell<bool>,
+    /// Tag kind of the requests of [`Transport::call_sync`] (`REQUEST`; a server's copies:
+    /// `REPLICATE`).
+    kind: Cell<u64>,
     /// A connection was given up on or a connect timed out: UCX may hold a request on an
     /// endpoint of this worker that never completes, and destroying the worker would abort
     /// the process ("pending request … should have been flushed"): it is left to the exit.
@@ -286,6 +289,7 @@ impl Transport {
             map_epoch: Cell::new(0),
             fixed: Cell::new(false),
             tainted: Cell::new(false),
+            kind: Cell::new(tag::REQUEST),
         }
     }
 
@@ -410,6 +414,12 @@ impl Transport {
     pub fn no_failover(&self) {
         self.fixed.set(true);
         self.replication.set(0);
+    }
+
+    /// [`Transport::call_sync`] sends its requests with tag kind `kind` (a server's copies:
+    /// `tag::REPLICATE`).
+    pub fn set_request_kind(&self, kind: u64) {
+        self.kind.set(kind);
     }
 
     fn learn_replication(&self, w: &Welcome) {
@@ -928,7 +938,7 @@ impl Transport {
         self.ensure(server)?;
         self.wait(
             &[server],
-            self.call(server, tag::REQUEST, req, bulk, reply_cap),
+            self.call(server, self.kind.get(), req, bulk, reply_cap),
         )
     }
 

@@ -42,6 +42,9 @@ pub enum Change {
 pub struct ClusterMap {
     pub epoch: u64,
     pub states: Vec<State>,
+    /// The cluster's replication factor (fixed; set when the map is loaded).
+    #[serde(default)]
+    pub r: u32,
 }
 
 impl ClusterMap {
@@ -50,6 +53,7 @@ impl ClusterMap {
         ClusterMap {
             epoch: 0,
             states: vec![State::Up; n as usize],
+            r: 0,
         }
     }
 
@@ -76,12 +80,27 @@ impl ClusterMap {
                 | (State::Rejoining, State::Down)
                 | (State::Down, State::Rejoining)
                 | (State::Rejoining, State::Up)
-        );
+        ) && !(to == State::Down && from == State::Up && self.last_up_of_a_set(s));
         if allowed {
             self.states[s as usize] = to;
             self.epoch += 1;
         }
         allowed
+    }
+
+    /// Is `s` the only member up of a replica set it belongs to? Such a server is never
+    /// marked down: if it is dead, its set is unavailable either way; if it is alive (two
+    /// servers each finding the other slow to take copies), marking it down would make the
+    /// set unavailable for nothing.
+    fn last_up_of_a_set(&self, s: u32) -> bool {
+        let n = self.states.len() as u32;
+        if self.r < 2 {
+            return false;
+        }
+        (0..self.r.min(n)).any(|back| {
+            let first = (s + n - back) % n;
+            replicas(first, n, self.r).all(|m| m == s || self.state(m) != State::Up)
+        })
     }
 
     /// The primary of the replica set whose first replica is `first` (R = `r`): its first
@@ -152,6 +171,26 @@ mod tests {
         assert_eq!(m.primary(3, 2), None);
         m.apply(Change::Up(3));
         assert_eq!(m.primary(3, 2), Some(3));
+    }
+
+    #[test]
+    fn the_last_member_up_of_a_set_is_never_marked_down() {
+        let mut m = ClusterMap::new(2);
+        m.r = 2;
+        assert!(m.apply(Change::Down(1)));
+        assert!(
+            !m.apply(Change::Down(0)),
+            "two servers each finding the other slow"
+        );
+        let mut m = ClusterMap::new(4);
+        m.r = 2;
+        assert!(m.apply(Change::Down(1)));
+        assert!(
+            m.apply(Change::Down(3)),
+            "sets {{3, 0}} and {{2, 3}} keep a member"
+        );
+        assert!(!m.apply(Change::Down(0)), "set {{0, 1}} would have none");
+        assert!(!m.apply(Change::Down(2)), "set {{1, 2}} would have none");
     }
 
     #[test]

@@ -89,15 +89,17 @@ pub struct Node {
 
 impl Node {
     /// Starts this server's member (inside the control port's runtime) and its duties.
+    #[allow(clippy::too_many_arguments)]
     pub async fn start(
         id: u32,
         servers: u32,
+        replication: u32,
         data_dir: &Path,
         cluster_file: PathBuf,
         settings: Settings,
     ) -> anyhow::Result<Arc<Node>> {
         let db = store::open(data_dir)?;
-        let machine = store::MapMachine::load(db.clone(), servers)?;
+        let machine = store::MapMachine::load(db.clone(), servers, replication)?;
         let login = madfs_control::Login::for_cluster(&cluster_file)?;
         let net = net::Network {
             cluster_file,

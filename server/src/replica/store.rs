@@ -237,8 +237,8 @@ pub struct MapMachine {
 
 impl MapMachine {
     /// The state machine of a cluster of `n` servers, as this server last applied it.
-    pub fn load(db: Arc<DB>, n: u32) -> anyhow::Result<Self> {
-        let m = match db.get(b"m")? {
+    pub fn load(db: Arc<DB>, n: u32, r: u32) -> anyhow::Result<Self> {
+        let mut m: Machine = match db.get(b"m")? {
             Some(v) => serde_json::from_slice(&v)?,
             None => Machine {
                 last_applied: None,
@@ -247,6 +247,7 @@ impl MapMachine {
                 snapshots: 0,
             },
         };
+        m.map.r = r;
         Ok(MapMachine {
             db,
             inner: Arc::new(Mutex::new(m)),
