@@ -98,8 +98,9 @@ pub fn run(a: FailoverArgs) -> anyhow::Result<()> {
             while !stop.load(Relaxed) {
                 let f = &files[k % files.len()];
                 k += 1;
-                c.chmod(f, 0o600 + (k as u32 % 2) * 0o44)?;
-                c.stat(f)?;
+                c.chmod(f, 0o600 + (k as u32 % 2) * 0o44)
+                    .with_context(|| format!("chmod {f}"))?;
+                c.stat(f).with_context(|| format!("stat {f}"))?;
                 ops += 1;
                 log.lock().unwrap().push(base.elapsed().as_secs_f64());
             }
@@ -140,9 +141,17 @@ pub fn run(a: FailoverArgs) -> anyhow::Result<()> {
             let d = d.lock().unwrap();
             let after: Vec<f64> = d.iter().copied().filter(|t| *t > at).collect();
             let Some(first) = after.first() else {
+                drop(d);
+                stop.store(true, Relaxed);
+                let why = match threads.remove(i).join() {
+                    Ok(Err(e)) => format!("{e:#}"),
+                    Ok(Ok(_)) => "no error".into(),
+                    Err(_) => "it panicked".into(),
+                };
                 bail!(
-                    "client {i} completed nothing in the {} s after kill {k}",
-                    a.watch
+                    "client {i} completed nothing in the {} s after kill {} ({why})",
+                    a.watch,
+                    k + 1
                 );
             };
             kn.push(first - at);

@@ -1515,13 +1515,16 @@ async fn handler(net: Rc<Net>, kind: u64) {
                     continue;
                 }
                 Ok((req, _))
-                    if ops.cap_check(&who, &req).is_err() || !ops.may_serve(&who, &req) =>
+                    if {
+                        // (each asked once: the map may change between two questions)
+                        denied = if !ops.may_serve(&who, &req) {
+                            Some(Errno::EREMCHG)
+                        } else {
+                            ops.cap_check(&who, &req).err().map(|_| Errno::EACCES)
+                        };
+                        denied.is_some()
+                    } =>
                 {
-                    denied = Some(if ops.may_serve(&who, &req) {
-                        Errno::EACCES
-                    } else {
-                        Errno::EREMCHG
-                    });
                     let data_len = match req {
                         Request::WriteData { len, .. } => Some(len as usize),
                         _ => None,

@@ -555,7 +555,7 @@ impl Ops {
             let (entries, next) = if s == self.here() {
                 self.dir_page(&after)?
             } else {
-                self.peers.dir_page(s, &after, self.here())?
+                self.peers.dir_page(s, &after, self.id)?
             };
             for (path, mode, uid, gid, version) in entries {
                 let p = DirPerm {

@@ -640,6 +640,16 @@ impl Transport {
         let mode = self.settings.err_mode;
         let fut = async move {
             let mut buf = Vec::<u8>::with_capacity(512);
+            // a welcome already queued is a late one, for a connect given up on before:
+            // taken off and thrown away (at most a few)
+            for _ in 0..16 {
+                let mut stale = [MaybeUninit::<u8>::uninit(); 512];
+                let mut recv = pin!(worker.tag_recv(tag::welcome(server), &mut stale));
+                match futures::poll!(recv.as_mut()) {
+                    Poll::Ready(_) => continue,
+                    Poll::Pending => break,
+                }
+            }
             let (ep, n) = {
                 let mut recv =
                     pin!(worker.tag_recv(tag::welcome(server), buf.spare_capacity_mut()));
@@ -685,6 +695,15 @@ impl Transport {
         let worker2 = worker_ref(&self.net);
         let answer = async {
             let mut buf = Vec::<u8>::with_capacity(4096);
+            // (a late admission of a connect given up on: thrown away, as a late welcome)
+            for _ in 0..16 {
+                let mut stale = [MaybeUninit::<u8>::uninit(); 512];
+                let mut recv = pin!(worker2.tag_recv(tag::admit(server), &mut stale));
+                match futures::poll!(recv.as_mut()) {
+                    Poll::Ready(_) => continue,
+                    Poll::Pending => break,
+                }
+            }
             let n = {
                 let mut recv = pin!(worker2.tag_recv(tag::admit(server), buf.spare_capacity_mut()));
                 if let Poll::Ready(r) = futures::poll!(recv.as_mut()) {

@@ -168,6 +168,8 @@ fn catch_up(ops: &Ops, epoch: u64, rate: u64) -> FsResult<(u64, u64)> {
     ops.meta.recount()?;
     ops.meta.forget_id_blocks();
     drop(c);
+    // directories made while this server was away (ancestor checks): from every set again
+    ops.learn_dirs();
     Ok((records, bytes))
 }
 
