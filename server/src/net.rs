@@ -856,7 +856,7 @@ async fn hello_loop(worker: Rc<Worker>, conns: Rc<Conns>, cfg: Rc<NetConfig>, op
         tokio::task::spawn_local(async move {
             let sent = tokio::time::timeout(
                 cfg.send_timeout,
-                ep.tag_send(tag::admit(cfg.server_id), &bytes),
+                ep.tag_send(tag::admit(cfg.server_id, conn), &bytes),
             )
             .await;
             if !matches!(sent, Ok(Ok(_))) {

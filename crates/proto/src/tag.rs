@@ -79,9 +79,10 @@ pub fn hello(conn: u32) -> u64 {
     request(HELLO, conn, 0)
 }
 
-/// Tag of server `server`'s answer to a hello.
-pub fn admit(server: u32) -> u64 {
-    ADMIT | server as u64
+/// Tag of server `server`'s answer to the hello of connection `conn` (the connection in the
+/// tag: a late answer to a connect given up on is never taken for another's).
+pub fn admit(server: u32, conn: u32) -> u64 {
+    ADMIT | ((conn as u64 & MAX_CONN as u64) << 32) | server as u64
 }
 
 /// Splits a request tag into (kind, conn, seq).

@@ -695,17 +695,9 @@ impl Transport {
         let worker2 = worker_ref(&self.net);
         let answer = async {
             let mut buf = Vec::<u8>::with_capacity(4096);
-            // (a late admission of a connect given up on: thrown away, as a late welcome)
-            for _ in 0..16 {
-                let mut stale = [MaybeUninit::<u8>::uninit(); 512];
-                let mut recv = pin!(worker2.tag_recv(tag::admit(server), &mut stale));
-                match futures::poll!(recv.as_mut()) {
-                    Poll::Ready(_) => continue,
-                    Poll::Pending => break,
-                }
-            }
             let n = {
-                let mut recv = pin!(worker2.tag_recv(tag::admit(server), buf.spare_capacity_mut()));
+                let mut recv =
+                    pin!(worker2.tag_recv(tag::admit(server, w.conn), buf.spare_capacity_mut()));
                 if let Poll::Ready(r) = futures::poll!(recv.as_mut()) {
                     r.map_err(ucx_errno)?;
                     return Err(Errno::EPROTO);
