@@ -21,10 +21,13 @@ pub use config::ClientConfig;
 pub use fs::{DirEntry, FileSystem, OpenFlags};
 pub use madfs_proto::{Attr, Errno, FindFilter, FsResult, StatFs, TimeSpec};
 
-/// `MADFS_LOG`'s filter (tracing's `EnvFilter` syntax), `warn` without it.
+/// `MADFS_LOG`'s filter (tracing's `EnvFilter` syntax), `warn` without it; async-ucx's own
+/// messages only where the filter names them ([`madfs_rpc::log_directives`]).
 fn log_filter() -> tracing_subscriber::EnvFilter {
-    tracing_subscriber::EnvFilter::try_from_env("MADFS_LOG")
-        .unwrap_or_else(|_| "warn,async_ucx=off".into())
+    tracing_subscriber::EnvFilter::new(madfs_rpc::log_directives(
+        std::env::var("MADFS_LOG").ok().as_deref(),
+        "warn",
+    ))
 }
 
 /// Logging of a program running under the preload, set up when it first talks to the

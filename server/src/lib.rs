@@ -214,7 +214,10 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         let ops = ops.clone();
         std::thread::Builder::new()
             .name("madfs-dirs".into())
-            .spawn(move || ops.learn_dirs())?;
+            .spawn(move || {
+                ops.learn_dirs();
+                peer::release_thread();
+            })?;
     }
     let pending = ops.park_intents()?;
     if pending > 0 {
@@ -224,6 +227,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
 
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .on_thread_stop(peer::release_thread)
         .max_blocking_threads(cfg.io_threads.max(1))
         .thread_name("madfs-io")
         .build()?;

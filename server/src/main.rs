@@ -168,10 +168,9 @@ fn main() {
         unsafe { std::env::set_var("UCX_TCP_CM_REUSEADDR", "y") };
     }
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("MADFS_LOG")
-                .unwrap_or_else(|_| "info,async_ucx=off".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::new(
+            madfs_rpc::log_directives(std::env::var("MADFS_LOG").ok().as_deref(), "info"),
+        ))
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();

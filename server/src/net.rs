@@ -1642,6 +1642,7 @@ async fn handler(net: Rc<Net>, kind: u64) {
                 .name("madfs-copy-sync".into())
                 .spawn(move || {
                     let (p, n) = serve_frame(&ops2, &mut b, data, &who);
+                    crate::peer::release_thread();
                     let _ = tx.send((b, p, n));
                 });
             match (spawned, rx.await) {

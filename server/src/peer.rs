@@ -42,6 +42,16 @@ thread_local! {
     static RESYNC: RefCell<Option<(Transport, Vec<i64>)>> = const { RefCell::new(None) };
 }
 
+/// Gives up this thread's transports now: a thread that ends calls it last. (Left to the
+/// thread's end, a connection closed then may log while the logger's own thread-locals are
+/// already gone, which aborts the server.)
+pub fn release_thread() {
+    for slot in [&TRANSPORT, &COPIES, &RESYNC] {
+        let t = slot.try_with(|c| c.borrow_mut().take()).ok().flatten();
+        drop(t);
+    }
+}
+
 /// Deadline of a rejoining server's copy calls.
 const RESYNC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 

@@ -371,8 +371,34 @@ impl Drop for LocalCluster {
         for i in 0..self.servers.len() {
             self.kill(i);
         }
+        if std::thread::panicking() {
+            // a failed test: the end of each server's log, and the whole root kept on demand
+            for i in 0..self.servers.len() {
+                let log = self.log(i);
+                let tail: Vec<&str> = log.lines().rev().take(LOG_TAIL).collect();
+                eprintln!("--- end of server {i}'s log");
+                for l in tail.iter().rev() {
+                    eprintln!("{l}");
+                }
+            }
+            if std::env::var_os("MADFS_KEEP_TEST_ROOT").is_some() {
+                // moved out of the temporary directory's way (its removal then finds nothing)
+                let kept = std::env::temp_dir().join(format!(
+                    "madfs-kept-{}-{}",
+                    std::process::id(),
+                    self.ports.port(0)
+                ));
+                match std::fs::rename(self.root.path(), &kept) {
+                    Ok(()) => eprintln!("--- kept {}", kept.display()),
+                    Err(e) => eprintln!("--- could not keep {}: {e}", self.root.path().display()),
+                }
+            }
+        }
     }
 }
+
+/// Lines of each server's log a failed test prints.
+const LOG_TAIL: usize = 40;
 
 /// A throw-away `munged` for tests of MUNGE authentication: its own random key, socket and
 /// files in a temporary directory; stopped when dropped. Point libmunge at it with

@@ -31,3 +31,31 @@ pub fn new_context() -> std::io::Result<Arc<Context>> {
     ucx1_sys::load().map_err(std::io::Error::other)?;
     Context::new().map_err(|e| std::io::Error::other(format!("UCX context: {e}")))
 }
+
+/// The log filter directives (tracing's `EnvFilter` syntax) of `MADFS_LOG`'s value `given`
+/// (`default` without one), with async-ucx's own messages off unless `given` names them: it
+/// logs when an endpoint closes, which a thread's end can do after the logger's thread-locals
+/// are gone (aborting the process).
+pub fn log_directives(given: Option<&str>, default: &str) -> String {
+    let given = given.map(str::trim).filter(|g| !g.is_empty());
+    match given {
+        Some(g) if g.contains("async_ucx") => g.to_string(),
+        Some(g) => format!("{g},async_ucx=off"),
+        None => format!("{default},async_ucx=off"),
+    }
+}
+
+#[cfg(test)]
+mod log_tests {
+    #[test]
+    fn async_ucx_is_quiet_unless_named() {
+        use super::log_directives as d;
+        assert_eq!(d(None, "warn"), "warn,async_ucx=off");
+        assert_eq!(d(Some("debug"), "warn"), "debug,async_ucx=off");
+        assert_eq!(
+            d(Some("info,async_ucx=trace"), "warn"),
+            "info,async_ucx=trace"
+        );
+        assert_eq!(d(Some(" "), "info"), "info,async_ucx=off");
+    }
+}

@@ -125,27 +125,20 @@ const REPLICATED_CONNECT: Duration = Duration::from_secs(2);
 /// `--down-after-ms`), a failed leader twice that.
 pub const FAILOVER_WINDOW: Duration = Duration::from_secs(6);
 
-/// The tries of one call through failovers ([`FAILOVER_WINDOW`]).
-#[derive(Debug)]
+/// The tries of one call through failovers ([`FAILOVER_WINDOW`], counted from the first
+/// failure: a call may have waited long for a dead server before the map showed it).
+#[derive(Debug, Default)]
 pub struct Retry {
-    started: Instant,
+    failed_at: Option<Instant>,
     tries: u32,
-}
-
-impl Default for Retry {
-    fn default() -> Self {
-        Retry {
-            started: Instant::now(),
-            tries: 0,
-        }
-    }
 }
 
 impl Retry {
     /// May the call be sent once more?
     pub fn again(&mut self) -> bool {
         self.tries += 1;
-        self.tries <= 2 || self.started.elapsed() < FAILOVER_WINDOW
+        let since = *self.failed_at.get_or_insert_with(Instant::now);
+        self.tries <= 2 || since.elapsed() < FAILOVER_WINDOW
     }
 }
 /// Deadline of asking another server for the cluster map during a failover.
@@ -443,15 +436,14 @@ impl Transport {
         let failed: Vec<u32> = sets.iter().map(|s| self.serving(*s)).collect();
         let saved = self.timeout.replace(self.timeout.get().min(MAP_TIMEOUT));
         let mut map = None;
-        // ask the servers after the failed ones (the map is everywhere), else any
+        // ask the servers after the failed ones first (the map is everywhere), then those:
+        // `sets` may not name the server that failed (a file's size lives with its name),
+        // and one asked may be the dead one
         let first = sets.first().copied().unwrap_or(0);
-        let mut ask: Vec<u32> = (1..=n)
+        let (mut ask, then): (Vec<u32>, Vec<u32>) = (1..=n)
             .map(|k| (first + k) % n)
-            .filter(|s| !failed.contains(&self.serving(*s)))
-            .collect();
-        if ask.is_empty() {
-            ask = (0..n).collect();
-        }
+            .partition(|s| !failed.contains(&self.serving(*s)));
+        ask.extend(then);
         for s in ask {
             let got = self.call_sync_once(s, &Request::Map, &[], 4096);
             if let Ok(raw) = got {
@@ -464,10 +456,22 @@ impl Transport {
             }
         }
         self.timeout.set(saved);
+        let asked = map.is_some();
         let moved = match map {
             Some((epoch, states)) => self.learn_map(epoch, &states),
             None => false,
         };
+        tracing::debug!(
+            "madfs: failover of replica sets {sets:?} after {e:?} in {}: map {}",
+            self.last_op.get(),
+            if moved {
+                "moved"
+            } else if asked {
+                "unchanged"
+            } else {
+                "unknown"
+            }
+        );
         if !moved {
             // the servers have not marked anything yet: give them a moment
             std::thread::sleep(Duration::from_millis(200));
@@ -852,10 +856,16 @@ impl Transport {
         let busy: Vec<u32> = involved.iter().map(|s| self.serving(*s)).collect();
         let n = self.servers();
         let first = involved.first().copied().unwrap_or(0);
-        (1..=n)
+        let others: Vec<u32> = (1..=n)
             .map(|k| (first + k) % n)
             .filter(|s| !busy.contains(&self.serving(*s)))
-            .find(|s| self.connected(*s))
+            .collect();
+        if let Some(s) = others.iter().find(|s| self.connected(**s)) {
+            return Some(*s);
+        }
+        // none yet (a program that so far talked to these servers only): connect to one,
+        // else a call waiting on a dead server would wait for its deadline
+        others.into_iter().find(|s| self.ensure(*s).is_ok())
     }
 
     /// Is there a connection for replica set `set` (a call on it would not connect first)?

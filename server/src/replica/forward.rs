@@ -172,13 +172,21 @@ impl Replication {
                 .collect();
             let more = ids.len() > 64;
             let mut records = vec![];
+            let (n, cs) = (ops.peers.servers(), ops.chunk_size as u64);
             for &id in ids.iter().take(64) {
                 let mut v = vec![];
                 for (p, l) in ops.chunks.extents(id)? {
-                    v.extend_from_slice(&p.to_le_bytes());
-                    v.extend_from_slice(&l.to_le_bytes());
+                    // only the chunks of `set`: a chunk file holds those of every set this
+                    // server belongs to, and its data extents are whole blocks (a block
+                    // shared with another set's chunk would copy zeros over its data)
+                    for (a, b) in super::of_sets(id, p, p + l, cs, n, &[set]) {
+                        v.extend_from_slice(&a.to_le_bytes());
+                        v.extend_from_slice(&(b - a).to_le_bytes());
+                    }
                 }
-                records.push((id.to_le_bytes().to_vec(), v));
+                if !v.is_empty() {
+                    records.push((id.to_le_bytes().to_vec(), v));
+                }
             }
             let next = more.then(|| ids[63].to_le_bytes().to_vec());
             return Ok(Answer::Records(records, next));
@@ -336,37 +344,46 @@ impl Replication {
         Ok(Answer::Unit)
     }
 
-    /// Secondary `to` did not take a copy in time: it counts as a live replica until the map
-    /// says it is down, so the copy is done once it does (the leader's watch marks a dead
-    /// server down; a live one that cannot keep up is proposed down here, and catches up
-    /// when it rejoins).
+    /// Secondary `to` did not take a copy in time (`--down-after-ms`): it counts as a live
+    /// replica until the map says it is down, so the copy is done once it does. It is
+    /// proposed down at once and again until the map has it (the leader's watch may be
+    /// marking a dead server down meanwhile; a dead leader is replaced first, and a
+    /// crowded machine makes both slow); a live one that cannot keep up catches up when it
+    /// rejoins. EIO only when no map change could be made within the bound.
     fn give_up_on(&self, to: u32) -> FsResult<()> {
         let node = self.node()?;
         let down = |n: &Node| n.map().state(to) == super::map::State::Down;
-        let wait = node.settings().down_after * 2;
-        let until = Instant::now() + wait;
-        while Instant::now() < until {
+        let s = node.settings();
+        let until = Instant::now() + s.down_after * 2 + s.election * 4;
+        let mut said = false;
+        loop {
             if down(node) {
                 return Ok(());
             }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        if let Some(h) = self.handle.get() {
-            let n = node.clone();
-            let proposed = h.block_on(async move { n.propose_down(to).await });
-            if let Err(e) = proposed {
-                tracing::warn!(
-                    "replica: server {to} takes no copies, and marking it down failed: {e}"
-                );
+            if Instant::now() >= until {
+                tracing::warn!("replica: server {to} takes no copies and could not be marked down");
+                return Err(Errno::EIO);
             }
-        }
-        if down(node) {
-            Ok(())
-        } else {
-            Err(Errno::EIO)
+            if let Some(h) = self.handle.get() {
+                let n = node.clone();
+                let proposed = h.block_on(async move {
+                    tokio::time::timeout(PROPOSE_WAIT, n.propose_down(to)).await
+                });
+                match proposed {
+                    Ok(Err(e)) if !said => {
+                        said = true;
+                        tracing::info!("replica: marking server {to} down: {e} (trying again)");
+                    }
+                    _ => {}
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
         }
     }
 }
+
+/// How long one proposal to mark a secondary down may take before it is made again.
+const PROPOSE_WAIT: Duration = Duration::from_secs(1);
 
 /// Serves `f` for replica set `target.set`, with the changes it makes copied to the set's
 /// secondaries.

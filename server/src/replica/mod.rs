@@ -75,6 +75,9 @@ impl Default for Settings {
     }
 }
 
+/// How long a lapsed server waits for the leader's answer, and then to apply that far.
+const CONFIRM_WAIT: Duration = Duration::from_millis(1000);
+
 /// This server's member of the cluster map's Raft group.
 pub struct Node {
     id: u32,
@@ -85,6 +88,12 @@ pub struct Node {
     settings: Settings,
     /// When this server last took the leader's entries, and the leader's commit index then.
     took: std::sync::Mutex<Option<(Instant, u64)>>,
+    /// Set when this server took the leader's entries after a lapse of the lease (it was
+    /// frozen, starved or cut off, or it just started): the next entries it takes may have
+    /// waited in its sockets all along, so it is current again only once the leader, asked
+    /// afresh, named its commit index and this server applied that far
+    /// ([`Node::confirm`]).
+    lapsed: std::sync::atomic::AtomicBool,
 }
 
 impl Node {
@@ -131,6 +140,7 @@ impl Node {
             net,
             settings,
             took: Default::default(),
+            lapsed: std::sync::atomic::AtomicBool::new(true),
         });
         tokio::spawn(node.clone().duties());
         Ok(node)
@@ -160,10 +170,52 @@ impl Node {
                 .millis_since_quorum_ack
                 .is_some_and(|ms| ms < lease.as_millis() as u64);
         }
+        if self.lapsed.load(std::sync::atomic::Ordering::SeqCst) {
+            return false;
+        }
         let applied = m.last_applied.map_or(0, |l| l.index);
         match *self.took.lock().unwrap_or_else(|e| e.into_inner()) {
             Some((at, commit)) => at.elapsed() < lease && applied >= commit,
             None => false,
+        }
+    }
+
+    /// After a lapse: asks the leader for its commit index afresh (a message of its own, sent
+    /// now: never one that waited in a socket) and waits until this server applied that far.
+    /// The map it then holds has every change made while it was away, its own replacement
+    /// included.
+    async fn confirm(&self) {
+        let Some(leader) = self.raft.metrics().borrow().current_leader else {
+            return;
+        };
+        if leader == self.id as u64 {
+            return;
+        }
+        let asked = Instant::now();
+        let reply = self
+            .net
+            .call(&mut None, leader, "read", String::new(), CONFIRM_WAIT)
+            .await;
+        let Ok(Ok(index)) = reply.map(|r| serde_json::from_str::<Result<u64, String>>(&r)) else {
+            return;
+        };
+        let Ok(index) = index else {
+            return;
+        };
+        let applied = self
+            .raft
+            .wait(Some(CONFIRM_WAIT))
+            .applied_index_at_least(Some(index), "confirm")
+            .await;
+        let took_since = self
+            .took
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|(at, _)| at >= asked);
+        if applied.is_ok() && took_since {
+            self.lapsed
+                .store(false, std::sync::atomic::Ordering::SeqCst);
+            tracing::debug!("cluster map: current again (leader's commit index {index})");
         }
     }
 
@@ -212,7 +264,12 @@ impl Node {
                 let at = Instant::now();
                 let r = self.raft.append_entries(rpc).await;
                 if matches!(r, Ok(openraft::raft::AppendEntriesResponse::Success)) {
-                    *self.took.lock().unwrap_or_else(|e| e.into_inner()) = Some((at, commit));
+                    let lease = self.settings.down_after * 2 / 3;
+                    let mut took = self.took.lock().unwrap_or_else(|e| e.into_inner());
+                    if took.is_none_or(|(last, _)| at.duration_since(last) >= lease) {
+                        self.lapsed.store(true, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    *took = Some((at, commit));
                 }
                 json(&r)
             }
@@ -228,6 +285,16 @@ impl Node {
             "propose" => {
                 let c: Change = serde_json::from_str(body).map_err(bad)?;
                 json(&self.propose(c, 0).await)
+            }
+            "read" => {
+                // the leader's commit index, its leadership confirmed by a quorum now
+                let r = self
+                    .raft
+                    .get_read_log_id()
+                    .await
+                    .map(|(read, _)| read.map_or(0, |l| l.index))
+                    .map_err(|e| e.to_string());
+                json(&r)
             }
             _ => Err(format!("unknown Raft message {kind:?}")),
         }
@@ -278,6 +345,9 @@ impl Node {
                 self.lead(since, &members).await;
             } else {
                 leading_since = None;
+                if self.lapsed.load(std::sync::atomic::Ordering::SeqCst) {
+                    self.confirm().await;
+                }
             }
         }
     }
@@ -331,5 +401,50 @@ impl Node {
                 }
             }
         }
+    }
+}
+
+/// The parts of `[from, to)` of file `id`'s chunk file (chunks of `cs` bytes, each at its
+/// byte position in the file) whose chunks belong to one of replica sets `sets` among `n`
+/// servers (a set is named by its first member: the chunk's placement).
+pub fn of_sets(id: u64, from: u64, to: u64, cs: u64, n: u32, sets: &[u32]) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = vec![];
+    if cs == 0 || from >= to {
+        return out;
+    }
+    let mut c = from / cs;
+    while c * cs < to {
+        let (a, b) = ((c * cs).max(from), ((c + 1) * cs).min(to));
+        if sets.contains(&madfs_placement::chunk_server(id, c, n)) {
+            match out.last_mut() {
+                Some(last) if last.1 == a => last.1 = b,
+                _ => out.push((a, b)),
+            }
+        }
+        c += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod set_tests {
+    use super::of_sets;
+
+    #[test]
+    fn a_sets_chunks_are_cut_out_of_a_range() {
+        let (id, n, cs) = (0x0002_0000_0001_0523u64, 4, 100);
+        let set_of = |c: u64| madfs_placement::chunk_server(id, c, n);
+        let all: Vec<u32> = (0..n).collect();
+        assert_eq!(of_sets(id, 50, 1000, cs, n, &all), [(50, 1000)]);
+        let s = set_of(3);
+        let got = of_sets(id, 0, 1000, cs, n, &[s]);
+        assert!(got
+            .iter()
+            .any(|r| *r == (300, 400) || (r.0 <= 300 && r.1 >= 400)));
+        for c in 0..10 {
+            let inside = got.iter().any(|(a, b)| *a <= c * cs && (c + 1) * cs <= *b);
+            assert_eq!(inside, set_of(c) == s, "chunk {c}");
+        }
+        assert_eq!(of_sets(id, 10, 10, cs, n, &all), []);
     }
 }

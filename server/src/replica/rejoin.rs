@@ -3,9 +3,9 @@
 //!
 //! It asks to be *rejoining*: from then on the primaries of its replica sets send it their
 //! copies (`forward`), which it keeps aside (metadata batches) or makes and notes (chunk
-//! changes) while it copies. It drops its own records of those sets, copies the current
-//! ones from each set's primary (metadata by key range, then the chunk files' data, at a
-//! bounded rate), applies the batches it kept, counts its directories' entries again, and
+//! changes) while it copies. It drops its own records and chunk data of those sets, copies
+//! the current ones from each set's primary (metadata by key range, then the data of the
+//! set's chunks, at a bounded rate), applies the batches it kept, counts its directories' entries again, and
 //! asks to be *up*. A primary serves the copy only once every request it admitted before
 //! the rejoin's map epoch is over (those do not copy to the rejoining server), so nothing
 //! falls between the copy and the copies.
@@ -13,6 +13,7 @@
 use super::forward::Catching;
 use super::map::{Change, State};
 use crate::ops::Ops;
+use crate::store::ChunkStore;
 use madfs_proto::{Errno, FsResult};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
@@ -113,6 +114,8 @@ fn catch_up(ops: &Ops, epoch: u64, rate: u64) -> FsResult<(u64, u64)> {
             }
         }
     }
+    let wiped = wipe(ops, &sets)?;
+    tracing::info!("rejoin: dropped {wiped} bytes of stale chunk data");
     let mut bytes = 0u64;
     let started = Instant::now();
     for &set in &sets {
@@ -171,6 +174,36 @@ fn catch_up(ops: &Ops, epoch: u64, rate: u64) -> FsResult<(u64, u64)> {
     // directories made while this server was away (ancestor checks): from every set again
     ops.learn_dirs();
     Ok((records, bytes))
+}
+
+/// Punches out this server's chunk data of replica sets `sets` (what the copy replaces: data
+/// cut, punched or removed while this server was away must not outlive the copy), leaving
+/// what copies sent meanwhile wrote; returns the bytes dropped.
+fn wipe(ops: &Ops, sets: &[u32]) -> FsResult<u64> {
+    let rep = ops.replica.as_ref().ok_or(Errno::EINVAL)?;
+    let (n, cs) = (ops.peers.servers(), ops.chunk_size as u64);
+    let mut wiped = 0;
+    for (id, _) in ops.chunks.ids()? {
+        let c = rep.catching.lock().unwrap_or_else(|e| e.into_inner());
+        let touched = c.as_ref().and_then(|c| c.touched.get(&id));
+        if touched.is_some_and(|t| t.removed) {
+            continue;
+        }
+        let mut ranges = vec![];
+        for (p, l) in ops.chunks.extents(id)? {
+            ranges.extend(super::of_sets(id, p, p + l, cs, n, sets));
+        }
+        if let Some(t) = touched {
+            for (p, l) in &t.ranges {
+                ranges = cut_ranges(ranges, *p, p + l);
+            }
+        }
+        for (a, b) in ranges {
+            ops.chunks.punch(id, a, b - a)?;
+            wiped += b - a;
+        }
+    }
+    Ok(wiped)
 }
 
 /// Writes a copied piece of file `id` at `pos`, leaving out what copies sent meanwhile
