@@ -149,6 +149,10 @@ impl KnownDirs {
 /// Most directories one client remembers (then it starts over).
 const KNOWN_DIRS_MAX: usize = 65536;
 
+/// Sequence numbers of this process's request ids (`Request::Once`; the client number is its
+/// holder number, new in a fork child).
+static ONCE_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 /// The madfs client of one thread.
 pub struct Client {
     close_sync: bool,
@@ -569,6 +573,22 @@ impl Client {
     /// answered `EIO`.
     fn call(&self, server: u32, req: &Request<'_>) -> FsResult<Reply<'static>> {
         mutating(req);
+        // a change that must not be applied twice goes with a request id where a failover
+        // may send it again (the servers' replay cache, docs/redundancy.md)
+        let once;
+        let req = if self.t.replicated() && req.needs_once() {
+            once = Request::Once {
+                client: crate::hold::holder(),
+                seq: ONCE_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                at: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64),
+                req: Box::new(req.clone()),
+            };
+            &once
+        } else {
+            req
+        };
         let first = small_reply(self.t.call_sync(server, req, &[], SMALL_REPLY)?);
         if first != Err(Errno::EAGAIN) {
             return first;

@@ -326,6 +326,19 @@ impl crate::ops::Ops {
         bulk: &[u8],
         data: &mut [u8],
     ) -> FsResult<Answer> {
+        // a request id matters only where a request may be sent again to another server
+        let (req, once) = match req {
+            Request::Once {
+                client,
+                seq,
+                at,
+                req: inner,
+            } => (&**inner, Some((*client, *seq, *at))),
+            r => (r, None),
+        };
+        if matches!(req, Request::Once { .. }) {
+            return Err(Errno::EINVAL);
+        }
         let Some(rep) = &self.replica else {
             return self.execute_checked(who, req, bulk, data);
         };
@@ -360,9 +373,87 @@ impl crate::ops::Ops {
             _ => {}
         }
         let target = rep.admit(who, req)?;
-        crate::replica::forward::serving(target, self, || {
-            self.execute_checked(who, req, bulk, data)
+        let set = target.as_ref().map(|t| t.set());
+        crate::replica::forward::serving(target, self, || match (once, set) {
+            (Some(id), Some(set)) => {
+                crate::replica::replay::once(self, set, id, |note| match note {
+                    None => self.execute_checked(who, req, bulk, data),
+                    Some(note) => self.replayed(who, req, note, bulk, data),
+                })
+            }
+            _ => self.execute_checked(who, req, bulk, data),
         })
+    }
+
+    /// The answer to `req`, sent again after it was applied (its replay record noted `note`):
+    /// what it answered then, and the notices to other servers it may not have finished
+    /// sending.
+    fn replayed(
+        &self,
+        who: &Who,
+        req: &Request<'_>,
+        note: crate::replica::replay::Note,
+        bulk: &[u8],
+        data: &mut [u8],
+    ) -> FsResult<Answer> {
+        use crate::replica::replay::Note;
+        match (note, req) {
+            // the file it made, opened as it was then (a capability, an open reference)
+            (Note::Created(_), Request::Create { .. }) => {
+                let again = match *req {
+                    Request::Create {
+                        path,
+                        mode,
+                        uid,
+                        gid,
+                        access,
+                        holder,
+                        ..
+                    } => Request::Create {
+                        path,
+                        mode,
+                        uid,
+                        gid,
+                        excl: false,
+                        trunc: false,
+                        access,
+                        holder,
+                    },
+                    _ => return Err(Errno::EINVAL),
+                };
+                match self.execute_checked(who, &again, bulk, data)? {
+                    Answer::Created {
+                        attr,
+                        old_size,
+                        cap,
+                        ..
+                    } => Ok(Answer::Created {
+                        attr,
+                        existed: false,
+                        old_size,
+                        cap,
+                    }),
+                    a => Ok(a),
+                }
+            }
+            (Note::Created(attr), _) => Ok(Answer::Created {
+                attr,
+                existed: false,
+                old_size: 0,
+                cap: Default::default(),
+            }),
+            (Note::Attr(a), Request::Mkdir { path, .. }) => {
+                self.dir_changed(path, Some(&a));
+                Ok(Answer::Attr(a))
+            }
+            (Note::Attr(a), Request::Rmdir { path }) => {
+                self.dir_changed(path, None);
+                Ok(Answer::Attr(a))
+            }
+            (Note::Attr(a), _) => Ok(Answer::Attr(a)),
+            (Note::Offset(o), _) => Ok(Answer::Offset(o)),
+            (Note::Again, _) => self.execute_checked(who, req, bulk, data),
+        }
     }
 
     fn execute_checked(

@@ -166,6 +166,7 @@ pub fn root_attr() -> Attr {
 /// Should this request run on the net thread (short RocksDB work) rather than an IO thread?
 pub fn runs_inline(req: &Request<'_>, meta_inline: bool) -> bool {
     match req {
+        Request::Once { req, .. } => runs_inline(req, meta_inline),
         Request::Ping
         | Request::Bye
         | Request::Locate
@@ -363,6 +364,7 @@ impl Ops {
     /// A new entry `a` at `path` with inline data `data` (a symlink's target, or nothing):
     /// inserted unless its directory is sealed or gone, its parent's times touched.
     fn add_entry(&self, path: &str, a: Attr, data: &[u8]) -> FsResult<Answer> {
+        crate::replica::replay::note(crate::replica::replay::Note::Created(a));
         self.creating(path, || self.meta.insert(path, &a, data))?;
         self.parent_changed(path, a.ctime);
         Ok(Answer::Created {
@@ -468,6 +470,8 @@ impl Ops {
         match *req {
             Request::Ping => Ok(Answer::Unit),
             Request::Map => Ok(self.map_answer()),
+            // unwrapped in `execute_as` (one level only)
+            Request::Once { .. } => Err(Errno::EINVAL),
             // a replicated cluster's copies and catch-ups are served in `execute_as`
             Request::Replicate { .. } | Request::Resync { .. } | Request::ResyncRead { .. } => {
                 Err(Errno::EINVAL)
@@ -562,6 +566,7 @@ impl Ops {
                 let found = self.creating(path, || {
                     if excl {
                         let a = make()?;
+                        crate::replica::replay::note(crate::replica::replay::Note::Created(a));
                         self.meta.insert(path, &a, &[])?;
                         Ok(Created::New(a))
                     } else {
@@ -660,6 +665,7 @@ impl Ops {
                 not_root(path, Errno::EEXIST)?;
                 self.chunks.admit_entry()?;
                 let a = self.new_attr(S_IFDIR | (mode & 0o7777), 2, uid, gid, 0)?;
+                crate::replica::replay::note(crate::replica::replay::Note::Attr(a));
                 self.creating(path, || self.meta.insert(path, &a, &[]))?;
                 self.parent_changed(path, a.ctime);
                 self.dir_changed(path, Some(&a));
@@ -678,6 +684,7 @@ impl Ops {
                     return Ok(Answer::Attr(a));
                 }
                 let a = raw;
+                crate::replica::replay::note(crate::replica::replay::Note::Attr(a));
                 self.unlink_file(path, &a)?;
                 self.parent_changed(path, now_ns());
                 Ok(Answer::Attr(a))

@@ -109,6 +109,7 @@ impl Ops {
                 return Err(e);
             }
         }
+        crate::replica::replay::note(crate::replica::replay::Note::Attr(a));
         let removed = self.meta.remove(path, a.id, None);
         if removed.is_ok() {
             self.parent_changed(path, now_ns());

@@ -666,6 +666,35 @@ pub enum Request<'a> {
     /// Servers only: `len` bytes of this server's chunk file of file `id` at byte `pos`
     /// (a rejoining server's copy). Reply: `Records` with one record, the bytes.
     ResyncRead { id: u64, pos: u64, len: u32 },
+    /// Replicated clusters: `req` (a change that must not be applied twice: an exclusive
+    /// create, mkdir, mknod, symlink, unlink, rmdir, append) under request id (`client`,
+    /// `seq`), `at` the client's clock (ms since the epoch) when it was first sent. A client
+    /// that fails over sends the same id again; the set's primary answers a request it (or
+    /// the primary before it) already applied from its replay record instead of applying it
+    /// twice (docs/redundancy.md, "Retries and the replay cache"). Reply: `req`'s.
+    Once {
+        client: u64,
+        seq: u64,
+        at: u64,
+        #[serde(borrow)]
+        req: Box<Request<'a>>,
+    },
+}
+
+impl Request<'_> {
+    /// Does this change need a request id in a replicated cluster (is it not idempotent)?
+    pub fn needs_once(&self) -> bool {
+        matches!(
+            self,
+            Request::Create { excl: true, .. }
+                | Request::Mkdir { .. }
+                | Request::Mknod { .. }
+                | Request::Symlink { .. }
+                | Request::Unlink { .. }
+                | Request::Rmdir { .. }
+                | Request::Append { .. }
+        )
+    }
 }
 
 /// What a [`Request::Replicate`] applies.
@@ -830,6 +859,7 @@ impl Request<'_> {
             Request::Map => "map",
             Request::Resync { .. } => "resync",
             Request::ResyncRead { .. } => "resync_read",
+            Request::Once { req, .. } => req.name(),
         }
     }
 }
@@ -868,7 +898,7 @@ pub struct StatFs {
 
 /// Version of the wire protocol: bumped whenever a request, reply, frame or tag changes
 /// meaning. A client refuses a server whose welcome names another version.
-pub const PROTOCOL_VERSION: u32 = 7;
+pub const PROTOCOL_VERSION: u32 = 8;
 
 /// What a server says to a client right after accepting its connection.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]

@@ -415,6 +415,11 @@ impl Transport {
         self.kind.set(kind);
     }
 
+    /// Does the cluster keep copies (R ≥ 2: calls may be sent again to another server)?
+    pub fn replicated(&self) -> bool {
+        self.replication.get() >= 2
+    }
+
     fn learn_replication(&self, w: &Welcome) {
         if !self.fixed.get() && w.replication > self.replication.get() {
             self.replication.set(w.replication);

@@ -79,6 +79,13 @@ thread_local! {
 /// How long a secondary's map may lag behind a primary's (EAGAIN) before a copy fails.
 const LAG: Duration = Duration::from_secs(2);
 
+impl Target {
+    /// The replica set served.
+    pub fn set(&self) -> u32 {
+        self.set
+    }
+}
+
 impl Replication {
     /// Replication `r` for server `me`; `node` is filled in once the map's Raft node runs.
     pub fn new(r: u32, me: u32, node: Arc<OnceLock<Arc<Node>>>) -> Self {

@@ -14,6 +14,7 @@ pub mod forward;
 pub mod map;
 pub mod net;
 pub mod rejoin;
+pub mod replay;
 pub mod store;
 
 use map::{Change, ClusterMap, State};

@@ -24,19 +24,27 @@ const PAGE: u32 = 256 << 10;
 /// Bytes of chunk data per read of the copy.
 const PIECE: u64 = 256 << 10;
 
-/// Starts the thread that watches this server's state in the map and catches it up.
+/// Starts the thread that watches this server's state in the map and catches it up (and
+/// sweeps old replay records, `replay::sweep`).
 /// `rate`: bytes per second the chunk copy may take (0: unbounded).
 pub fn start(ops: Arc<Ops>, stop: Arc<AtomicBool>, rate: u64) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("madfs-rejoin".into())
         .spawn(move || {
+            let mut swept = Instant::now();
             while !stop.load(Relaxed) {
                 if let Err(e) = step(&ops, rate) {
                     tracing::warn!("rejoin: {e}");
                     std::thread::sleep(Duration::from_secs(1));
                 }
+                // (also this thread's: the old replay records of this server's own set)
+                if swept.elapsed() >= super::replay::SWEEP_EVERY {
+                    swept = Instant::now();
+                    super::replay::sweep(&ops);
+                }
                 std::thread::sleep(Duration::from_millis(100));
             }
+            crate::peer::release_thread();
         })?;
     Ok(())
 }

@@ -16,7 +16,7 @@
 
 use super::flush::SharedFlush;
 use super::{is_stub, Arrival, Created, Entry, Intent, MetadataStore};
-use crate::replica::forward;
+use crate::replica::{forward, replay};
 use madfs_placement::{name_hash, split_parent};
 use madfs_proto::{Attr, Errno, FsResult, ATTR_BYTES};
 use rocksdb::{MergeOperands, Options, WriteBatch, WriteOptions, DB};
@@ -443,6 +443,7 @@ pub fn key_set(key: &[u8], n: u32) -> Option<u32> {
             Some(madfs_placement::home_server(id, n))
         }
         b'Z' => Some(u32::from_be_bytes(key.get(1..5)?.try_into().ok()?)),
+        b'Y' => replay::key_set(key),
         _ => None,
     }
 }
@@ -566,7 +567,10 @@ impl RocksDbMeta {
         }
     }
 
-    fn write_synced(&self, b: WriteBatch) -> FsResult<()> {
+    fn write_synced(&self, mut b: WriteBatch) -> FsResult<()> {
+        if let Some((k, v)) = replay::pending() {
+            b.put(k, v);
+        }
         let copy = forward::active().then(|| b.data().to_vec());
         let mut wo = WriteOptions::default();
         wo.set_sync(true);
@@ -578,9 +582,13 @@ impl RocksDbMeta {
     /// replica set's secondaries (`replica::forward`) before this returns. Every write of
     /// replicated key spaces goes through here or [`Self::write_synced`] (the id counter and
     /// the count marker are this server's own).
-    fn commit(&self, b: WriteBatch) -> FsResult<()> {
+    fn commit(&self, mut b: WriteBatch) -> FsResult<()> {
         if !forward::active() {
             return self.db.write(b).map_err(io);
+        }
+        // the replay record of a `Request::Once` goes with its change
+        if let Some((k, v)) = replay::pending() {
+            b.put(k, v);
         }
         let copy = b.data().to_vec();
         self.db.write(b).map_err(io)?;
@@ -686,6 +694,19 @@ impl RocksDbMeta {
         it.status().map_err(io)?;
         self.db.write(b).map_err(io)?;
         Ok(dropped)
+    }
+
+    /// The raw value of `key` (a replay record, `replica::replay`).
+    pub fn raw_get(&self, key: &[u8]) -> FsResult<Option<Vec<u8>>> {
+        self.db.get(key).map_err(io)
+    }
+
+    /// Deletes the keys in `[from, to)` with one range deletion, copied like any change
+    /// (old replay records, `replica::replay::sweep`).
+    pub fn drop_range(&self, from: &[u8], to: &[u8]) -> FsResult<()> {
+        let mut b = WriteBatch::default();
+        b.delete_range(from, to);
+        self.commit(b)
     }
 
     /// Writes copied records as they are (a rejoining server's copy; nothing forwarded).
@@ -1047,6 +1068,7 @@ impl MetadataStore for RocksDbMeta {
             .checked_add(len)
             .filter(|e| *e <= i64::MAX as u64)
             .ok_or(Errno::EFBIG)?;
+        replay::note(replay::Note::Offset(a.size));
         self.merge_size(path, end, mtime)?;
         Ok(a.size)
     }

@@ -1,0 +1,115 @@
+//! The replay cache of a replicated cluster (docs/redundancy.md, "Retries and the replay
+//! cache"): a change sent again with its request id, as a client does after a failover, is
+//! answered as it was the first time instead of being applied twice — on the primary that
+//! applied it and on the server that replaced it.
+
+mod common;
+
+use common::*;
+use madfs_client::FileSystem;
+use madfs_proto::{Errno, Reply, Request};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+fn once<'a>(seq: u64, req: Request<'a>) -> Request<'a> {
+    Request::Once {
+        client: 0x5eed,
+        seq,
+        at: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64,
+        req: Box::new(req),
+    }
+}
+
+fn created(r: Result<madfs_rpc::RawReply, Errno>) -> Result<u64, Errno> {
+    match r?.decode()?.0 {
+        Reply::Created { attr, .. } => Ok(attr.id),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn changes_sent_again_are_answered_not_applied_twice() {
+    let mut cl = cluster(4, &["--replication", "2"], "none");
+    let c = client(&cl, Duration::from_secs(10), "none");
+    c.mkdir("/d", 0o755).unwrap();
+    let t = c.transport();
+    let path = "/d/f";
+    let set = madfs_placement::meta_server(path, 4);
+    let create = Request::Create {
+        path,
+        mode: 0o644,
+        uid: 0,
+        gid: 0,
+        excl: true,
+        trunc: false,
+        access: madfs_proto::ACCESS_W,
+        holder: 0,
+    };
+    let first = once(1, create.clone());
+    let id = created(t.call_sync(set, &first, &[], 512)).unwrap();
+    // the same request again: the same file, not EEXIST; another request: EEXIST
+    assert_eq!(created(t.call_sync(set, &first, &[], 512)), Ok(id));
+    assert_eq!(
+        created(t.call_sync(set, &once(2, create.clone()), &[], 512)),
+        Err(Errno::EEXIST)
+    );
+    // an append reserves its bytes once
+    let append = once(3, Request::Append { path, len: 10, id });
+    let at = |r: Result<madfs_rpc::RawReply, Errno>| match r.unwrap().decode().unwrap().0 {
+        Reply::Offset(o) => o,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(at(t.call_sync(set, &append, &[], 512)), 0);
+    assert_eq!(at(t.call_sync(set, &append, &[], 512)), 0);
+    assert_eq!(c.stat(path).unwrap().size, 10);
+
+    c.mkdir("/d/g", 0o755).unwrap();
+    let g = "/d/g";
+    let gs = madfs_placement::meta_server(g, 4);
+    let rm = once(9, Request::Rmdir { path: g });
+    for i in 0..2 {
+        let r = t.call_sync(gs, &rm, &[], 512).unwrap();
+        r.decode().unwrap_or_else(|e| panic!("rmdir {i}: {e:?}"));
+    }
+    // an unlink answers the file it removed
+    let h = "/d/h";
+    let hs = madfs_placement::meta_server(h, 4);
+    let h_id = created(t.call_sync(
+        hs,
+        &once(
+            5,
+            Request::Create {
+                path: h,
+                mode: 0o644,
+                uid: 0,
+                gid: 0,
+                excl: true,
+                trunc: false,
+                access: madfs_proto::ACCESS_W,
+                holder: 0,
+            },
+        ),
+        &[],
+        512,
+    ))
+    .unwrap();
+    let unlink = once(4, Request::Unlink { path: h });
+    for i in 0..2 {
+        let r = t.call_sync(hs, &unlink, &[], 512).unwrap();
+        match r.decode().unwrap_or_else(|e| panic!("unlink {i}: {e:?}")).0 {
+            // (with a capability to drop the file's chunks)
+            Reply::Attr(a) | Reply::Granted { attr: a, .. } => assert_eq!(a.id, h_id),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(c.stat(h).unwrap_err(), Errno::ENOENT);
+
+    // the set's primary dies: the server that replaces it has the records (they travel
+    // with the changes) and answers the same
+    cl.kill(set as usize);
+    assert_eq!(created(t.call_sync(set, &first, &[], 512)), Ok(id));
+    assert_eq!(at(t.call_sync(set, &append, &[], 512)), 0);
+    assert_eq!(c.stat(path).unwrap().size, 10);
+}

@@ -1,0 +1,168 @@
+//! The replay cache (docs/redundancy.md, "Retries and the replay cache"): a change that must
+//! not be applied twice comes as `Request::Once` with a request id; the set's primary writes
+//! a **replay record** of it in the same RocksDB write batch as the change itself, so the
+//! record is exactly as durable as the change and reaches the secondaries with it (a copy is
+//! the batch). A client that fails over sends the same id to the new primary, which finds the
+//! record and answers from it instead of applying the change again (an exclusive create
+//! answers the file it made, not EEXIST; an unlink the file it removed, not ENOENT; an
+//! append the place it reserved, not a second one).
+//!
+//! Key: `Y`, the replica set (u32), the client's clock when it first sent the request (ms,
+//! u64), the client and the sequence number (u64 each), all big-endian: so the records of a
+//! set sort by time and the primary drops those older than [`KEEP`] with one range deletion
+//! ([`sweep`]). Value: what the answer needs ([`Note`]).
+
+use crate::ops::Ops;
+use madfs_proto::{Attr, Errno, FsResult};
+use std::cell::RefCell;
+use std::time::Duration;
+
+/// How long replay records are kept (by the clients' clocks: a retry comes within seconds;
+/// the margin covers clocks that disagree).
+pub const KEEP: Duration = Duration::from_secs(600);
+/// How often a primary drops its set's old replay records.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(30);
+
+/// What a replay answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Note {
+    /// Nothing noted: the request is applied again (an idempotent one).
+    Again,
+    /// `Attr` (mkdir, unlink, rmdir) of this entry.
+    Attr(Attr),
+    /// `Created` (exclusive create, mknod, symlink) of this entry.
+    Created(Attr),
+    /// `Offset` (append).
+    Offset(u64),
+}
+
+impl Note {
+    fn encode(&self) -> Vec<u8> {
+        match self {
+            Note::Again => vec![0],
+            Note::Attr(a) => [&[1u8][..], &a.to_bytes()].concat(),
+            Note::Created(a) => [&[2u8][..], &a.to_bytes()].concat(),
+            Note::Offset(o) => [&[3u8][..], &o.to_le_bytes()].concat(),
+        }
+    }
+
+    fn decode(v: &[u8]) -> Option<Note> {
+        let (k, rest) = v.split_first()?;
+        Some(match k {
+            0 => Note::Again,
+            1 => Note::Attr(Attr::from_bytes(rest)?),
+            2 => Note::Created(Attr::from_bytes(rest)?),
+            3 => Note::Offset(u64::from_le_bytes(rest.try_into().ok()?)),
+            _ => return None,
+        })
+    }
+}
+
+thread_local! {
+    /// The replay record of the request being served on this thread: its key, and what the
+    /// request noted so far. Every batch committed while it is set carries it.
+    static PENDING: RefCell<Option<(Vec<u8>, Note)>> = const { RefCell::new(None) };
+}
+
+/// The key of request (`client`, `seq`) first sent at `at` (ms) to replica set `set`.
+pub fn key(set: u32, at: u64, client: u64, seq: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(29);
+    k.push(b'Y');
+    k.extend_from_slice(&set.to_be_bytes());
+    k.extend_from_slice(&at.to_be_bytes());
+    k.extend_from_slice(&client.to_be_bytes());
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+/// The replica set a replay record belongs to.
+pub fn key_set(key: &[u8]) -> Option<u32> {
+    Some(u32::from_be_bytes(key.get(1..5)?.try_into().ok()?))
+}
+
+/// The replay record to write with the batch being committed on this thread, if any.
+pub fn pending() -> Option<(Vec<u8>, Vec<u8>)> {
+    PENDING.with(|p| p.borrow().as_ref().map(|(k, n)| (k.clone(), n.encode())))
+}
+
+/// The request being served answers `n` if it is sent again: noted before its change is
+/// committed. Nothing outside a `Request::Once`.
+pub fn note(n: Note) {
+    PENDING.with(|p| {
+        if let Some((_, note)) = p.borrow_mut().as_mut() {
+            *note = n;
+        }
+    });
+}
+
+/// Serves request (`client`, `seq`, first sent at `at`) of replica set `set`: `serve(None)`
+/// applies it, or, when it was applied already, `serve(Some(note))` answers it from its
+/// record.
+pub fn once<T>(
+    ops: &Ops,
+    set: u32,
+    (client, seq, at): (u64, u64, u64),
+    serve: impl FnOnce(Option<Note>) -> FsResult<T>,
+) -> FsResult<T> {
+    let k = key(set, at, client, seq);
+    if let Some(v) = ops.meta.raw_get(&k)? {
+        let n = Note::decode(&v).ok_or(Errno::EIO)?;
+        ops.stats.request("replayed");
+        return serve(Some(n));
+    }
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            PENDING.with(|p| p.borrow_mut().take());
+        }
+    }
+    PENDING.with(|p| *p.borrow_mut() = Some((k, Note::Again)));
+    let _reset = Reset;
+    serve(None)
+}
+
+/// Drops the replay records of this server's own replica set older than [`KEEP`] (as its
+/// primary only: the deletion is copied to the secondaries like any change).
+pub fn sweep(ops: &Ops) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let Some(before) = now.checked_sub(KEEP) else {
+        return;
+    };
+    super::forward::as_own_set(ops, || {
+        let (from, to) = (
+            key(ops.id, 0, 0, 0),
+            key(ops.id, before.as_millis() as u64, 0, 0),
+        );
+        if let Err(e) = ops.meta.drop_range(&from, &to) {
+            tracing::warn!("replay records not dropped: {e}");
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notes_and_keys_round_trip() {
+        let a = Attr {
+            id: 7,
+            size: 3,
+            ..Default::default()
+        };
+        for n in [
+            Note::Again,
+            Note::Attr(a),
+            Note::Created(a),
+            Note::Offset(99),
+        ] {
+            assert_eq!(Note::decode(&n.encode()), Some(n));
+        }
+        assert_eq!(Note::decode(&[9]), None);
+        let k = key(3, 1000, 5, 6);
+        assert_eq!(key_set(&k), Some(3));
+        assert!(key(3, 999, u64::MAX, u64::MAX) < k && k < key(3, 1001, 0, 0));
+    }
+}
