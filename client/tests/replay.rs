@@ -22,6 +22,20 @@ fn once<'a>(seq: u64, req: Request<'a>) -> Request<'a> {
     }
 }
 
+/// `open(path, O_CREAT | O_EXCL | O_WRONLY, 0644)`.
+fn excl_create(path: &str) -> Request<'_> {
+    Request::Create {
+        path,
+        mode: 0o644,
+        uid: 0,
+        gid: 0,
+        excl: true,
+        trunc: false,
+        access: madfs_proto::ACCESS_W,
+        holder: 0,
+    }
+}
+
 fn created(r: Result<madfs_rpc::RawReply, Errno>) -> Result<u64, Errno> {
     match r?.decode()?.0 {
         Reply::Created { attr, .. } => Ok(attr.id),
@@ -37,16 +51,7 @@ fn changes_sent_again_are_answered_not_applied_twice() {
     let t = c.transport();
     let path = "/d/f";
     let set = madfs_placement::meta_server(path, 4);
-    let create = Request::Create {
-        path,
-        mode: 0o644,
-        uid: 0,
-        gid: 0,
-        excl: true,
-        trunc: false,
-        access: madfs_proto::ACCESS_W,
-        holder: 0,
-    };
+    let create = excl_create(path);
     let first = once(1, create.clone());
     let id = created(t.call_sync(set, &first, &[], 512)).unwrap();
     // the same request again: the same file, not EEXIST; another request: EEXIST
@@ -76,25 +81,7 @@ fn changes_sent_again_are_answered_not_applied_twice() {
     // an unlink answers the file it removed
     let h = "/d/h";
     let hs = madfs_placement::meta_server(h, 4);
-    let h_id = created(t.call_sync(
-        hs,
-        &once(
-            5,
-            Request::Create {
-                path: h,
-                mode: 0o644,
-                uid: 0,
-                gid: 0,
-                excl: true,
-                trunc: false,
-                access: madfs_proto::ACCESS_W,
-                holder: 0,
-            },
-        ),
-        &[],
-        512,
-    ))
-    .unwrap();
+    let h_id = created(t.call_sync(hs, &once(5, excl_create(h)), &[], 512)).unwrap();
     let unlink = once(4, Request::Unlink { path: h });
     for i in 0..2 {
         let r = t.call_sync(hs, &unlink, &[], 512).unwrap();
