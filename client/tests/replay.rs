@@ -99,4 +99,16 @@ fn changes_sent_again_are_answered_not_applied_twice() {
     assert_eq!(created(t.call_sync(set, &first, &[], 512)), Ok(id));
     assert_eq!(at(t.call_sync(set, &append, &[], 512)), 0);
     assert_eq!(c.stat(path).unwrap().size, 10);
+    let unlink = once(6, Request::Unlink { path });
+    for i in 0..2 {
+        let r = t.call_sync(set, &unlink, &[], 512).unwrap();
+        match r
+            .decode()
+            .unwrap_or_else(|e| panic!("unlink after the kill {i}: {e:?}"))
+            .0
+        {
+            Reply::Attr(a) | Reply::Granted { attr: a, .. } => assert_eq!(a.id, id),
+            other => panic!("{other:?}"),
+        }
+    }
 }

@@ -383,3 +383,43 @@ fn deep_nesting_is_an_error() {
     frame.extend_from_slice(&buf);
     assert!(madfs_proto::frame::decode_request(&frame).is_err());
 }
+
+/// `Once` holds a request: one nested many times over is an error, not a crash (the
+/// servers unwrap one level only), and one level decodes.
+#[test]
+fn nested_once_is_an_error() {
+    let frame = std::thread::Builder::new()
+        .stack_size(256 << 20)
+        .spawn(|| {
+            let mut req = Request::Ping;
+            for seq in 0..20_000 {
+                req = Request::Once {
+                    client: 1,
+                    seq,
+                    at: 0,
+                    req: Box::new(req),
+                };
+            }
+            let mut e = Encoder::default();
+            let (p, h) = e.request(&req);
+            let mut f = p.to_vec();
+            f.extend_from_slice(h);
+            // (dropped here: a 20,000-deep box drops recursively too)
+            drop(req);
+            f
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    assert!(madfs_proto::frame::decode_request(&frame).is_err());
+    let one = Request::Once {
+        client: 1,
+        seq: 2,
+        at: 3,
+        req: Box::new(Request::Unlink { path: "/a" }),
+    };
+    let mut e = Encoder::default();
+    let (p, h) = e.request(&one);
+    let f = [&p[..], h].concat();
+    assert_eq!(madfs_proto::frame::decode_request(&f).unwrap().0, one);
+}

@@ -583,12 +583,13 @@ impl RocksDbMeta {
     /// replicated key spaces goes through here or [`Self::write_synced`] (the id counter and
     /// the count marker are this server's own).
     fn commit(&self, mut b: WriteBatch) -> FsResult<()> {
-        if !forward::active() {
-            return self.db.write(b).map_err(io);
-        }
-        // the replay record of a `Request::Once` goes with its change
+        // the replay record of a `Request::Once` goes with its change (also where no
+        // secondary is up to copy it to)
         if let Some((k, v)) = replay::pending() {
             b.put(k, v);
+        }
+        if !forward::active() {
+            return self.db.write(b).map_err(io);
         }
         let copy = b.data().to_vec();
         self.db.write(b).map_err(io)?;
