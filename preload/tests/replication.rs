@@ -128,6 +128,19 @@ fn a_frozen_server_is_replaced_and_catches_up_when_it_wakes() {
 
 #[test]
 fn io500_runs_through_a_killed_server() {
+    // in the middle of ior-easy-write (a request in flight at the kill is sent again to the
+    // new primary: a write is the same write again)
+    io500_through_a_kill(Duration::from_millis(1500), 3);
+}
+
+#[test]
+fn io500_runs_through_a_kill_in_its_metadata_phases() {
+    // in mdtest-easy-write: creates in flight at the kill are sent again with their request
+    // ids, and answered from the replay records (not EEXIST)
+    io500_through_a_kill(Duration::from_millis(4000), 2);
+}
+
+fn io500_through_a_kill(after: Duration, victim: usize) {
     let mut cl = replicated();
     common::bash(&cl, "mkdir -p /madfs/b", TIMEOUT_MS);
     let bench = Command::new(find_bin("madfs-bench"))
@@ -153,12 +166,13 @@ fn io500_runs_through_a_killed_server() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("madfs-bench");
-    // in the middle of ior-easy-write (a request in flight at the kill is sent again to the
-    // new primary: a write is the same write again; a create in flight could answer EEXIST
-    // until request ids and the replay cache exist, docs/redundancy.md "Retries")
-    std::thread::sleep(Duration::from_millis(1500));
-    cl.kill(3);
+    std::thread::sleep(after);
+    cl.kill(victim);
     // every read phase checks what it reads; find checks its count
-    let out = finished(bench, "madfs-bench io500 with server 3 killed");
+    let out = finished(
+        bench,
+        &format!("madfs-bench io500 with server {victim} killed"),
+    );
+    eprintln!("server {victim} killed {after:?} after the start:\n{out}");
     assert!(out.contains("[SCORE]"), "{out}");
 }
