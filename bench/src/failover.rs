@@ -64,6 +64,8 @@ pub fn run(a: FailoverArgs) -> anyhow::Result<()> {
     if a.replication < 2 || a.replication as usize > a.servers {
         bail!("--replication must be 2 or 3, at most --servers");
     }
+    // the clients' own messages (timeouts, failovers: MADFS_LOG) on stderr
+    madfs_client::init_preload_logging();
     let _ = find_bin("madfs-server");
     let mut cl = LocalCluster::start(Options {
         servers: a.servers,
@@ -148,6 +150,12 @@ pub fn run(a: FailoverArgs) -> anyhow::Result<()> {
                     Ok(Ok(_)) => "no error".into(),
                     Err(_) => "it panicked".into(),
                 };
+                for s in 0..a.servers {
+                    let log = cl.log(s);
+                    let tail: Vec<&str> = log.lines().rev().take(15).collect();
+                    eprintln!("--- end of server {s}'s log");
+                    tail.iter().rev().for_each(|l| eprintln!("{l}"));
+                }
                 bail!(
                     "client {i} completed nothing in the {} s after kill {} ({why})",
                     a.watch,

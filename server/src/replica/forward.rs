@@ -352,19 +352,28 @@ impl Replication {
     }
 
     /// Secondary `to` did not take a copy in time (`--down-after-ms`): it counts as a live
-    /// replica until the map says it is down, so the copy is done once it does. It is
-    /// proposed down at once and again until the map has it (the leader's watch may be
-    /// marking a dead server down meanwhile; a dead leader is replaced first, and a
-    /// crowded machine makes both slow); a live one that cannot keep up catches up when it
-    /// rejoins. EIO only when no map change could be made within the bound.
+    /// replica until the map says it is not up any more, so the copy is done once it does.
+    /// The leader's watch marks a dead server down; a live one that cannot keep up is
+    /// proposed down here after twice `--down-after-ms` (and again until the map has it,
+    /// for up to four election timeouts more: a dead leader is replaced first, and a
+    /// crowded machine makes both slow); it catches up when it rejoins. EIO only when the
+    /// map could not be changed within that bound.
     fn give_up_on(&self, to: u32) -> FsResult<()> {
         let node = self.node()?;
-        let down = |n: &Node| n.map().state(to) == super::map::State::Down;
+        // down, or already rejoining (its catch-up copies what this request wrote)
+        let gone = |n: &Node| n.map().state(to) != super::map::State::Up;
         let s = node.settings();
-        let until = Instant::now() + s.down_after * 2 + s.election * 4;
+        let wait = Instant::now() + s.down_after * 2;
+        while Instant::now() < wait {
+            if gone(node) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let until = Instant::now() + s.election * 4;
         let mut said = false;
         loop {
-            if down(node) {
+            if gone(node) {
                 return Ok(());
             }
             if Instant::now() >= until {

@@ -76,9 +76,6 @@ impl Default for Settings {
     }
 }
 
-/// How long a lapsed server waits for the leader's answer, and then to apply that far.
-const CONFIRM_WAIT: Duration = Duration::from_millis(1000);
-
 /// This server's member of the cluster map's Raft group.
 pub struct Node {
     id: u32,
@@ -90,10 +87,11 @@ pub struct Node {
     /// When this server last took the leader's entries, and the leader's commit index then.
     took: std::sync::Mutex<Option<(Instant, u64)>>,
     /// Set when this server took the leader's entries after a lapse of the lease (it was
-    /// frozen, starved or cut off, or it just started): the next entries it takes may have
-    /// waited in its sockets all along, so it is current again only once the leader, asked
-    /// afresh, named its commit index and this server applied that far
-    /// ([`Node::confirm`]).
+    /// frozen, starved or cut off, or it just started): the entries it takes then may have
+    /// waited in its socket all along, delivered in a burst with an old commit index, so it
+    /// is current again only with entries that came after a quiet spell of half a
+    /// heartbeat (sent afresh, after the leader heard from it again: by then it has the
+    /// map that replaced it, if one did).
     lapsed: std::sync::atomic::AtomicBool,
 }
 
@@ -181,45 +179,6 @@ impl Node {
         }
     }
 
-    /// After a lapse: asks the leader for its commit index afresh (a message of its own, sent
-    /// now: never one that waited in a socket) and waits until this server applied that far.
-    /// The map it then holds has every change made while it was away, its own replacement
-    /// included.
-    async fn confirm(&self) {
-        let Some(leader) = self.raft.metrics().borrow().current_leader else {
-            return;
-        };
-        if leader == self.id as u64 {
-            return;
-        }
-        let asked = Instant::now();
-        let reply = self
-            .net
-            .call(&mut None, leader, "read", String::new(), CONFIRM_WAIT)
-            .await;
-        let Ok(Ok(index)) = reply.map(|r| serde_json::from_str::<Result<u64, String>>(&r)) else {
-            return;
-        };
-        let Ok(index) = index else {
-            return;
-        };
-        let applied = self
-            .raft
-            .wait(Some(CONFIRM_WAIT))
-            .applied_index_at_least(Some(index), "confirm")
-            .await;
-        let took_since = self
-            .took
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some_and(|(at, _)| at >= asked);
-        if applied.is_ok() && took_since {
-            self.lapsed
-                .store(false, std::sync::atomic::Ordering::SeqCst);
-            tracing::debug!("cluster map: current again (leader's commit index {index})");
-        }
-    }
-
     /// Proposes server `s` down (a primary whose copies it does not take).
     pub async fn propose_down(&self, s: u32) -> Result<Applied, String> {
         self.propose(Change::Down(s), 0).await
@@ -267,8 +226,13 @@ impl Node {
                 if matches!(r, Ok(openraft::raft::AppendEntriesResponse::Success)) {
                     let lease = self.settings.down_after * 2 / 3;
                     let mut took = self.took.lock().unwrap_or_else(|e| e.into_inner());
-                    if took.is_none_or(|(last, _)| at.duration_since(last) >= lease) {
+                    let quiet = took.map(|(last, _)| at.duration_since(last));
+                    if quiet.is_none_or(|q| q >= lease) {
                         self.lapsed.store(true, std::sync::atomic::Ordering::SeqCst);
+                    } else if quiet.is_some_and(|q| q >= self.settings.heartbeat / 2) {
+                        // entries after a quiet spell, not out of a burst: sent afresh
+                        self.lapsed
+                            .store(false, std::sync::atomic::Ordering::SeqCst);
                     }
                     *took = Some((at, commit));
                 }
@@ -287,16 +251,7 @@ impl Node {
                 let c: Change = serde_json::from_str(body).map_err(bad)?;
                 json(&self.propose(c, 0).await)
             }
-            "read" => {
-                // the leader's commit index, its leadership confirmed by a quorum now
-                let r = self
-                    .raft
-                    .get_read_log_id()
-                    .await
-                    .map(|(read, _)| read.map_or(0, |l| l.index))
-                    .map_err(|e| e.to_string());
-                json(&r)
-            }
+
             _ => Err(format!("unknown Raft message {kind:?}")),
         }
     }
@@ -346,9 +301,6 @@ impl Node {
                 self.lead(since, &members).await;
             } else {
                 leading_since = None;
-                if self.lapsed.load(std::sync::atomic::Ordering::SeqCst) {
-                    self.confirm().await;
-                }
             }
         }
     }
