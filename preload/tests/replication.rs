@@ -181,8 +181,22 @@ fn io500_through_a_kill(after: Duration, victim: usize) {
     std::thread::sleep(after);
     cl.kill(victim);
     // every read phase checks what it reads; find checks its count
-    let out = finished(
-        bench,
+    let done = bench.wait_with_output().expect("wait");
+    if !done.status.success() {
+        // what the files look like now (sizes as the servers answer them)
+        let ls = common::run(
+            &cl,
+            &[
+                "/bin/bash",
+                "-c",
+                "ls -lR /madfs/b | grep -v '^$' | head -40",
+            ],
+            TIMEOUT_MS,
+        );
+        eprintln!("{}", String::from_utf8_lossy(&ls.stdout));
+    }
+    let out = common::ok(
+        done,
         &format!("madfs-bench io500 with server {victim} killed"),
     );
     eprintln!("server {victim} killed {after:?} after the start:\n{out}");
