@@ -400,27 +400,10 @@ impl crate::ops::Ops {
         match (note, req) {
             // the file it made, opened as it was then (a capability, an open reference)
             (Note::Created(_), Request::Create { .. }) => {
-                let again = match *req {
-                    Request::Create {
-                        path,
-                        mode,
-                        uid,
-                        gid,
-                        access,
-                        holder,
-                        ..
-                    } => Request::Create {
-                        path,
-                        mode,
-                        uid,
-                        gid,
-                        excl: false,
-                        trunc: false,
-                        access,
-                        holder,
-                    },
-                    _ => return Err(Errno::EINVAL),
-                };
+                let mut again = req.clone();
+                if let Request::Create { excl, trunc, .. } = &mut again {
+                    (*excl, *trunc) = (false, false);
+                }
                 match self.execute_checked(who, &again, bulk, data)? {
                     Answer::Created {
                         attr,

@@ -381,7 +381,7 @@ impl Transport {
 
     /// The deadline of a connect: the call deadline, shorter in a replicated cluster.
     fn connect_timeout(&self) -> Duration {
-        if self.replication.get() >= 2 {
+        if self.replicated() {
             self.timeout.get().min(REPLICATED_CONNECT)
         } else {
             self.timeout.get()
@@ -532,8 +532,7 @@ impl Transport {
         let mut retry = Retry::default();
         loop {
             match f() {
-                Err(e)
-                    if self.replication.get() >= 2 && retry.again() && self.failover(sets, e) => {}
+                Err(e) if self.replicated() && retry.again() && self.failover(sets, e) => {}
                 r => return r,
             }
         }
@@ -806,7 +805,7 @@ impl Transport {
         let done = match &self.net {
             // a replicated cluster: the call is given up as soon as the cluster map shows
             // that a server it waits for was replaced (dead or frozen), not at its deadline
-            Net::Ucx { worker, .. } if self.replication.get() >= 2 && !involved.is_empty() => {
+            Net::Ucx { worker, .. } if self.replicated() && !involved.is_empty() => {
                 let asked = self.map_server(involved);
                 let mut fut = pin!(fut);
                 let mut watch = pin!(self.watch_map(involved, asked));
@@ -939,7 +938,7 @@ impl Transport {
 
     /// The errno of `r` that a failover may cure (replicated clusters only).
     pub fn failed(&self, r: &Result<RawReply, Errno>) -> Option<Errno> {
-        if self.replication.get() < 2 {
+        if !self.replicated() {
             return None;
         }
         match r {

@@ -193,20 +193,11 @@ fn wipe(ops: &Ops, sets: &[u32]) -> FsResult<u64> {
     let mut wiped = 0;
     for (id, _) in ops.chunks.ids()? {
         let c = rep.catching.lock().unwrap_or_else(|e| e.into_inner());
-        let touched = c.as_ref().and_then(|c| c.touched.get(&id));
-        if touched.is_some_and(|t| t.removed) {
-            continue;
-        }
         let mut ranges = vec![];
         for (p, l) in ops.chunks.extents(id)? {
             ranges.extend(super::of_sets(id, p, p + l, cs, n, sets));
         }
-        if let Some(t) = touched {
-            for (p, l) in &t.ranges {
-                ranges = cut_ranges(ranges, *p, p + l);
-            }
-        }
-        for (a, b) in ranges {
+        for (a, b) in untouched(c.as_ref(), id, ranges) {
             ops.chunks.punch(id, a, b - a)?;
             wiped += b - a;
         }
@@ -215,29 +206,35 @@ fn wipe(ops: &Ops, sets: &[u32]) -> FsResult<u64> {
 }
 
 /// Writes a copied piece of file `id` at `pos`, leaving out what copies sent meanwhile
-/// changed (written, punched, cut or removed: those are newer).
+/// changed ([`untouched`]).
 fn copy_piece(ops: &Ops, id: u64, pos: u64, data: &[u8]) -> FsResult<()> {
     let rep = ops.replica.as_ref().ok_or(Errno::EINVAL)?;
     let c = rep.catching.lock().unwrap_or_else(|e| e.into_inner());
-    let touched = c.as_ref().and_then(|c| c.touched.get(&id));
-    let mut keep = vec![(pos, pos + data.len() as u64)];
-    if let Some(t) = touched {
-        if t.removed {
-            return Ok(());
-        }
-        if let Some(cut) = t.cut {
-            keep = cut_ranges(keep, cut, u64::MAX);
-        }
-        for (p, l) in &t.ranges {
-            keep = cut_ranges(keep, *p, p + l);
-        }
-    }
+    let keep = untouched(c.as_ref(), id, vec![(pos, pos + data.len() as u64)]);
     for (a, b) in keep {
         let s = (a - pos) as usize;
         let e = (b - pos) as usize;
         ops.chunks.write_copied(id, a, &data[s..e])?;
     }
     Ok(())
+}
+
+/// The parts of `ranges` of file `id` that no copy sent meanwhile changed (written,
+/// punched, cut or removed: those are newer than the copy).
+fn untouched(c: Option<&Catching>, id: u64, mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    let Some(t) = c.and_then(|c| c.touched.get(&id)) else {
+        return ranges;
+    };
+    if t.removed {
+        return vec![];
+    }
+    if let Some(cut) = t.cut {
+        ranges = cut_ranges(ranges, cut, u64::MAX);
+    }
+    for (p, l) in &t.ranges {
+        ranges = cut_ranges(ranges, *p, p + l);
+    }
+    ranges
 }
 
 /// `ranges` without `[from, to)`.

@@ -448,6 +448,14 @@ pub fn key_set(key: &[u8], n: u32) -> Option<u32> {
     }
 }
 
+/// Adds the replay record of the `Request::Once` being served on this thread, if any, to
+/// batch `b`: it goes with its change (`replica::replay`).
+fn with_replay_record(b: &mut WriteBatch) {
+    if let Some((k, v)) = replay::pending() {
+        b.put(k, v);
+    }
+}
+
 /// Present once every directory's entry count (`N dir`) is kept; a database without it (made
 /// by an older version) is counted once at open.
 const COUNTS_MARKER: &[u8] = b"Scounts_v1";
@@ -568,9 +576,7 @@ impl RocksDbMeta {
     }
 
     fn write_synced(&self, mut b: WriteBatch) -> FsResult<()> {
-        if let Some((k, v)) = replay::pending() {
-            b.put(k, v);
-        }
+        with_replay_record(&mut b);
         let copy = forward::active().then(|| b.data().to_vec());
         let mut wo = WriteOptions::default();
         wo.set_sync(true);
@@ -583,11 +589,8 @@ impl RocksDbMeta {
     /// replicated key spaces goes through here or [`Self::write_synced`] (the id counter and
     /// the count marker are this server's own).
     fn commit(&self, mut b: WriteBatch) -> FsResult<()> {
-        // the replay record of a `Request::Once` goes with its change (also where no
-        // secondary is up to copy it to)
-        if let Some((k, v)) = replay::pending() {
-            b.put(k, v);
-        }
+        // (also where no secondary is up to copy it to)
+        with_replay_record(&mut b);
         if !forward::active() {
             return self.db.write(b).map_err(io);
         }
