@@ -448,7 +448,8 @@ impl Client {
         if cfg.servers.is_empty() {
             return Err(std::io::Error::other("cluster has no server"));
         }
-        let t = Transport::new(ctx, cfg.servers.clone(), cfg.cluster_file.clone(), cfg.ucx)?;
+        let ucx = cfg.ucx.for_replication(cfg.identity.replication);
+        let t = Transport::new(ctx, cfg.servers.clone(), cfg.cluster_file.clone(), ucx)?;
         t.set_timeout(cfg.timeout);
         t.expect_cluster(
             cfg.identity.id.0,

@@ -125,6 +125,11 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         cfg.asked,
         cfg.cluster_file.as_deref(),
     )?;
+    let mut cfg = cfg;
+    if ident.replication > 1 && cfg.ucx.err_mode == ErrorMode::None {
+        tracing::info!("replicated cluster: UCX error mode peer (a peer may die)");
+    }
+    cfg.ucx = cfg.ucx.for_replication(ident.replication);
     let base = auth::key_base(cfg.cluster_file.as_deref(), &cfg.data_dir);
     let mut gate = auth::Gate::open(&ident, cfg.id, &base)?;
     gate.root_squash = cfg.root_squash;

@@ -32,6 +32,19 @@ impl UcxSettings {
         }
     }
 
+    /// These settings for a cluster keeping `replication` copies: error mode `Peer` when it
+    /// keeps more than one, whatever was asked. Error mode `None` promises UCX that no peer
+    /// ever dies; a replicated cluster is made to outlive its servers, and UCX 1.13 aborts
+    /// a process whose TCP endpoint to a dead peer still had sends queued (`stubs.c:102
+    /// Assertion '0' failed` in `uct_tcp_ep_pending_purge`, found by the randomized kill
+    /// test, `client/tests/history.rs`).
+    pub fn for_replication(mut self, replication: u32) -> Self {
+        if replication > 1 {
+            self.err_mode = ErrorMode::Peer;
+        }
+        self
+    }
+
     /// Reads `MADFS_UCX_ERR_MODE` (none|peer) and `MADFS_SPIN_US` over the defaults.
     pub fn from_env() -> Result<Self, String> {
         let mut s = UcxSettings::default();
