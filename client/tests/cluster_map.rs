@@ -147,3 +147,42 @@ fn unreplicated_clusters_run_no_map() {
     let cl = cluster(2, &[], "none");
     assert_eq!(map_of(&cl, 0), None);
 }
+
+/// A rejoining server copies a file of tens of thousands of data extents (a sparse file
+/// written in pieces): the primary's listing pages end inside the file (whole-file pages
+/// overflowed the reply, `EMSGSIZE`, and the rejoin never finished). Then the file's other
+/// copy is killed: the rejoined server serves every byte.
+#[test]
+fn a_file_of_many_extents_is_copied_on_rejoin() {
+    use madfs_client::{FileSystem, OpenFlags};
+    let mut cl = cluster(4, &["--replication", "2"], "none");
+    let every = [0, 1, 2, 3];
+    until(&cl, &every, Duration::from_secs(20), "start", all_up);
+    let c = client(&cl, Duration::from_secs(10), "none");
+    let mut f = c.open("/sparse", OpenFlags::create_trunc()).unwrap();
+    // 30,000 extents of 100 bytes, 8 KiB apart (about 40 per chunk, in every set)
+    let piece = data(100, 7);
+    for i in 0..30_000u64 {
+        c.write(&mut f, i * 8192, &piece).unwrap();
+    }
+    c.fsync(&mut f).unwrap();
+    c.close(f).unwrap();
+    let want = get(&c, "/sparse");
+    // each server has been away once, then its partner is killed: nothing is lost
+    let victim = 1;
+    cl.kill(victim);
+    until(&cl, &[0, 2, 3], Duration::from_secs(10), "kill", |m| {
+        m.states[victim] == "down"
+    });
+    cl.restart(victim).unwrap();
+    let (t, _) = until(&cl, &every, Duration::from_secs(60), "rejoin", all_up);
+    eprintln!("server {victim} rejoined in {t:?}");
+    cl.kill(victim + 1);
+    until(&cl, &[0, 1, 3], Duration::from_secs(10), "partner", |m| {
+        m.states[victim + 1] == "down"
+    });
+    assert!(
+        sum(&get(&c, "/sparse")) == sum(&want),
+        "sparse file changed"
+    );
+}

@@ -652,8 +652,10 @@ pub enum Request<'a> {
     /// (docs/redundancy.md, "Rejoin"): the metadata records of the set in key order after
     /// `after` (empty: from the start), about `max_bytes` of them, once every request the
     /// primary admitted before map epoch `epoch` is over. With `files`, the set's server
-    /// lists instead its chunk files after file id `after_id`, with their data extents.
-    /// Reply: `Records`.
+    /// lists instead its chunk files with their data extents (about 32 KiB of extents per
+    /// page, which may end inside a file), from `after` (16 bytes: a file id and a byte
+    /// position in it, the page before's `next`) or, when it is empty, after file id
+    /// `after_id`. Reply: `Records`.
     Resync {
         set: u32,
         epoch: u64,
@@ -898,7 +900,7 @@ pub struct StatFs {
 
 /// Version of the wire protocol: bumped whenever a request, reply, frame or tag changes
 /// meaning. A client refuses a server whose welcome names another version.
-pub const PROTOCOL_VERSION: u32 = 8;
+pub const PROTOCOL_VERSION: u32 = 9;
 
 /// What a server says to a client right after accepting its connection.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]

@@ -74,6 +74,8 @@ thread_local! {
     /// The replica set of the request being served on this thread, and the map epoch it
     /// was admitted in.
     static SET: std::cell::Cell<Option<(u32, u64)>> = const { std::cell::Cell::new(None) };
+    /// Did the request being served on this thread change anything (the accept log)?
+    static WROTE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// How long a secondary's map may lag behind a primary's (EAGAIN) before a copy fails.
@@ -83,6 +85,11 @@ impl Target {
     /// The replica set served.
     pub fn set(&self) -> u32 {
         self.set
+    }
+
+    /// The map epoch it was admitted in.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
     }
 }
 
@@ -168,35 +175,7 @@ impl Replication {
         self.settled(epoch)?;
         let max = (max_bytes as usize).clamp(4096, ops.max_list_bytes);
         if files {
-            // chunk files after `after_id`, 64 per page, with their data extents
-            let ids: Vec<u64> = ops
-                .chunks
-                .ids()?
-                .into_iter()
-                .map(|(id, _)| id)
-                .filter(|id| *id > after_id)
-                .take(65)
-                .collect();
-            let more = ids.len() > 64;
-            let mut records = vec![];
-            let (n, cs) = (ops.peers.servers(), ops.chunk_size as u64);
-            for &id in ids.iter().take(64) {
-                let mut v = vec![];
-                for (p, l) in ops.chunks.extents(id)? {
-                    // only the chunks of `set`: a chunk file holds those of every set this
-                    // server belongs to, and its data extents are whole blocks (a block
-                    // shared with another set's chunk would copy zeros over its data)
-                    for (a, b) in super::of_sets(id, p, p + l, cs, n, &[set]) {
-                        v.extend_from_slice(&a.to_le_bytes());
-                        v.extend_from_slice(&(b - a).to_le_bytes());
-                    }
-                }
-                if !v.is_empty() {
-                    records.push((id.to_le_bytes().to_vec(), v));
-                }
-            }
-            let next = more.then(|| ids[63].to_le_bytes().to_vec());
-            return Ok(Answer::Records(records, next));
+            return files_page(ops, set, after, after_id);
         }
         let (records, next) = ops
             .meta
@@ -398,6 +377,56 @@ impl Replication {
     }
 }
 
+/// Bytes of chunk extents (16 each) per page of a rejoining server's file listing: one file
+/// alone may have tens of thousands (a sparse file written in pieces), more than a reply
+/// holds, so a page may end inside a file.
+const FILES_PAGE: usize = 32 << 10;
+
+/// A page of the data extents of replica set `set`'s chunks (`Request::Resync` with
+/// `files`): records (file id, extents as position and length), in file id order, from the
+/// cursor `after` (a file id and a byte position in it: the `next` of the page before) or,
+/// on the first page, from the files after `after_id`.
+fn files_page(ops: &Ops, set: u32, after: &[u8], after_id: u64) -> FsResult<Answer> {
+    let le = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or_default());
+    let (from, from_pos) = match after.len() {
+        16 => (le(&after[..8]), le(&after[8..])),
+        0 => (after_id.saturating_add(1), 0),
+        _ => return Err(Errno::EINVAL),
+    };
+    let (n, cs) = (ops.peers.servers(), ops.chunk_size as u64);
+    let mut records = vec![];
+    let mut bytes = 0;
+    for (id, _) in ops.chunks.ids()?.into_iter().filter(|(id, _)| *id >= from) {
+        let mut v = vec![];
+        for (p, l) in ops.chunks.extents(id)? {
+            // only the chunks of `set`: a chunk file holds those of every set this server
+            // belongs to, and its data extents are whole blocks (a block shared with
+            // another set's chunk would copy zeros over its data)
+            for (a, b) in super::of_sets(id, p, p + l, cs, n, &[set]) {
+                let a = if id == from { a.max(from_pos) } else { a };
+                if a >= b {
+                    continue;
+                }
+                if bytes + v.len() + 16 > FILES_PAGE {
+                    if !v.is_empty() {
+                        records.push((id.to_le_bytes().to_vec(), v));
+                    }
+                    let mut next = id.to_le_bytes().to_vec();
+                    next.extend_from_slice(&a.to_le_bytes());
+                    return Ok(Answer::Records(records, Some(next)));
+                }
+                v.extend_from_slice(&a.to_le_bytes());
+                v.extend_from_slice(&(b - a).to_le_bytes());
+            }
+        }
+        if !v.is_empty() {
+            bytes += v.len() + 8;
+            records.push((id.to_le_bytes().to_vec(), v));
+        }
+    }
+    Ok(Answer::Records(records, None))
+}
+
 /// How long one proposal to mark a secondary down may take before it is made again.
 const PROPOSE_WAIT: Duration = Duration::from_secs(1);
 
@@ -435,6 +464,7 @@ pub fn serving<T>(target: Option<Target>, ops: &Ops, f: impl FnOnce() -> T) -> T
         .or_default() += 1;
     let _flight = Flight(rep, t.epoch);
     SET.with(|c| c.set(Some((t.set, t.epoch))));
+    WROTE.with(|c| c.set(false));
     if !t.to.is_empty() {
         TARGET.with(|c| *c.borrow_mut() = Some((t, ops.peers.clone(), rep.clone())));
     }
@@ -500,7 +530,13 @@ fn forget_member(to: u32) {
     });
 }
 
+/// Did the request last served on this thread (`serving`) change anything?
+pub fn wrote() -> bool {
+    WROTE.with(|c| c.get())
+}
+
 fn copy(op: ReplOp, bulk: &[u8]) -> FsResult<()> {
+    WROTE.with(|c| c.set(true));
     let Some((t, peers, rep)) = TARGET.with(|c| c.borrow().clone()) else {
         return Ok(());
     };

@@ -127,9 +127,10 @@ fn catch_up(ops: &Ops, epoch: u64, rate: u64) -> FsResult<(u64, u64)> {
     let mut bytes = 0u64;
     let started = Instant::now();
     for &set in &sets {
-        let mut after_id = 0u64;
+        // the cursor: a file id and a byte position in it (a page may end inside a file)
+        let mut after: Vec<u8> = vec![];
         loop {
-            let (files, next) = ops.peers.resync_page(set, epoch, &[], 0, true, after_id)?;
+            let (files, next) = ops.peers.resync_page(set, epoch, &after, 0, true, 0)?;
             for (id, ext) in files {
                 let id = u64::from_le_bytes(
                     id.get(..8)
@@ -156,14 +157,8 @@ fn catch_up(ops: &Ops, epoch: u64, rate: u64) -> FsResult<(u64, u64)> {
                 }
             }
             match next {
-                Some(k) => {
-                    after_id = u64::from_le_bytes(
-                        k.get(..8)
-                            .ok_or(Errno::EPROTO)?
-                            .try_into()
-                            .unwrap_or_default(),
-                    )
-                }
+                Some(k) if k.len() == 16 => after = k,
+                Some(_) => return Err(Errno::EPROTO),
                 None => break,
             }
         }
