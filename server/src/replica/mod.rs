@@ -8,9 +8,12 @@
 //! * [`Node`]: this server's member of the group: answers the others' messages, and runs the
 //!   duties of the leader (add every server, mark silent ones down);
 //! * [`forward`]: primaries, fencing and the copies a primary sends its secondaries;
-//! * [`rejoin`]: a server that was marked down catches up, then is up again.
+//! * [`rejoin`]: a server that was marked down catches up, then is up again;
+//! * [`replay`]: the replay records of changes that may be sent again;
+//! * [`history`]: the accept log fault tests check.
 
 pub mod forward;
+pub mod history;
 pub mod map;
 pub mod net;
 pub mod rejoin;
@@ -219,7 +222,7 @@ impl Node {
                 // the old one has been silent
                 self.net
                     .acks
-                    .heard(rpc.vote.leader_id().voted_for().unwrap_or(u64::MAX));
+                    .spoke(rpc.vote.leader_id().voted_for().unwrap_or(u64::MAX));
                 let commit = rpc.leader_commit.map_or(0, |l| l.index);
                 let at = Instant::now();
                 let r = self.raft.append_entries(rpc).await;
@@ -337,13 +340,25 @@ impl Node {
             if s == self.id || map.state(s) == State::Down {
                 continue;
             }
-            // a server is given `down_after` from when it was last heard (by this server, as
-            // leader or as follower), but at least half of it from this server's first
-            // heartbeat as leader (an old time may be from long before)
+            // a server is given `down_after` from when it last answered this one, but at
+            // least half of it from this server's first heartbeat as leader (answers to an
+            // older leadership may be from long before, and a follower hears no other
+            // follower) — except the leader this server followed until shortly before it
+            // took over: its silence since it last spoke is real (its death is what made
+            // this election), so a dead leader is marked down as soon as a dead follower
             let grace = since
                 .checked_sub(self.settings.down_after / 2)
                 .unwrap_or(since);
-            let heard = self.net.acks.last(s as u64).map_or(since, |t| t.max(grace));
+            let answered = self.net.acks.last(s as u64);
+            let followed = self
+                .net
+                .acks
+                .last_spoke(s as u64)
+                .filter(|t| since.saturating_duration_since(*t) < self.settings.down_after * 2);
+            let heard = match followed {
+                Some(t) => answered.map_or(t, |a| a.max(t)),
+                None => answered.map_or(since, |t| t.max(grace)),
+            };
             if heard.elapsed() >= self.settings.down_after {
                 tracing::warn!(
                     "cluster map: server {s} answered nothing for {:.1} s: marking it down",

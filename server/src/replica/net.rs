@@ -18,21 +18,38 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// When each server last answered this one's Raft messages.
+/// When each server last answered this one's Raft messages (this one leading), and when
+/// each last sent this one entries as the leader (this one following).
 #[derive(Clone, Default)]
-pub struct Acks(Arc<Mutex<HashMap<NodeId, Instant>>>);
+pub struct Acks(Arc<Mutex<Heard>>);
+
+#[derive(Default)]
+struct Heard {
+    answered: HashMap<NodeId, Instant>,
+    spoke: HashMap<NodeId, Instant>,
+}
 
 impl Acks {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<NodeId, Instant>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Heard> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Server `s` answered this one's message.
     pub fn heard(&self, s: NodeId) {
-        self.lock().insert(s, Instant::now());
+        self.lock().answered.insert(s, Instant::now());
     }
 
     pub fn last(&self, s: NodeId) -> Option<Instant> {
-        self.lock().get(&s).copied()
+        self.lock().answered.get(&s).copied()
+    }
+
+    /// Leader `s` sent this server entries (or a heartbeat).
+    pub fn spoke(&self, s: NodeId) {
+        self.lock().spoke.insert(s, Instant::now());
+    }
+
+    pub fn last_spoke(&self, s: NodeId) -> Option<Instant> {
+        self.lock().spoke.get(&s).copied()
     }
 }
 
