@@ -372,9 +372,12 @@ impl crate::ops::Ops {
             }
             _ => {}
         }
+        use crate::replica::{forward, history};
+        let admitted = history::enabled().then(history::now_ns);
         let target = rep.admit(who, req)?;
         let set = target.as_ref().map(|t| t.set());
-        crate::replica::forward::serving(target, self, || match (once, set) {
+        let logged = target.as_ref().map(|t| (t.set(), t.epoch()));
+        let r = forward::serving(target, self, || match (once, set) {
             (Some(id), Some(set)) => {
                 crate::replica::replay::once(self, set, id, |note| match note {
                     None => self.execute_checked(who, req, bulk, data),
@@ -382,7 +385,13 @@ impl crate::ops::Ops {
                 })
             }
             _ => self.execute_checked(who, req, bulk, data),
-        })
+        });
+        if let (Ok(_), Some(at), Some((set, epoch))) = (&r, admitted, logged) {
+            if forward::wrote() {
+                history::accepted(set, epoch, self.id, at);
+            }
+        }
+        r
     }
 
     /// The answer to `req`, sent again after it was applied (its replay record noted `note`):

@@ -1,0 +1,435 @@
+//! A randomized history of kills and pauses (docs/redundancy.md, "Checking it"): clients
+//! write, append, create and remove through a replicated cluster (R = 2, 4 servers) while
+//! servers are killed and restarted, or frozen (SIGSTOP) and woken, one at a time at random.
+//! Every client records what it was acknowledged; afterwards the file system must hold every
+//! acknowledged change exactly once (no lost or duplicated writes, appends, creates or
+//! removals), and the servers' accept log (`MADFS_ACCEPT_LOG`) must show one primary per
+//! replica set at a time: no change admitted by an older epoch's primary after a newer
+//! primary acknowledged one.
+//!
+//! `MADFS_HISTORY_SEED` replays a schedule; `MADFS_HISTORY_FAULTS` sets how many faults
+//! (default 4, for CI; longer runs on a workstation).
+
+mod common;
+
+use common::*;
+use madfs_client::{Client, FileSystem, OpenFlags};
+use madfs_cluster::{find_bin, LocalCluster, Options};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SERVERS: usize = 4;
+const WORKERS: usize = 4;
+/// Size of one record of a worker's own file (records straddle chunk boundaries).
+const REC: u64 = 12_345;
+/// Record slots of a worker's own file (written over and over: 12 MiB, 17 chunks).
+const SLOTS: u64 = 1024;
+/// Size of one record of the shared append log.
+const LINE: usize = 32;
+
+/// A small deterministic generator (splitmix64) for the schedule and the workload.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// What one worker was told.
+#[derive(Default)]
+struct Told {
+    /// Records of its own file: slot → the sequence number last written there, and whether
+    /// that write was acknowledged.
+    writes: BTreeMap<u64, (u64, bool)>,
+    /// Writes made.
+    wrote: usize,
+    /// Appends to the shared log: sequence number → offset acknowledged (None: failed).
+    appends: BTreeMap<u64, Option<u64>>,
+    /// Files it created (acknowledged) and tried to create (not).
+    created: BTreeSet<u64>,
+    tried: BTreeSet<u64>,
+    /// Files it removed (acknowledged).
+    removed: BTreeSet<u64>,
+    /// Every error, as the operation and its errno.
+    errors: Vec<String>,
+}
+
+fn seed_of(w: usize, seq: u64) -> u64 {
+    ((w as u64) << 40) | seq
+}
+
+fn line(w: usize, seq: u64) -> Vec<u8> {
+    let mut l = format!("{w:02}:{seq:010}:").into_bytes();
+    l.resize(LINE - 1, b'.');
+    l.push(b'\n');
+    l
+}
+
+fn worker(c: Client, w: usize, seed: u64, stop: Arc<AtomicBool>) -> Told {
+    let mut told = Told::default();
+    let mut rng = Rng(seed ^ (w as u64 + 1).wrapping_mul(0xA5A5_5A5A));
+    let own = format!("/h/own{w}");
+    let mut f = c.open(&own, OpenFlags::create_trunc()).expect("own file");
+    let mut log = c
+        .open(
+            "/h/log",
+            OpenFlags {
+                create: true,
+                excl: false,
+                trunc: false,
+                mode: 0o644,
+            },
+        )
+        .expect("log");
+    let mut seq = 0u64;
+    while !stop.load(Relaxed) {
+        seq += 1;
+        match rng.below(10) {
+            0..=3 => {
+                let slot = rng.below(SLOTS);
+                let r = c.write(&mut f, slot * REC, &data(REC as usize, seed_of(w, seq)));
+                told.writes.insert(slot, (seq, r.is_ok()));
+                told.wrote += 1;
+                if let Err(e) = r {
+                    told.errors.push(format!("write {seq}: {e:?}"));
+                }
+            }
+            4 | 5 => {
+                let r = c.append(&mut log, &line(w, seq));
+                told.appends.insert(seq, r.as_ref().ok().copied());
+                if let Err(e) = r {
+                    told.errors.push(format!("append {seq}: {e:?}"));
+                }
+            }
+            6 | 7 => {
+                told.tried.insert(seq);
+                let path = format!("/h/d{w}/f{seq}");
+                let flags = OpenFlags {
+                    create: true,
+                    excl: true,
+                    trunc: false,
+                    mode: 0o644,
+                };
+                let r = c.open(&path, flags).and_then(|mut g| {
+                    c.write(&mut g, 0, &data(100, seed_of(w, seq)))?;
+                    c.close(g)
+                });
+                match r {
+                    Ok(()) => {
+                        told.created.insert(seq);
+                    }
+                    Err(e) => told.errors.push(format!("create {path}: {e:?}")),
+                }
+            }
+            8 => {
+                let live: Vec<u64> = told.created.difference(&told.removed).copied().collect();
+                if !live.is_empty() {
+                    let victim = live[rng.below(live.len() as u64) as usize];
+                    let path = format!("/h/d{w}/f{victim}");
+                    match c.unlink(&path) {
+                        Ok(()) => {
+                            told.removed.insert(victim);
+                        }
+                        Err(e) => told.errors.push(format!("unlink {path}: {e:?}")),
+                    }
+                }
+            }
+            _ => {
+                if let Err(e) = c.fsync(&mut f) {
+                    told.errors.push(format!("fsync {seq}: {e:?}"));
+                }
+            }
+        }
+    }
+    if let Err(e) = c.close(f) {
+        told.errors.push(format!("close own: {e:?}"));
+    }
+    if let Err(e) = c.close(log) {
+        told.errors.push(format!("close log: {e:?}"));
+    }
+    told
+}
+
+/// The map epoch when every server's map has every server up (`None`: not so).
+fn all_up_in(cl: &LocalCluster) -> (Option<u64>, String) {
+    let out = std::process::Command::new(find_bin("madfs-ctl"))
+        .args(["status", "--cluster"])
+        .arg(cl.cluster_file())
+        .output()
+        .expect("madfs-ctl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let epochs: BTreeSet<&str> = text
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("map_epoch="))
+        .collect();
+    let up = text.matches("states=up,up,up,up").count() == SERVERS && epochs.len() == 1;
+    (up.then(|| epochs.first()?.parse().ok()).flatten(), text)
+}
+
+/// Until every server's map has every server up and stays so for twice `--down-after-ms`
+/// (a server back within `--down-after-ms` is marked down later, by a primary whose copy it
+/// missed, and then catches up): one fault at a time.
+fn all_up(cl: &LocalCluster, within: Duration) {
+    let t = Instant::now();
+    let mut since: Option<(u64, Instant)> = None;
+    loop {
+        let (epoch, text) = all_up_in(cl);
+        match (epoch, since) {
+            (Some(e), Some((s, at))) if e == s => {
+                if at.elapsed() >= Duration::from_millis(3000) {
+                    return;
+                }
+            }
+            (Some(e), _) => since = Some((e, Instant::now())),
+            (None, _) => since = None,
+        }
+        assert!(
+            t.elapsed() < within,
+            "not all up within {within:?}:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn signal(cl: &LocalCluster, i: usize, sig: i32) {
+    // SAFETY: kill(2) on a server process of this test.
+    unsafe { libc::kill(cl.pid(i).expect("server pid") as i32, sig) };
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+#[test]
+fn kills_and_pauses_lose_and_duplicate_nothing() {
+    let seed = env_u64("MADFS_HISTORY_SEED").unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+    });
+    let faults = env_u64("MADFS_HISTORY_FAULTS").unwrap_or(4);
+    eprintln!("MADFS_HISTORY_SEED={seed} MADFS_HISTORY_FAULTS={faults}");
+    setup();
+    let accept_log = tempfile::NamedTempFile::new().unwrap();
+    let mut cl = LocalCluster::start(Options {
+        servers: SERVERS,
+        args: vec!["--replication".into(), "2".into()],
+        // error mode peer all the same: a replicated cluster's servers and clients take it
+        // whatever is asked (`UcxSettings::for_replication`)
+        err_mode: "none".into(),
+        env: vec![(
+            "MADFS_ACCEPT_LOG".into(),
+            accept_log.path().to_string_lossy().into_owned(),
+        )],
+    })
+    .expect("start servers");
+    let timeout = Duration::from_secs(10);
+    let c = client(&cl, timeout, "none");
+    c.mkdir("/h", 0o755).unwrap();
+    for w in 0..WORKERS {
+        c.mkdir(&format!("/h/d{w}"), 0o755).unwrap();
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|w| {
+            let (file, stop) = (cl.cluster_file(), stop.clone());
+            std::thread::spawn(move || {
+                let mut cfg = madfs_client::ClientConfig::from_cluster_file(file).unwrap();
+                cfg.timeout = timeout;
+                worker(Client::new(&cfg).unwrap(), w, seed, stop)
+            })
+        })
+        .collect();
+
+    // the schedule: one fault at a time, each healed (caught up) before the next
+    let mut rng = Rng(seed);
+    let mut schedule = vec![];
+    for _ in 0..faults {
+        std::thread::sleep(Duration::from_millis(800 + rng.below(1500)));
+        let victim = rng.below(SERVERS as u64) as usize;
+        let kill = rng.below(2) == 0;
+        let hold = Duration::from_millis(300 + rng.below(3000));
+        let t = Instant::now();
+        if kill {
+            cl.kill(victim);
+            std::thread::sleep(hold);
+            cl.restart(victim).expect("restart");
+        } else {
+            signal(&cl, victim, libc::SIGSTOP);
+            std::thread::sleep(hold);
+            signal(&cl, victim, libc::SIGCONT);
+        }
+        all_up(&cl, Duration::from_secs(90));
+        let what = format!(
+            "{} server {victim} for {hold:?}, all up again (and for 3 s) {:?} after",
+            if kill { "killed" } else { "froze" },
+            t.elapsed() - hold
+        );
+        eprintln!("{what}");
+        schedule.push(what);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Relaxed);
+    let told: Vec<Told> = workers.into_iter().map(|h| h.join().unwrap()).collect();
+
+    // what the file system holds now
+    let mut problems = vec![];
+    let log = get(&c, "/h/log");
+    let mut seen: HashMap<(usize, u64), Vec<u64>> = HashMap::new();
+    let mut holes = 0;
+    for (k, rec) in log.chunks(LINE).enumerate() {
+        if rec.iter().all(|b| *b == 0) {
+            holes += 1;
+            continue;
+        }
+        let text = String::from_utf8_lossy(rec);
+        let mut it = text.split(':');
+        let parsed = (|| {
+            let w: usize = it.next()?.parse().ok()?;
+            let seq: u64 = it.next()?.parse().ok()?;
+            (rec == line(w, seq).as_slice()).then_some((w, seq))
+        })();
+        match parsed {
+            Some(key) => seen.entry(key).or_default().push((k * LINE) as u64),
+            None => problems.push(format!("log record {k} is garbage: {text:?}")),
+        }
+    }
+    let mut counts = [0usize; 6];
+    for (w, t) in told.iter().enumerate() {
+        let own = get(&c, &format!("/h/own{w}"));
+        counts[0] += t.wrote;
+        for (&slot, &(seq, acked)) in &t.writes {
+            if !acked {
+                continue; // either record may be there
+            }
+            let at = (slot * REC) as usize;
+            let want = data(REC as usize, seed_of(w, seq));
+            if own.get(at..at + REC as usize) != Some(want.as_slice()) {
+                problems.push(format!(
+                    "worker {w}: acknowledged write {seq} (slot {slot}) lost"
+                ));
+            }
+        }
+        for (&seq, &at) in &t.appends {
+            counts[1] += 1;
+            let places = seen.get(&(w, seq)).cloned().unwrap_or_default();
+            if places.len() > 1 {
+                problems.push(format!("worker {w}: append {seq} found at {places:?}"));
+            }
+            if let Some(at) = at {
+                if places != [at] {
+                    problems.push(format!(
+                        "worker {w}: append {seq} acknowledged at {at}, found at {places:?}"
+                    ));
+                }
+            }
+        }
+        let names: BTreeSet<u64> = c
+            .readdir(&format!("/h/d{w}"))
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| e.name.strip_prefix('f').and_then(|n| n.parse().ok()))
+            .collect();
+        counts[2] += t.created.len();
+        counts[3] += t.removed.len();
+        for seq in t.created.difference(&t.removed) {
+            if !names.contains(seq) {
+                problems.push(format!("worker {w}: created f{seq} lost"));
+            } else if get(&c, &format!("/h/d{w}/f{seq}")) != data(100, seed_of(w, *seq)) {
+                problems.push(format!("worker {w}: f{seq} holds other bytes"));
+            }
+        }
+        for seq in &names {
+            if t.removed.contains(seq) {
+                problems.push(format!("worker {w}: removed f{seq} is back"));
+            } else if !t.tried.contains(seq) {
+                problems.push(format!("worker {w}: f{seq} was never created"));
+            }
+        }
+        counts[4] += t.errors.len();
+    }
+    for key in seen.keys() {
+        if !told
+            .get(key.0)
+            .is_some_and(|t| t.appends.contains_key(&key.1))
+        {
+            problems.push(format!("log holds {key:?}, never appended"));
+        }
+    }
+
+    // the accept log: one primary per set and epoch, none admitting after a newer one
+    let accepts = std::fs::read_to_string(accept_log.path()).unwrap();
+    // (set, epoch) → (servers, latest admission, earliest answer)
+    let mut by: BTreeMap<(u32, u64), (BTreeSet<u32>, u64, u64)> = BTreeMap::new();
+    for l in accepts.lines() {
+        let v: Vec<u64> = l.split(' ').filter_map(|x| x.parse().ok()).collect();
+        let [set, epoch, server, admitted, answered] = v[..] else {
+            problems.push(format!("accept log: {l:?}"));
+            continue;
+        };
+        counts[5] += 1;
+        let e = by
+            .entry((set as u32, epoch))
+            .or_insert((BTreeSet::new(), 0, u64::MAX));
+        e.0.insert(server as u32);
+        e.1 = e.1.max(admitted);
+        e.2 = e.2.min(answered);
+    }
+    for ((set, epoch), (servers, ..)) in &by {
+        if servers.len() > 1 {
+            problems.push(format!("set {set}, epoch {epoch}: primaries {servers:?}"));
+        }
+    }
+    for ((s1, e1), (p1, admitted, _)) in &by {
+        for ((s2, e2), (p2, _, answered)) in &by {
+            if s1 == s2 && e1 < e2 && p1 != p2 && admitted > answered {
+                problems.push(format!(
+                    "set {s1}: server {p1:?} (epoch {e1}) admitted a change {} µs after \
+                     server {p2:?} (epoch {e2}) acknowledged one",
+                    (admitted - answered) / 1000
+                ));
+            }
+        }
+    }
+    let primaries: BTreeMap<u32, BTreeSet<u32>> =
+        by.iter().fold(BTreeMap::new(), |mut m, ((s, _), (p, ..))| {
+            m.entry(*s).or_default().extend(p);
+            m
+        });
+    eprintln!(
+        "{} writes, {} appends, {} creates, {} removals, {} errors; log {} records ({holes} \
+         holes); {} acknowledged changes in the accept log over {} set epochs, primaries \
+         per set {primaries:?}",
+        counts[0],
+        counts[1],
+        counts[2],
+        counts[3],
+        counts[4],
+        log.len() / LINE,
+        counts[5],
+        by.len()
+    );
+    for t in &told {
+        for e in &t.errors {
+            problems.push(format!("error: {e}"));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "seed {seed}, schedule {schedule:#?}:\n{}",
+        problems.join("\n")
+    );
+    assert!(counts[5] > 100, "too few changes to judge: {counts:?}");
+}
