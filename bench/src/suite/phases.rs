@@ -235,6 +235,9 @@ pub(super) fn run<T: Target>(
             continue;
         }
         sync.barrier(&format!("{phase}.go"))?;
+        if rank == 0 && say_phases() {
+            eprintln!("madfs-bench: {phase} starts");
+        }
         let out = run_phase(t, &cx, phase).with_context(|| format!("{phase}, rank {rank}"))?;
         let all = sync.allgather(&format!("{phase}.done"), &serde_json::to_vec(&out)?)?;
         let all: Vec<RankOut> = all
@@ -279,6 +282,12 @@ pub(super) fn run<T: Target>(
         t.rmdir(&w).with_context(|| format!("removing {w}"))?;
     }
     Ok(Some(score(job, size, results)))
+}
+
+/// `MADFS_BENCH_SAY_PHASES=1`: rank 0 says on stderr when each phase starts (fault tests
+/// kill a server in a chosen phase).
+fn say_phases() -> bool {
+    std::env::var_os("MADFS_BENCH_SAY_PHASES").is_some_and(|v| v == "1")
 }
 
 /// Each rank removes what it wrote and no delete phase removed.
