@@ -186,3 +186,41 @@ fn a_file_of_many_extents_is_copied_on_rejoin() {
         "sparse file changed"
     );
 }
+
+/// A file's size, published by its writer's fsync and close, is on its name's secondary:
+/// killing the primary afterwards leaves the size as it was — over plain TCP too (the
+/// preload's first calls), whose fsyncs once published the size on the primary alone
+/// (io500 found a file one chunk short after its primary died).
+#[test]
+fn a_published_size_survives_the_primary() {
+    use madfs_client::{FileSystem, OpenFlags};
+    let mut cl = cluster(4, &["--replication", "2"], "none");
+    let every = [0, 1, 2, 3];
+    until(&cl, &every, Duration::from_secs(20), "start", all_up);
+    let cfg = madfs_client::ClientConfig::from_cluster_file(cl.cluster_file()).unwrap();
+    let c = madfs_client::Client::new_tcp(&cfg).unwrap();
+    c.mkdir("/d", 0o755).unwrap();
+    let mut sizes = vec![];
+    for i in 0..8u64 {
+        let path = format!("/d/f{i}");
+        let mut f = c.open(&path, OpenFlags::create_trunc()).unwrap();
+        let piece = data(1 << 20, i);
+        for k in 0..5 {
+            c.write(&mut f, k << 20, &piece).unwrap();
+        }
+        if i % 2 == 0 {
+            c.fsync(&mut f).unwrap();
+        }
+        c.close(f).unwrap();
+        sizes.push((path, 5u64 << 20));
+    }
+    let victim = madfs_placement::meta_server("/d/f0", 4) as usize;
+    cl.kill(victim);
+    let rest: Vec<usize> = every.iter().copied().filter(|s| *s != victim).collect();
+    until(&cl, &rest, Duration::from_secs(10), "kill", |m| {
+        m.states[victim] == "down"
+    });
+    for (path, size) in &sizes {
+        assert_eq!(c.stat(path).unwrap().size, *size, "{path}");
+    }
+}

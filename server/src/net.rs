@@ -437,6 +437,26 @@ fn serve_frame(ops: &Ops, b: &mut Bufs, data: Option<usize>, who: &Who) -> ([u8;
 }
 
 /// The request frame of a received message (after its connection word).
+/// A replicated cluster's fsync (frame `msg`, from `who`): executed as any request
+/// (`Ops::execute_as`: admitted by the set's primary only, its size publication and its
+/// flush copied to the secondaries), on an IO thread; the receiver gets the result.
+fn replicated_fsync(
+    ops: &Arc<Ops>,
+    who: &crate::auth::Who,
+    msg: Vec<u8>,
+) -> tokio::sync::oneshot::Receiver<madfs_proto::FsResult<()>> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (ops, who) = (ops.clone(), who.clone());
+    tokio::task::spawn_blocking(move || {
+        let r = match frame::decode_request(frame_of(&msg)) {
+            Ok((req, bulk)) => ops.execute_as(&who, &req, bulk, &mut []).map(drop),
+            Err(e) => Err(e),
+        };
+        let _ = tx.send(r);
+    });
+    rx
+}
+
 fn frame_of(msg: &[u8]) -> &[u8] {
     msg.get(CONN_WORD..).unwrap_or(&[])
 }
@@ -1746,20 +1766,7 @@ async fn fsync_handler(
             Ok((req @ Request::Fsync { .. }, _)) if ops.replica.is_some() => {
                 ops.stats.request("fsync");
                 match ops.cap_check(&c.who, &req) {
-                    Ok(()) => {
-                        let (tx, rx) = tokio::sync::oneshot::channel();
-                        let (ops, who, msg) = (ops.clone(), c.who.clone(), recv.clone());
-                        tokio::task::spawn_blocking(move || {
-                            let r = match frame::decode_request(frame_of(&msg)) {
-                                Ok((req, bulk)) => {
-                                    ops.execute_as(&who, &req, bulk, &mut []).map(drop)
-                                }
-                                Err(e) => Err(e),
-                            };
-                            let _ = tx.send(r);
-                        });
-                        Ok(rx)
-                    }
+                    Ok(()) => Ok(replicated_fsync(&ops, &c.who, recv.clone())),
                     Err(e) => Err(e),
                 }
             }
@@ -1970,6 +1977,19 @@ async fn tcp_conn(
         }
         let (b, prefix, n) = if kind == 2 {
             let result = match frame::decode_request(frame_of(&b.recv)) {
+                // as over UCX: a replicated cluster's fsync is served by the primary and
+                // durable on its secondaries (its size publication copied to them: the
+                // group-commit path below copies nothing, and a size published here was
+                // lost with the primary)
+                Ok((req @ Request::Fsync { .. }, _)) if ops.replica.is_some() => {
+                    ops.stats.request("fsync");
+                    match ops.cap_check(&who, &req) {
+                        Ok(()) => replicated_fsync(ops, &who, b.recv.clone())
+                            .await
+                            .unwrap_or(Err(Errno::EIO)),
+                        Err(e) => Err(e),
+                    }
+                }
                 Ok((req @ Request::Fsync { id, .. }, _)) => {
                     ops.stats.request("fsync");
                     match ops.cap_check(&who, &req) {
