@@ -1,9 +1,9 @@
 //! A randomized history of kills and pauses (docs/redundancy.md, "Checking it"): clients
-//! (half over UCX, half over plain TCP) write, append, create and remove through a
+//! (half over UCX, half over plain TCP) write, append, create, rename and remove through a
 //! replicated cluster (R = 2, 4 servers) while
 //! servers are killed and restarted, or frozen (SIGSTOP) and woken, one at a time at random.
 //! Every client records what it was acknowledged; afterwards the file system must hold every
-//! acknowledged change exactly once (no lost or duplicated writes, appends, creates or
+//! acknowledged change exactly once (no lost or duplicated writes, appends, creates, renames or
 //! removals), and the servers' accept log (`MADFS_ACCEPT_LOG`) must show one primary per
 //! replica set at a time: no change admitted by an older epoch's primary after a newer
 //! primary acknowledged one.
@@ -59,14 +59,21 @@ struct Told {
     /// Files it created (acknowledged) and tried to create (not).
     created: BTreeSet<u64>,
     tried: BTreeSet<u64>,
-    /// Files it removed (acknowledged).
+    /// Files it removed, and files it renamed from `f<seq>` to `m<seq>` (acknowledged).
     removed: BTreeSet<u64>,
+    renamed: BTreeSet<u64>,
     /// Every error, as the operation and its errno.
     errors: Vec<String>,
 }
 
 fn seed_of(w: usize, seq: u64) -> u64 {
     ((w as u64) << 40) | seq
+}
+
+/// The name of worker `w`'s file `seq` now.
+fn name_of(w: usize, seq: u64, renamed: &BTreeSet<u64>) -> String {
+    let prefix = if renamed.contains(&seq) { 'm' } else { 'f' };
+    format!("/h/d{w}/{prefix}{seq}")
 }
 
 fn line(w: usize, seq: u64) -> Vec<u8> {
@@ -133,15 +140,26 @@ fn worker(c: Client, w: usize, seed: u64, stop: Arc<AtomicBool>) -> Told {
                 }
             }
             8 => {
+                // a removal or a rename (to `m<seq>`) of one of its files
                 let live: Vec<u64> = told.created.difference(&told.removed).copied().collect();
                 if !live.is_empty() {
                     let victim = live[rng.below(live.len() as u64) as usize];
-                    let path = format!("/h/d{w}/f{victim}");
-                    match c.unlink(&path) {
-                        Ok(()) => {
-                            told.removed.insert(victim);
+                    let path = name_of(w, victim, &told.renamed);
+                    if told.renamed.contains(&victim) || rng.below(2) == 0 {
+                        match c.unlink(&path) {
+                            Ok(()) => {
+                                told.removed.insert(victim);
+                            }
+                            Err(e) => told.errors.push(format!("unlink {path}: {e:?}")),
                         }
-                        Err(e) => told.errors.push(format!("unlink {path}: {e:?}")),
+                    } else {
+                        let to = format!("/h/d{w}/m{victim}");
+                        match c.rename(&path, &to, false) {
+                            Ok(()) => {
+                                told.renamed.insert(victim);
+                            }
+                            Err(e) => told.errors.push(format!("rename {path}: {e:?}")),
+                        }
                     }
                 }
             }
@@ -313,7 +331,7 @@ fn kills_and_pauses_lose_and_duplicate_nothing() {
             None => problems.push(format!("log record {k} is garbage: {text:?}")),
         }
     }
-    let mut counts = [0usize; 6];
+    let mut counts = [0usize; 7];
     for (w, t) in told.iter().enumerate() {
         let own = get(&c, &format!("/h/own{w}"));
         counts[0] += t.wrote;
@@ -343,26 +361,38 @@ fn kills_and_pauses_lose_and_duplicate_nothing() {
                 }
             }
         }
-        let names: BTreeSet<u64> = c
+        // (seq, renamed) of every name in the directory
+        let names: BTreeSet<(u64, bool)> = c
             .readdir(&format!("/h/d{w}"))
             .unwrap()
             .into_iter()
-            .filter_map(|e| e.name.strip_prefix('f').and_then(|n| n.parse().ok()))
+            .filter_map(|e| {
+                let (p, n) = e.name.split_at(1);
+                Some((n.parse().ok()?, p == "m"))
+            })
             .collect();
         counts[2] += t.created.len();
         counts[3] += t.removed.len();
+        counts[6] += t.renamed.len();
         for seq in t.created.difference(&t.removed) {
-            if !names.contains(seq) {
-                problems.push(format!("worker {w}: created f{seq} lost"));
-            } else if get(&c, &format!("/h/d{w}/f{seq}")) != data(100, seed_of(w, *seq)) {
-                problems.push(format!("worker {w}: f{seq} holds other bytes"));
+            let path = name_of(w, *seq, &t.renamed);
+            if !names.contains(&(*seq, t.renamed.contains(seq))) {
+                problems.push(format!("worker {w}: {path} lost"));
+            } else if get(&c, &path) != data(100, seed_of(w, *seq)) {
+                problems.push(format!("worker {w}: {path} holds other bytes"));
             }
         }
-        for seq in &names {
+        for (seq, moved) in &names {
             if t.removed.contains(seq) {
-                problems.push(format!("worker {w}: removed f{seq} is back"));
+                problems.push(format!(
+                    "worker {w}: removed {seq} is back (renamed: {moved})"
+                ));
             } else if !t.tried.contains(seq) {
-                problems.push(format!("worker {w}: f{seq} was never created"));
+                problems.push(format!("worker {w}: {seq} was never created"));
+            } else if *moved != t.renamed.contains(seq) {
+                problems.push(format!(
+                    "worker {w}: file {seq} under the wrong name (m: {moved})"
+                ));
             }
         }
         counts[4] += t.errors.len();
@@ -416,13 +446,14 @@ fn kills_and_pauses_lose_and_duplicate_nothing() {
             m
         });
     eprintln!(
-        "{} writes, {} appends, {} creates, {} removals, {} errors; log {} records ({holes} \
-         holes); {} acknowledged changes in the accept log over {} set epochs, primaries \
-         per set {primaries:?}",
+        "{} writes, {} appends, {} creates, {} removals, {} renames, {} errors; log {} records \
+         ({holes} holes); {} acknowledged changes in the accept log over {} set epochs, \
+         primaries per set {primaries:?}",
         counts[0],
         counts[1],
         counts[2],
         counts[3],
+        counts[6],
         counts[4],
         log.len() / LINE,
         counts[5],

@@ -112,3 +112,74 @@ fn changes_sent_again_are_answered_not_applied_twice() {
         }
     }
 }
+
+/// A rename of a file sent again with its request id answers as the first time (done), on
+/// the primary and on its successor, whether the target's name is on the same server or
+/// another one (a move with an intent record); without the id it is `ENOENT`.
+#[test]
+fn renames_sent_again_are_answered_not_applied_twice() {
+    let mut cl = cluster(4, &["--replication", "2"], "none");
+    let c = client(&cl, Duration::from_secs(10), "none");
+    c.mkdir("/r", 0o755).unwrap();
+    let t = c.transport();
+    let set_of = |p: &str| madfs_placement::meta_server(p, 4);
+    // a source with a target on its own server, and one with a target elsewhere
+    let src = "/r/a";
+    let near = (0..1000)
+        .map(|i| format!("/r/n{i}"))
+        .find(|p| set_of(p) == set_of(src))
+        .unwrap();
+    let far_src = "/r/b";
+    let far = (0..1000)
+        .map(|i| format!("/r/f{i}"))
+        .find(|p| set_of(p) != set_of(far_src))
+        .unwrap();
+    let mut seq = 20;
+    for (from, to) in [(src, near.as_str()), (far_src, far.as_str())] {
+        put(&c, from, b"moved once", 64, false);
+        let set = set_of(from);
+        let rename = once(
+            seq,
+            Request::Rename {
+                from,
+                to,
+                noreplace: false,
+            },
+        );
+        seq += 1;
+        for i in 0..2 {
+            let r = t.call_sync(set, &rename, &[], 512).unwrap();
+            match r.decode().unwrap_or_else(|e| panic!("rename {i}: {e:?}")).0 {
+                Reply::Replaced(_) => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        let again = once(
+            seq,
+            Request::Rename {
+                from,
+                to,
+                noreplace: false,
+            },
+        );
+        seq += 1;
+        let r = t.call_sync(set, &again, &[], 512).unwrap();
+        assert_eq!(r.decode().map(drop), Err(Errno::ENOENT), "a new rename");
+        assert_eq!(get(&c, to), b"moved once");
+        assert_eq!(c.stat(from).unwrap_err(), Errno::ENOENT);
+        if from == far_src {
+            // its primary dies: the successor answers it from the copied record
+            cl.kill(set as usize);
+            let r = t.call_sync(set, &rename, &[], 512).unwrap();
+            match r
+                .decode()
+                .unwrap_or_else(|e| panic!("after the kill: {e:?}"))
+                .0
+            {
+                Reply::Replaced(_) => {}
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(get(&c, to), b"moved once");
+        }
+    }
+}

@@ -287,7 +287,20 @@ fn ten_minutes_of_io500_change_no_map() {
     let _one = one_at_a_time();
     let cl = replicated();
     all_up(&cl, Duration::from_secs(30));
-    let before = epoch(&cl);
+    std::thread::sleep(Duration::from_secs(2));
+    // the map's epoch, its leader, and the Raft votes each server logged (its first election)
+    let votes = || -> Vec<usize> {
+        (0..4)
+            .map(|i| cl.log(i).matches("vote is changing").count())
+            .collect()
+    };
+    let leader = |text: &str| -> Vec<String> {
+        text.split_whitespace()
+            .filter(|w| w.starts_with("leader="))
+            .map(str::to_owned)
+            .collect()
+    };
+    let (before, votes_before, leader_before) = (epoch(&cl), votes(), leader(&status(&cl)));
     let secs = std::env::var("MADFS_CALM_SECS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -314,19 +327,17 @@ fn ten_minutes_of_io500_change_no_map() {
             text.lines().find(|l| l.contains("[SCORE]")).unwrap_or("")
         );
     }
-    let after = epoch(&cl);
-    let leaders: Vec<String> = (0..4)
-        .map(|i| {
-            cl.log(i)
-                .lines()
-                .filter(|l| l.contains("marking it down") || l.contains("vote is changing"))
-                .count()
-                .to_string()
-        })
-        .collect();
+    let (after, votes_after, leader_after) = (epoch(&cl), votes(), leader(&status(&cl)));
     eprintln!(
-        "{runs} io500 runs in {:?}; map epoch {before} before, {after} after; down/vote lines per server {leaders:?}",
+        "{runs} io500 runs in {:?}; map epoch {before} before, {after} after; Raft votes \
+         logged per server {votes_before:?} before, {votes_after:?} after; {leader_before:?} \
+         before, {leader_after:?} after",
         t.elapsed()
     );
     assert_eq!(before, after, "the map changed without a fault");
+    assert_eq!(votes_before, votes_after, "an election without a fault");
+    assert_eq!(
+        leader_before, leader_after,
+        "another leader without a fault"
+    );
 }

@@ -444,6 +444,8 @@ impl crate::ops::Ops {
             }
             (Note::Attr(a), _) => Ok(Answer::Attr(a)),
             (Note::Offset(o), _) => Ok(Answer::Offset(o)),
+            (Note::Renamed, Request::Rename { from, .. }) => self.renamed_again(from),
+            (Note::Renamed, _) => Err(Errno::EPROTO),
             (Note::Again, _) => self.execute_checked(who, req, bulk, data),
         }
     }

@@ -283,6 +283,8 @@ impl Ops {
         if !self.moving.claim(from) {
             return Err(Errno::EAGAIN);
         }
+        // sent again after a failover: answered as done (`Ops::renamed_again`), not ENOENT
+        crate::replica::replay::note(crate::replica::replay::Note::Renamed);
         let mut claim = Claimed {
             ops: self,
             path: from,
@@ -562,6 +564,18 @@ impl Ops {
             .map_or(true, |v| v.iter().any(|i| i.from == from))
     }
 
+    /// A rename of file `from` sent again after it was applied (its replay record): done, once
+    /// its move to another server, if one is still pending here, is finished.
+    pub fn renamed_again(&self, from: &str) -> FsResult<Answer> {
+        if self.intent_left(from) {
+            self.finish_intents()?;
+            if self.intent_left(from) {
+                return Err(Errno::EIO); // the target's server is still out of reach
+            }
+        }
+        Ok(Answer::Replaced(None))
+    }
+
     /// The replaced entry of a local rename: its last name is gone.
     fn dropped(&self, old: Option<Attr>) -> FsResult<Answer> {
         if let Some(o) = &old {
@@ -612,6 +626,8 @@ impl Ops {
                 Err(Errno::EIO)
             }
             Err(e) => {
+                // refused: sent again, the rename is tried again (and refused again)
+                crate::replica::replay::note(crate::replica::replay::Note::Again);
                 self.meta.end_move(it, false)?;
                 Err(e)
             }

@@ -695,6 +695,7 @@ impl Request<'_> {
                 | Request::Unlink { .. }
                 | Request::Rmdir { .. }
                 | Request::Append { .. }
+                | Request::Rename { .. }
         )
     }
 }

@@ -34,6 +34,8 @@ pub enum Note {
     Created(Attr),
     /// `Offset` (append).
     Offset(u64),
+    /// `Replaced` (rename of a file: done, or its move to another server pending).
+    Renamed,
 }
 
 impl Note {
@@ -43,6 +45,7 @@ impl Note {
             Note::Attr(a) => [&[1u8][..], &a.to_bytes()].concat(),
             Note::Created(a) => [&[2u8][..], &a.to_bytes()].concat(),
             Note::Offset(o) => [&[3u8][..], &o.to_le_bytes()].concat(),
+            Note::Renamed => vec![4],
         }
     }
 
@@ -53,6 +56,7 @@ impl Note {
             1 => Note::Attr(Attr::from_bytes(rest)?),
             2 => Note::Created(Attr::from_bytes(rest)?),
             3 => Note::Offset(u64::from_le_bytes(rest.try_into().ok()?)),
+            4 => Note::Renamed,
             _ => return None,
         })
     }
@@ -157,6 +161,7 @@ mod tests {
             Note::Attr(a),
             Note::Created(a),
             Note::Offset(99),
+            Note::Renamed,
         ] {
             assert_eq!(Note::decode(&n.encode()), Some(n));
         }
