@@ -14,6 +14,9 @@ echo "== cargo clippy -D warnings"
 cargo clippy --release --workspace --all-targets -- -D warnings
 echo "== cargo build --release"
 cargo build --release --workspace
+echo "== docs/settings.md current (scripts/settings.sh --check)"
+settings_rc=0
+scripts/settings.sh --check || settings_rc=1
 echo "== cargo test --release"
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
@@ -25,6 +28,11 @@ passed=$(grep -Eo '^test result: .* ([0-9]+) passed' "$log" | grep -Eo '[0-9]+ p
 failed=$(grep -Eo '[0-9]+ failed;' "$log" | awk '{s+=$1} END {print s+0}')
 echo "== fuzz (protocol decoders, bounded)"
 if ! scripts/fuzz.sh "${MADFS_FUZZ_SECONDS:-60}"; then
+  failed=$((failed + 1))
+  rc=1
+fi
+if [ "$settings_rc" != 0 ]; then
+  echo "docs/settings.md is not current (scripts/settings.sh)"
   failed=$((failed + 1))
   rc=1
 fi

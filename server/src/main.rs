@@ -62,7 +62,8 @@ struct Args {
     /// IO threads for chunk IO and scans.
     #[arg(long, default_value_t = 4)]
     io_threads: usize,
-    /// UCX endpoint error mode: none (allows shared memory) or peer.
+    /// UCX endpoint error mode: none (allows shared memory) or peer. A replicated cluster
+    /// always uses peer (docs/architecture.md, "UCX settings").
     #[arg(long, env = "MADFS_UCX_ERR_MODE", default_value = "none", value_parser = UcxSettings::parse_err_mode)]
     ucx_err_mode: madfs_rpc::ErrorMode,
     /// Microseconds UCX progress spins before sleeping on the event fd.

@@ -283,7 +283,8 @@ fn mount() -> String {
     std::env::var("MADFS_MOUNT").unwrap_or_else(|_| "/madfs".into())
 }
 
-/// The rank and size given by our own spawner or by an MPI launcher.
+/// The rank and size given by our own spawner (`MADFS_BENCH_RANK`, `MADFS_BENCH_SIZE`, set
+/// for the ranks madfs-bench starts itself) or by an MPI launcher.
 fn rank_env() -> Option<(usize, usize)> {
     let get = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok());
     for (r, s) in [

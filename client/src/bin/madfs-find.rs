@@ -20,12 +20,32 @@ struct Args {
     count: bool,
 }
 
+const USAGE: &str =
+    "usage: madfs-find DIR [-newer FILE] [-size N[c|k|M|G]] [-name GLOB] [-type f|d] [-count]";
+
 fn usage(msg: &str) -> ! {
     eprintln!("madfs-find: {msg}");
-    eprintln!(
-        "usage: madfs-find DIR [-newer FILE] [-size N[c|k|M|G]] [-name GLOB] [-type f|d] [-count]"
-    );
+    eprintln!("{USAGE}");
     std::process::exit(2);
+}
+
+/// `--help` / `-h`: what the command line takes, on stdout.
+fn help() -> ! {
+    println!(
+        "Server-side parallel find over a madfs tree, with pfind's command line (io500's find)."
+    );
+    println!();
+    println!("{USAGE}");
+    println!();
+    println!("  DIR          the tree (under the mount, MADFS_MOUNT, or a madfs path)");
+    println!("  -newer FILE  modified after FILE");
+    println!("  -size N      of size N (c bytes, k KiB, M MiB, G GiB; default 512-byte blocks)");
+    println!("  -name GLOB   whose name matches GLOB");
+    println!("  -type f|d    files or directories");
+    println!("  -count, -C   print only MATCHED <matched>/<examined>");
+    println!();
+    println!("Cluster: MADFS_CLUSTER. Prints the matches, then MATCHED <matched>/<examined>.");
+    std::process::exit(0);
 }
 
 fn parse_size(s: &str) -> Option<(u64, u64)> {
@@ -106,6 +126,7 @@ fn parse(argv: &[String]) -> Args {
                 })
             }
             "-count" | "-C" => a.count = true,
+            "--help" | "-h" => help(),
             s if s.starts_with('-') => usage(&format!("unknown option {s}")),
             s if a.dir.is_empty() => a.dir = s.to_owned(),
             s => usage(&format!("unexpected argument {s:?}")),

@@ -381,6 +381,8 @@ impl Drop for LocalCluster {
                     eprintln!("{l}");
                 }
             }
+            // `MADFS_KEEP_TEST_ROOT=1`: a failed test's cluster root (data directories, logs)
+            // is kept, as /tmp/madfs-kept-<pid>-<port>
             if std::env::var_os("MADFS_KEEP_TEST_ROOT").is_some() {
                 // moved out of the temporary directory's way (its removal then finds nothing)
                 let kept = std::env::temp_dir().join(format!(

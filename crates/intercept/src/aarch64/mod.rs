@@ -405,7 +405,8 @@ pub(crate) unsafe fn install() -> Result<Installed, Error> {
     if segs.is_empty() {
         return Err(Error::NoLibc);
     }
-    // Test knob: put trampolines out of reach, as if libc had been loaded far away.
+    // Test knob `MADFS_INTERCEPT_FAR`: put trampolines out of reach, as if libc had been
+    // loaded far away.
     let min_distance = if std::env::var_os("MADFS_INTERCEPT_FAR").is_some() {
         1 << 32
     } else {
