@@ -40,6 +40,24 @@ fn a_server_refuses_a_data_directory_made_with_other_settings() {
             "{args:?}: one line, not {out:?}"
         );
     }
+    // the same settings from a config file (`--config`): applied, and so refused alike;
+    // a key the server does not know is refused before anything starts
+    let conf = cl.root().join("server1.toml");
+    for (toml, want) in [
+        (
+            "inline_max = 4096\n",
+            "--inline-max 4096 differs from 65536",
+        ),
+        ("inline-maxx = 4096\n", "unknown key `inline-maxx`"),
+        ("root-squash = 1\n", "`root-squash` is a switch"),
+    ] {
+        std::fs::write(&conf, toml).unwrap();
+        let (st, out) = cl
+            .try_server(1, &["--config", conf.to_str().unwrap()], secs)
+            .unwrap();
+        assert!(!st.success(), "{toml:?} started: {out}");
+        assert!(out.contains(want), "{toml:?}: {out}");
+    }
     // a cluster file of another cluster: make one by starting a lone server elsewhere
     let other = tempfile::tempdir().unwrap();
     let other_file = other.path().join("cluster");

@@ -5,6 +5,7 @@
 
 pub mod auth;
 pub mod cap;
+pub mod config;
 pub mod control;
 pub mod dirtimes;
 pub mod fsck;

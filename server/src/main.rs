@@ -10,6 +10,11 @@ use std::time::Duration;
 #[derive(Parser, Debug)]
 #[command(name = "madfs-server", version)]
 struct Args {
+    /// A TOML file of settings, one key per flag of this list (its long name, `-` or `_`):
+    /// `data-dir = "/local/madfs/{id}"`, `replication = 2`, `root-squash = true`. Flags on
+    /// the command line win; an unknown key is refused (docs/operations.md, "Config file").
+    #[arg(long)]
+    config: Option<PathBuf>,
     /// Index of this server in the cluster (0..N-1). Default: the MPI/Slurm rank when started
     /// by `mpirun`/`srun` (OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, SLURM_PROCID), else 0.
     #[arg(long)]
@@ -186,7 +191,25 @@ fn main() {
             }
         }
     }
-    let a = Args::parse();
+    let a = {
+        use clap::CommandFactory;
+        let flags: Vec<madfs_server::config::Flag> = Args::command()
+            .get_arguments()
+            .filter_map(|a| {
+                Some(madfs_server::config::Flag {
+                    long: a.get_long()?.to_owned(),
+                    takes_value: a.get_action().takes_values(),
+                })
+            })
+            .collect();
+        match madfs_server::config::expand(std::env::args_os().collect(), &flags) {
+            Ok(argv) => Args::parse_from(argv),
+            Err(e) => {
+                eprintln!("madfs-server: {e:#}");
+                std::process::exit(2);
+            }
+        }
+    };
     if a.chunk_size
         .is_some_and(|c| c < 4096 || c > madfs_server::ops::MAX_CHUNK as u32)
     {
