@@ -437,16 +437,28 @@ fn serve_frame(ops: &Ops, b: &mut Bufs, data: Option<usize>, who: &Who) -> ([u8;
 }
 
 /// The request frame of a received message (after its connection word).
-/// A replicated cluster's fsync (frame `msg`, from `who`): executed as any request
-/// (`Ops::execute_as`: admitted by the set's primary only, its size publication and its
-/// flush copied to the secondaries), on an IO thread; the receiver gets the result.
-fn replicated_fsync(
+/// An fsync request `req` (frame `msg`) from `who`, over UCX or plain TCP: the receiver of
+/// its result. Unreplicated: the group-commit sync threads (`SyncSender::submit`).
+/// Replicated: executed as any request (`Ops::execute_as`, on an IO thread: admitted by the
+/// set's primary only, its size publication and its flush copied to the secondaries) — the
+/// group-commit path copies nothing, and a size it published was lost with the primary.
+fn submit_fsync(
     ops: &Arc<Ops>,
+    sync_tx: &SyncSender,
     who: &crate::auth::Who,
-    msg: Vec<u8>,
-) -> tokio::sync::oneshot::Receiver<madfs_proto::FsResult<()>> {
+    req: &Request<'_>,
+    msg: &[u8],
+) -> madfs_proto::FsResult<tokio::sync::oneshot::Receiver<madfs_proto::FsResult<()>>> {
+    let Request::Fsync { id, .. } = *req else {
+        return Err(Errno::EINVAL);
+    };
+    ops.stats.request("fsync");
+    ops.cap_check(who, req)?;
+    if ops.replica.is_none() {
+        return Ok(sync_tx.submit(ops, req, id));
+    }
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let (ops, who) = (ops.clone(), who.clone());
+    let (ops, who, msg) = (ops.clone(), who.clone(), msg.to_vec());
     tokio::task::spawn_blocking(move || {
         let r = match frame::decode_request(frame_of(&msg)) {
             Ok((req, bulk)) => ops.execute_as(&who, &req, bulk, &mut []).map(drop),
@@ -454,7 +466,7 @@ fn replicated_fsync(
         };
         let _ = tx.send(r);
     });
-    rx
+    Ok(rx)
 }
 
 fn frame_of(msg: &[u8]) -> &[u8] {
@@ -1761,23 +1773,7 @@ async fn fsync_handler(
         };
         c.seen.set(conns.tick.get());
         let waiter = match frame::decode_request(frame_of(&recv)) {
-            // a replicated cluster: served by the primary, durable on its secondaries too
-            // (`Ops::execute_as`), on an IO thread
-            Ok((req @ Request::Fsync { .. }, _)) if ops.replica.is_some() => {
-                ops.stats.request("fsync");
-                match ops.cap_check(&c.who, &req) {
-                    Ok(()) => Ok(replicated_fsync(&ops, &c.who, recv.clone())),
-                    Err(e) => Err(e),
-                }
-            }
-            Ok((req @ Request::Fsync { id, .. }, _)) => {
-                ops.stats.request("fsync");
-                match ops.cap_check(&c.who, &req) {
-                    Ok(()) => Ok(sync_tx.submit(&ops, &req, id)),
-                    Err(e) => Err(e),
-                }
-            }
-            Ok(_) => Err(Errno::EINVAL),
+            Ok((req, _)) => submit_fsync(&ops, &sync_tx, &c.who, &req, &recv),
             Err(_) => {
                 ops.stats.bad_frames.fetch_add(1, Relaxed);
                 Err(Errno::EINVAL)
@@ -1977,30 +1973,11 @@ async fn tcp_conn(
         }
         let (b, prefix, n) = if kind == 2 {
             let result = match frame::decode_request(frame_of(&b.recv)) {
-                // as over UCX: a replicated cluster's fsync is served by the primary and
-                // durable on its secondaries (its size publication copied to them: the
-                // group-commit path below copies nothing, and a size published here was
-                // lost with the primary)
-                Ok((req @ Request::Fsync { .. }, _)) if ops.replica.is_some() => {
-                    ops.stats.request("fsync");
-                    match ops.cap_check(&who, &req) {
-                        Ok(()) => replicated_fsync(ops, &who, b.recv.clone())
-                            .await
-                            .unwrap_or(Err(Errno::EIO)),
-                        Err(e) => Err(e),
-                    }
-                }
-                Ok((req @ Request::Fsync { id, .. }, _)) => {
-                    ops.stats.request("fsync");
-                    match ops.cap_check(&who, &req) {
-                        Ok(()) => sync_tx
-                            .submit(ops, &req, id)
-                            .await
-                            .unwrap_or(Err(Errno::EIO)),
-                        Err(e) => Err(e),
-                    }
-                }
-                _ => Err(Errno::EINVAL),
+                Ok((req, _)) => match submit_fsync(ops, sync_tx, &who, &req, &b.recv) {
+                    Ok(rx) => rx.await.unwrap_or(Err(Errno::EIO)),
+                    Err(e) => Err(e),
+                },
+                Err(_) => Err(Errno::EINVAL),
             };
             let mut b = b;
             b.hdr.clear();
