@@ -123,62 +123,46 @@ fn renames_sent_again_are_answered_not_applied_twice() {
     c.mkdir("/r", 0o755).unwrap();
     let t = c.transport();
     let set_of = |p: &str| madfs_placement::meta_server(p, 4);
-    // a source with a target on its own server, and one with a target elsewhere
-    let src = "/r/a";
-    let near = (0..1000)
-        .map(|i| format!("/r/n{i}"))
-        .find(|p| set_of(p) == set_of(src))
-        .unwrap();
-    let far_src = "/r/b";
-    let far = (0..1000)
-        .map(|i| format!("/r/f{i}"))
-        .find(|p| set_of(p) != set_of(far_src))
-        .unwrap();
-    let mut seq = 20;
-    for (from, to) in [(src, near.as_str()), (far_src, far.as_str())] {
+    // a name `<prefix><i>` whose server is (or is not) `from`'s
+    let target = |prefix: &str, from: &str, same: bool| {
+        (0..1000)
+            .map(|i| format!("{prefix}{i}"))
+            .find(|p| (set_of(p) == set_of(from)) == same)
+            .unwrap()
+    };
+    let (near, far) = (target("/r/n", "/r/a", true), target("/r/f", "/r/b", false));
+    let replaced = |r: Result<madfs_rpc::RawReply, Errno>, what: &str| {
+        let raw = r.unwrap_or_else(|e| panic!("{what}: {e:?}"));
+        match raw.decode().map(|d| d.0) {
+            Ok(Reply::Replaced(_)) => {}
+            other => panic!("{what}: {other:?}"),
+        }
+    };
+    for (seq, (from, to)) in [(20, ("/r/a", near.as_str())), (22, ("/r/b", far.as_str()))] {
         put(&c, from, b"moved once", 64, false);
         let set = set_of(from);
-        let rename = once(
-            seq,
-            Request::Rename {
-                from,
-                to,
-                noreplace: false,
-            },
-        );
-        seq += 1;
+        let mv = |seq| {
+            once(
+                seq,
+                Request::Rename {
+                    from,
+                    to,
+                    noreplace: false,
+                },
+            )
+        };
+        let first = mv(seq);
         for i in 0..2 {
-            let r = t.call_sync(set, &rename, &[], 512).unwrap();
-            match r.decode().unwrap_or_else(|e| panic!("rename {i}: {e:?}")).0 {
-                Reply::Replaced(_) => {}
-                other => panic!("{other:?}"),
-            }
+            replaced(t.call_sync(set, &first, &[], 512), &format!("rename {i}"));
         }
-        let again = once(
-            seq,
-            Request::Rename {
-                from,
-                to,
-                noreplace: false,
-            },
-        );
-        seq += 1;
-        let r = t.call_sync(set, &again, &[], 512).unwrap();
+        let r = t.call_sync(set, &mv(seq + 1), &[], 512).unwrap();
         assert_eq!(r.decode().map(drop), Err(Errno::ENOENT), "a new rename");
         assert_eq!(get(&c, to), b"moved once");
         assert_eq!(c.stat(from).unwrap_err(), Errno::ENOENT);
-        if from == far_src {
+        if to == far {
             // its primary dies: the successor answers it from the copied record
             cl.kill(set as usize);
-            let r = t.call_sync(set, &rename, &[], 512).unwrap();
-            match r
-                .decode()
-                .unwrap_or_else(|e| panic!("after the kill: {e:?}"))
-                .0
-            {
-                Reply::Replaced(_) => {}
-                other => panic!("{other:?}"),
-            }
+            replaced(t.call_sync(set, &first, &[], 512), "after the kill");
             assert_eq!(get(&c, to), b"moved once");
         }
     }
