@@ -46,11 +46,7 @@ fn all_up(cl: &LocalCluster, n: usize, within: Duration) -> anyhow::Result<()> {
     let t = Instant::now();
     let want = format!("states={}", vec!["up"; n].join(","));
     loop {
-        let out = std::process::Command::new(find_bin("madfs-ctl"))
-            .args(["status", "--cluster"])
-            .arg(cl.cluster_file())
-            .output()?;
-        if String::from_utf8_lossy(&out.stdout).matches(&want).count() == n {
+        if cl.ctl_status().matches(&want).count() == n {
             return Ok(());
         }
         if t.elapsed() > within {

@@ -15,7 +15,7 @@ mod common;
 
 use common::*;
 use madfs_client::{Client, FileSystem, OpenFlags};
-use madfs_cluster::{find_bin, LocalCluster, Options};
+use madfs_cluster::{LocalCluster, Options};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
@@ -198,12 +198,7 @@ fn worker(c: Client, w: usize, seed: u64, stop: Arc<AtomicBool>) -> Told {
 
 /// The map epoch when every server's map has every server up (`None`: not so).
 fn all_up_in(cl: &LocalCluster) -> (Option<u64>, String) {
-    let out = std::process::Command::new(find_bin("madfs-ctl"))
-        .args(["status", "--cluster"])
-        .arg(cl.cluster_file())
-        .output()
-        .expect("madfs-ctl");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let text = cl.ctl_status();
     let epochs: BTreeSet<&str> = text
         .split_whitespace()
         .filter_map(|w| w.strip_prefix("map_epoch="))

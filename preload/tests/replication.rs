@@ -53,21 +53,11 @@ fn finished(child: Child, what: &str) -> String {
     common::ok(child.wait_with_output().expect("wait"), what)
 }
 
-/// What `madfs-ctl status` says of every server.
-fn status(cl: &LocalCluster) -> String {
-    let out = Command::new(find_bin("madfs-ctl"))
-        .args(["status", "--cluster"])
-        .arg(cl.cluster_file())
-        .output()
-        .expect("madfs-ctl");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// Until every server's map has every server up (a restarted or woken server caught up).
 fn all_up(cl: &LocalCluster, within: Duration) -> Duration {
     let t = Instant::now();
     loop {
-        let text = status(cl);
+        let text = cl.ctl_status();
         if text.matches("states=up,up,up,up").count() == 4 {
             return t.elapsed();
         }
@@ -265,7 +255,7 @@ fn io500_through_a_kill(phase: &str, victim: usize) {
 
 /// The map epoch every server reports (`madfs-ctl status`), once all agree.
 fn epoch(cl: &LocalCluster) -> u64 {
-    let text = status(cl);
+    let text = cl.ctl_status();
     let epochs: Vec<u64> = text
         .split_whitespace()
         .filter_map(|w| w.strip_prefix("map_epoch=")?.parse().ok())
@@ -300,7 +290,7 @@ fn ten_minutes_of_io500_change_no_map() {
             .map(str::to_owned)
             .collect()
     };
-    let (before, votes_before, leader_before) = (epoch(&cl), votes(), leader(&status(&cl)));
+    let (before, votes_before, leader_before) = (epoch(&cl), votes(), leader(&cl.ctl_status()));
     let secs = std::env::var("MADFS_CALM_SECS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -327,7 +317,7 @@ fn ten_minutes_of_io500_change_no_map() {
             text.lines().find(|l| l.contains("[SCORE]")).unwrap_or("")
         );
     }
-    let (after, votes_after, leader_after) = (epoch(&cl), votes(), leader(&status(&cl)));
+    let (after, votes_after, leader_after) = (epoch(&cl), votes(), leader(&cl.ctl_status()));
     eprintln!(
         "{runs} io500 runs in {:?}; map epoch {before} before, {after} after; Raft votes \
          logged per server {votes_before:?} before, {votes_after:?} after; {leader_before:?} \

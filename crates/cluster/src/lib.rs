@@ -360,6 +360,17 @@ impl LocalCluster {
         self.wait_ready(i)
     }
 
+    /// What `madfs-ctl status` says of every server (its stdout; a line per server, with the
+    /// map's epoch and states in a replicated cluster).
+    pub fn ctl_status(&self) -> String {
+        Command::new(find_bin("madfs-ctl"))
+            .args(["status", "--cluster"])
+            .arg(self.cluster_file())
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    }
+
     /// Log of server `i`.
     pub fn log(&self, i: usize) -> String {
         std::fs::read_to_string(self.root.path().join(format!("server{i}.log"))).unwrap_or_default()
