@@ -1456,6 +1456,15 @@ fn sys_utimensat(dirfd: i64, path: isize, ts: isize, flags: i64) -> Ret {
     let p = ours!(fd_or_path(dirfd, path, flags));
     let (a, m) = times(ts);
     let follow = flags & libc::AT_SYMLINK_NOFOLLOW as i64 == 0;
+    // sizes this process has not published yet first: publishing one later would make it
+    // the file's modification time (`cp -a` sets the times before it closes)
+    for d in fdtable::all() {
+        if !d.is_dir() && d.path() == p {
+            if let Err(e) = publish(&d) {
+                return Some(neg(e));
+            }
+        }
+    }
     zero(with_links(
         &p,
         follow,

@@ -4,8 +4,9 @@
 //! (server to server), sent by one thread per server that coalesces them: each directory gets
 //! the latest time of the changes made to it, at most one `Touch` per directory every
 //! [`EVERY`] (a directory holding every mdtest-hard file would otherwise cost a call per
-//! create; a directory of this server is touched by the same thread, locally). A `Touch` only
-//! moves times forward (a merge operand), so late or repeated ones do no harm. So a `stat` of
+//! create; a directory of this server is touched by the same thread, locally). A `Touch` (a merge
+//! operand) applies only where the directory's ctime is older, so late or repeated ones do no
+//! harm, and an explicit time set after them stays. So a `stat` of
 //! the directory shows a change a moment (a few ms at most) after the change returned.
 
 use crate::ops::Ops;

@@ -2,6 +2,8 @@
 //! under `LD_PRELOAD=libmadfs.so` against it. (Each test file uses a part of it.)
 #![allow(dead_code)]
 
+pub mod scripts;
+
 use madfs_cluster::{find_bin, LocalCluster, Options};
 use std::process::{Command, Output};
 

@@ -197,8 +197,8 @@ pub enum Change {
     },
     /// The size, exactly (truncate), mtime and ctime.
     Size { size: u64, time: i64 },
-    /// An entry of this directory was added or removed at `time`: mtime and ctime move
-    /// forward to it (never back).
+    /// An entry of this directory was added or removed at `time`: mtime and ctime become
+    /// `time` unless the directory's ctime is already later (a touch arriving late).
     Touch { time: i64 },
 }
 
@@ -306,9 +306,14 @@ impl Change {
                 a.mtime = time;
                 a.ctime = time;
             }
+            // a touch older than the directory's last status change lost the race to it: a
+            // time set explicitly (`utimensat` after the last entry, as `cp -a` and `tar`
+            // do) stays
             Change::Touch { time } => {
-                a.mtime = a.mtime.max(time);
-                a.ctime = a.ctime.max(time);
+                if time > a.ctime {
+                    a.mtime = time;
+                    a.ctime = time;
+                }
             }
         }
     }
@@ -1310,6 +1315,29 @@ mod tests {
             mtime: 5,
             ..Default::default()
         }
+    }
+
+    /// A directory touch moves mtime and ctime to its time, unless the directory changed
+    /// later (a time set explicitly after its last entry stays).
+    #[test]
+    fn a_late_touch_leaves_a_later_change_alone() {
+        let mut a = Attr {
+            mtime: 100,
+            ctime: 100,
+            ..attr(1)
+        };
+        Change::Touch { time: 150 }.apply(&mut a);
+        assert_eq!((a.mtime, a.ctime), (150, 150));
+        let set = Change::Times {
+            atime: None,
+            mtime: Some(7),
+            ctime: 200,
+        };
+        set.apply(&mut a);
+        Change::Touch { time: 180 }.apply(&mut a);
+        assert_eq!((a.mtime, a.ctime), (7, 200));
+        Change::Touch { time: 250 }.apply(&mut a);
+        assert_eq!((a.mtime, a.ctime), (250, 250));
     }
 
     #[test]
