@@ -13,6 +13,7 @@
 mod client;
 mod config;
 mod fs;
+pub mod fuse;
 pub mod hold;
 mod local;
 

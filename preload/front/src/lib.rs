@@ -104,6 +104,10 @@ extern "C-unwind" fn init() {
         return;
     }
     SHARED.set_mount(abi::mount_from(madfs_intercept::env(abi::MOUNT_ENV_C)));
+    if is_fuse(SHARED.mount()) {
+        // a madfs FUSE mount (`madfs-fuse`) on the prefix: the kernel serves it
+        return;
+    }
     PID.store(getpid(), Release);
     find_core();
     let trace = env_is_set(c"MADFS_TRACE");
@@ -305,6 +309,24 @@ fn core_path(out: &mut [u8; PATH_MAX]) -> bool {
 /// pass over the environment ([`madfs_intercept::env`]; std's environment functions take a
 /// lock and copy the value, in code of their own that every preloaded process would fault
 /// in, and each `getenv` scans the whole environment).
+/// Is `path` a FUSE file system (`madfs-fuse` mounted on the prefix)? Then the preload stays
+/// out of the way for the whole process (docs/operations.md, "Preload or FUSE"). No
+/// allocation: the path is copied to the stack.
+fn is_fuse(path: &[u8]) -> bool {
+    const FUSE_SUPER_MAGIC: libc::c_long = 0x6573_5546;
+    let mut buf = [0u8; 4096];
+    if path.is_empty() || path.len() >= buf.len() {
+        return false;
+    }
+    buf[..path.len()].copy_from_slice(path);
+    // SAFETY: statfs is plain data (all-zero is valid); `buf` is NUL-terminated.
+    unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        libc::statfs(buf.as_ptr().cast(), &mut st) == 0
+            && st.f_type as libc::c_long == FUSE_SUPER_MAGIC
+    }
+}
+
 fn env_is_set(name: &CStr) -> bool {
     madfs_intercept::env(name).is_some()
 }
