@@ -1,5 +1,9 @@
 //! `madfs`: a small command-line client (stat, ls, put, get, …) using the client library
-//! directly (no preload). Cluster from `MADFS_CLUSTER`.
+//! directly (no preload). Cluster from `MADFS_CLUSTER`. `madfs cp` copies trees in and out
+//! in parallel (cp.rs).
+
+mod cp;
+mod side;
 
 use clap::{Parser, Subcommand};
 use madfs_client::{Client, FileSystem, OpenFlags};
@@ -51,6 +55,10 @@ enum Cmd {
     },
     /// Copy a madfs file to a local file (or `-` for stdout).
     Get { path: String, local: String },
+    /// Copy trees into, out of or within madfs in parallel, like `cp -a` (stage in and out):
+    /// modes, times and links kept, files already copied skipped. Exit status 1 when
+    /// anything failed (each failure named on stderr).
+    Cp(cp::Args),
     /// Check the cluster's chunk files (every block against its checksum) and find chunk
     /// files no entry references (orphans), online through the servers' control ports; with
     /// --data, offline on stopped servers' data directories (runs `madfs-server fsck`).
@@ -87,6 +95,10 @@ enum Cmd {
 fn main() {
     let cli = Cli::parse();
     madfs_client::init_cli_logging();
+    let cli = match cli.cmd {
+        Cmd::Cp(args) => std::process::exit(cp::main(args)),
+        cmd => Cli { cmd },
+    };
     if let Cmd::Fsck { repair, data } = &cli.cmd {
         std::process::exit(fsck(*repair, data));
     }
@@ -246,7 +258,8 @@ fn run(c: &Client, cmd: Cmd) -> Result<(), Box<dyn std::error::Error>> {
             }
             c.close(f)?;
         }
-        Cmd::Fsck { .. } => {} // answered in main, before a client is made
+        // answered in main, before a client is made
+        Cmd::Fsck { .. } | Cmd::Cp(_) => {}
         Cmd::Stall {
             path, reads, bytes, ..
         } => {
