@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian 12 machine lacks to build and test madfs (see shared STACK.md):
 # UCX, clang (bindgen; RocksDB is built from source by librocksdb-sys), capstone (syscall interception), cmake, pkg-config, Open MPI,
-# fio, git (a program test), a font for the bench chart, and the rustfmt/clippy components. Idempotent; does nothing when all is present.
+# fio, git (a program test), a font for the bench chart, MUNGE and Slurm (client/tests/slurm.rs
+# runs scripts/madfs-slurm.sh under a Slurm of its own), fuse3 (fusermount3 for madfs-fuse) and
+# busybox-static, file (preload/tests/fuse.rs), and the rustfmt/clippy components. Idempotent; does nothing when all is present.
 set -euo pipefail
 
 pkgs=(libucx-dev ucx-utils libclang-dev libcapstone-dev cmake pkg-config build-essential
       openmpi-bin libopenmpi-dev fio python3 tar coreutils git fonts-dejavu-core
-      munge libmunge2)
+      munge libmunge2 slurm-wlm slurm-client fuse3 busybox-static file)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -54,58 +54,7 @@ case "$cmd" in start|status|stop) ;; *) usage ;; esac
 [ -n "$cluster" ] || { echo "mpi-cluster.sh: --cluster FILE is required" >&2; exit 2; }
 cluster="$(realpath -m "$cluster")"
 runfile="$cluster.mpirun"   # "PID STARTTIME" of the mpirun that `start` ran on this machine
-ctl() { "$bin/madfs-ctl" "$@"; }
-
-# Control addresses of the servers in the cluster file (lines "ID UCX_ADDR CONTROL_ADDR ...").
-control_addrs() {
-  [ -f "$cluster" ] || return 0
-  awk '$1 ~ /^[0-9]+$/ && NF >= 3 && $3 ~ /:[0-9]+$/ {print $3}' "$cluster"
-}
-
-# Start time (clock ticks since boot) of a process, empty if it does not exist.
-starttime() { sed -E 's/^.*\) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f20; }
-
-# True if PID runs on this machine as a madfs-server registering in this cluster file.
-is_our_server() {
-  local pid="$1" args
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-  mapfile -d "" -t args 2>/dev/null <"/proc/$pid/cmdline" || return 1
-  [ "${#args[@]}" -gt 0 ] && [ "$(basename "${args[0]}")" = madfs-server ] || return 1
-  local i
-  for ((i = 1; i + 1 < ${#args[@]}; i++)); do
-    [ "${args[$i]}" = --cluster-file ] && [ "${args[$((i + 1))]}" = "$cluster" ] && return 0
-  done
-  return 1
-}
-
-# True if PID is the mpirun of this cluster file started at START (both from $runfile).
-is_our_mpirun() {
-  local pid="$1" start="$2" args
-  [[ "$pid" =~ ^[0-9]+$ ]] && [ -n "$start" ] || return 1
-  [ "$(starttime "$pid")" = "$start" ] || return 1
-  mapfile -d "" -t args 2>/dev/null <"/proc/$pid/cmdline" || return 1
-  case "$(basename "${args[0]:-}")" in mpirun|orterun|mpiexec) ;; *) return 1 ;; esac
-  [[ "${args[*]}" == *"--cluster-file \"$cluster\""* ]]
-}
-
-# Sends SIG to PID only while it still is our server; waits up to SECS for it to end.
-signal_server() {
-  local pid="$1" sig="$2" secs="$3"
-  is_our_server "$pid" || return 0
-  kill "-$sig" "$pid" 2>/dev/null || true
-  for _ in $(seq $((secs * 10))); do is_our_server "$pid" || return 0; sleep 0.1; done
-  return 1
-}
-
-# Pids (one per line) of the servers that answer on their control ports and run here.
-local_server_pids() {
-  local a pid
-  for a in $(control_addrs); do
-    pid="$(timeout 5 "$bin/madfs-ctl" status "$a" --cluster "$cluster" 2>/dev/null | sed -nE 's/.* pid=([0-9]+).*/\1/p' | head -n1)"
-    [ -n "$pid" ] && is_our_server "$pid" && echo "$pid"
-  done
-  return 0
-}
+. "$repo/scripts/launch-common.sh"
 
 # Stops everything of this cluster: control-port stop, then the proven local servers that did
 # not stop, then our mpirun. MPIPID/START: the mpirun to wait for, at most GRACE seconds, and
@@ -122,13 +71,13 @@ teardown() {
       signal_server "$pid" TERM 10 || { echo "mpi-cluster.sh: server pid $pid: SIGKILL" >&2; signal_server "$pid" KILL 5 || true; }
     fi
   done
-  if [ -n "$mpipid" ] && is_our_mpirun "$mpipid" "$start"; then
-    for _ in $(seq $((grace * 10))); do is_our_mpirun "$mpipid" "$start" || break; sleep 0.1; done
-    if is_our_mpirun "$mpipid" "$start"; then
+  if [ -n "$mpipid" ] && is_our_launcher "$mpipid" "$start" mpirun orterun mpiexec; then
+    for _ in $(seq $((grace * 10))); do is_our_launcher "$mpipid" "$start" mpirun orterun mpiexec || break; sleep 0.1; done
+    if is_our_launcher "$mpipid" "$start" mpirun orterun mpiexec; then
       echo "mpi-cluster.sh: ending mpirun (pid $mpipid)" >&2
       kill -TERM "$mpipid" 2>/dev/null || true
-      for _ in $(seq 100); do is_our_mpirun "$mpipid" "$start" || break; sleep 0.1; done
-      is_our_mpirun "$mpipid" "$start" && kill -KILL "$mpipid" 2>/dev/null || true
+      for _ in $(seq 100); do is_our_launcher "$mpipid" "$start" mpirun orterun mpiexec || break; sleep 0.1; done
+      is_our_launcher "$mpipid" "$start" mpirun orterun mpiexec && kill -KILL "$mpipid" 2>/dev/null || true
     fi
   fi
   for a in $(control_addrs); do
@@ -164,16 +113,7 @@ case "$cmd" in
     mpipid=$!
     start="$(starttime "$mpipid")"
     echo "$mpipid $start" >"$runfile"
-    deadline=$((SECONDS + wait_s))
-    up=0
-    while [ "$SECONDS" -lt "$deadline" ]; do
-      if timeout 10 "$bin/madfs-ctl" status --cluster "$cluster" --expect "$n" >"$cluster.status" 2>/dev/null; then
-        up=1; break
-      fi
-      kill -0 "$mpipid" 2>/dev/null || break
-      sleep 0.2
-    done
-    if [ "$up" != 1 ]; then
+    if ! wait_servers "$mpipid" "$n"; then
       if kill -0 "$mpipid" 2>/dev/null; then
         echo "mpi-cluster.sh: servers did not come up within ${wait_s}s; stopping what started" >&2
       else

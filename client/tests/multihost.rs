@@ -12,6 +12,7 @@
 mod common;
 
 use common::data;
+use common::procs::{alive, bin_dir, repo, show, text, wait_until};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -28,22 +29,8 @@ const SLACK: Duration = Duration::from_secs(4);
 /// One test at a time: the deadline checks want the two cores to themselves.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("repo root")
-        .to_owned()
-}
-
 fn script(name: &str) -> String {
     repo().join("scripts").join(name).display().to_string()
-}
-
-fn bin_dir() -> PathBuf {
-    madfs_cluster::find_bin("madfs-server")
-        .parent()
-        .expect("bin dir")
-        .to_owned()
 }
 
 /// Why this machine cannot run these tests, if it cannot.
@@ -74,19 +61,6 @@ macro_rules! skip_unless_possible {
     };
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn show(o: &Output) -> String {
-    format!(
-        "status {}\n--- stdout\n{}--- stderr\n{}",
-        o.status,
-        text(&o.stdout),
-        text(&o.stderr)
-    )
-}
-
 /// Processes in network namespace `ns`.
 fn pids_in(ns: &str) -> Vec<u32> {
     let out = Command::new("ip")
@@ -97,24 +71,6 @@ fn pids_in(ns: &str) -> Vec<u32> {
         .split_whitespace()
         .filter_map(|p| p.parse().ok())
         .collect()
-}
-
-fn alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
-}
-
-/// Waits (at most `limit`) until `done` holds.
-fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    loop {
-        if done() {
-            return true;
-        }
-        if Instant::now() > end {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// The namespaces of one test, and the clusters started in them. Dropping it stops those

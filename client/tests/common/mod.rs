@@ -1,6 +1,8 @@
 //! Shared fixture of the integration tests: real `madfs-server` processes on 127.0.0.1.
 #![allow(dead_code)]
 
+pub mod procs;
+
 use madfs_client::{Client, ClientConfig, Errno, FileSystem, OpenFlags};
 use madfs_cluster::{LocalCluster, Options};
 use std::sync::Once;
