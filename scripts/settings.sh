@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 bin="${CARGO_TARGET_DIR:-target}/release"
 check=0
 [ "${1:-}" = "--check" ] && check=1
-for p in madfs-server madfs madfs-ctl madfs-find madfs-bench; do
+for p in madfs-server madfs madfs-ctl madfs-find madfs-fuse madfs-bench; do
   [ -x "$bin/$p" ] || { echo "settings: $bin/$p not built (cargo build --release)" >&2; exit 2; }
 done
 
@@ -51,6 +51,9 @@ EOF
   echo
   echo "## \`madfs-find\`"
   help_of madfs-find
+  echo
+  echo "## \`madfs-fuse\`"
+  help_of madfs-fuse
   echo
   echo "## Environment variables"
   echo
