@@ -415,7 +415,8 @@ const LOG_TAIL: usize = 40;
 
 /// A throw-away `munged` for tests of MUNGE authentication: its own random key, socket and
 /// files in a temporary directory; stopped when dropped. Point libmunge at it with
-/// `MADFS_MUNGE_SOCKET` = [`Munged::socket`].
+/// `MADFS_MUNGE_SOCKET` = [`Munged::socket`]. It also ends when the process that started it
+/// does (a `static` one is never dropped).
 pub struct Munged {
     child: Option<Child>,
     dir: tempfile::TempDir,
@@ -435,7 +436,12 @@ impl Munged {
             .open(dir.path().join("munge.key"))?
             .write_all(&key)?;
         let p = |n: &str| dir.path().join(n);
-        let child = Command::new("munged")
+        // under a shell that ends munged when its stdin (a pipe from this process) closes:
+        // at drop, and when this process ends without dropping it (a `static` one)
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(r#"munged "$@" & m=$!; read -r _; kill $m; wait $m"#)
+            .arg("sh")
             .arg("--foreground")
             .arg("--force")
             .arg("--num-threads=2")
@@ -444,6 +450,7 @@ impl Munged {
             .arg(format!("--pid-file={}", p("munged.pid").display()))
             .arg(format!("--seed-file={}", p("munged.seed").display()))
             .arg(format!("--log-file={}", p("munged.log").display()))
+            .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(p("munged.err"))?)
             .spawn()?;
@@ -474,7 +481,8 @@ impl Munged {
 impl Drop for Munged {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
+            // its shell ends munged once its stdin closes
+            drop(c.stdin.take());
             let _ = c.wait();
         }
     }
