@@ -417,8 +417,8 @@ fn a_users_own_mount_and_roots_mount_for_every_user() {
     // the user reaches the cluster file through the scratch directory
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(cl.root(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    // fuser opens /dev/fuse itself before it turns to fusermount3: the kernel's mode for it
-    // is 0666, some containers make it root's only
+    // a user's mount opens /dev/fuse as that user (fuser, and fusermount3 too): the kernel's
+    // mode for it is 0666, some containers make it root's only
     let dev_fuse_open = Command::new("setpriv")
         .args([
             "--reuid=65534",
