@@ -35,19 +35,27 @@ fn is_fuse(dir: &Path) -> bool {
     }
 }
 
-/// `madfs-fuse`, run as `user` (`setpriv`) where one is given.
+/// `program`, run as user and group `u` with no other groups (`setpriv`).
+fn as_user(u: u32, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args([
+        &format!("--reuid={u}"),
+        &format!("--regid={u}"),
+        "--clear-groups",
+    ])
+    .arg(program);
+    c
+}
+
+/// A shell command line run by nobody (65534); its output.
+fn sh_as_nobody(script: &str) -> Output {
+    as_user(65534, "sh").arg("-c").arg(script).output().unwrap()
+}
+
+/// `madfs-fuse`, run as `user` where one is given.
 fn madfs_fuse(user: Option<u32>) -> Command {
     match user {
-        Some(u) => {
-            let mut c = Command::new("setpriv");
-            c.args([
-                &format!("--reuid={u}"),
-                &format!("--regid={u}"),
-                "--clear-groups",
-            ])
-            .arg(find_bin("madfs-fuse"));
-            c
-        }
+        Some(u) => as_user(u, find_bin("madfs-fuse")),
         None => Command::new(find_bin("madfs-fuse")),
     }
 }
@@ -325,7 +333,11 @@ fn raw_syscalls_and_the_preload_see_the_same_bytes() {
     }
     let m = Mount::start(&cl, "mnt", &[], None);
     let data = cl.root().join("data");
-    std::fs::write(&data, common_data(5 << 20)).unwrap();
+    common::bash(
+        &cl,
+        "head -c 5242880 /dev/urandom > \"$T/data\"",
+        TIMEOUT_MS,
+    );
     let rawcp = |from: &Path, to: &Path| {
         let out = Command::new(&bin)
             .arg(from)
@@ -352,18 +364,6 @@ fn raw_syscalls_and_the_preload_see_the_same_bytes() {
     let back = cl.root().join("back2");
     rawcp(&m.dir.join("from-preload"), &back);
     assert_eq!(std::fs::read(&back).unwrap(), std::fs::read(&data).unwrap());
-}
-
-fn common_data(n: usize) -> Vec<u8> {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// A preloaded program whose mount prefix is a FUSE mount leaves it to the kernel (here with
@@ -419,15 +419,8 @@ fn a_users_own_mount_and_roots_mount_for_every_user() {
     std::fs::set_permissions(cl.root(), std::fs::Permissions::from_mode(0o755)).unwrap();
     // a user's mount opens /dev/fuse as that user (fuser, and fusermount3 too): the kernel's
     // mode for it is 0666, some containers make it root's only
-    let dev_fuse_open = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "test",
-            "-r",
-            "/dev/fuse",
-        ])
+    let dev_fuse_open = as_user(65534, "test")
+        .args(["-r", "/dev/fuse"])
         .status()
         .is_ok_and(|s| s.success());
     if !dev_fuse_open {
@@ -443,20 +436,10 @@ fn a_users_own_mount_and_roots_mount_for_every_user() {
         &[("UCX_TLS", "tcp,self")],
     );
     let f = m.dir.join("mine");
-    let out = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "sh",
-            "-c",
-        ])
-        .arg(format!(
-            "echo hello > {0} && stat -c '%u %g' {0}",
-            f.display()
-        ))
-        .output()
-        .unwrap();
+    let out = sh_as_nobody(&format!(
+        "echo hello > {0} && stat -c '%u %g' {0}",
+        f.display()
+    ));
     assert_eq!(common::ok(out, "user write"), "65534 65534\n");
     let u = m.unmount();
     assert!(u.status.success(), "{u:?}");
@@ -473,20 +456,10 @@ fn roots_mount_for_every_user() {
     std::fs::create_dir(m.dir.join("shared")).unwrap();
     std::fs::set_permissions(m.dir.join("shared"), std::fs::Permissions::from_mode(0o777)).unwrap();
     std::fs::create_dir(m.dir.join("root-only")).unwrap();
-    let out = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "sh",
-            "-c",
-        ])
-        .arg(format!(
-            "echo x > {mnt}/shared/by-nobody && stat -c '%u %g' {mnt}/shared/by-nobody; \
-             echo y > {mnt}/root-only/no 2>/dev/null || echo refused"
-        ))
-        .output()
-        .unwrap();
+    let out = sh_as_nobody(&format!(
+        "echo x > {mnt}/shared/by-nobody && stat -c '%u %g' {mnt}/shared/by-nobody; \
+         echo y > {mnt}/root-only/no 2>/dev/null || echo refused"
+    ));
     assert_eq!(common::ok(out, "nobody"), "65534 65534\nrefused\n");
     // what the servers recorded
     let c = madfs_client_stat(&cl, "/shared/by-nobody");

@@ -94,16 +94,16 @@ impl Clients {
             };
             match Credentials::peer(&file) {
                 Ok(Credentials::Peer(k)) => Some(key(Some(k))),
+                // root's MUNGE credential proves the role on a MUNGE cluster
                 _ if config.identity.auth == madfs_identity::AuthMode::Munge => Some(key(None)),
-                Ok(_) => unreachable!("Credentials::peer gives Peer"),
-                Err(e) => {
-                    return Err(std::io::Error::new(
-                        e.kind(),
-                        format!(
-                            "serving every user needs the cluster's peer key ({}.peer-key): {e}",
-                            file.display()
-                        ),
-                    ))
+                r => {
+                    let why = r
+                        .err()
+                        .map_or_else(|| "not a peer key".into(), |e| e.to_string());
+                    return Err(std::io::Error::other(format!(
+                        "serving every user needs the cluster's peer key ({}.peer-key): {why}",
+                        file.display()
+                    )));
                 }
             }
         } else {
@@ -229,29 +229,6 @@ fn lazy_unmount(mountpoint: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Is `path` a madfs FUSE mount (a `fuse` or `fuse.madfs` file system of source `madfs` in
-/// /proc/self/mountinfo)?
-pub fn is_mounted(path: &Path) -> bool {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
-    let want = path.to_string_lossy();
-    info.lines()
-        .filter_map(mount_of)
-        .any(|(point, fstype, source)| {
-            point == want && (fstype == "fuse" || fstype == "fuse.madfs") && source == "madfs"
-        })
-}
-
-/// (mount point, file system type, source) of a /proc/self/mountinfo line.
-fn mount_of(line: &str) -> Option<(&str, &str, &str)> {
-    let mut f = line.split(' ');
-    let point = f.nth(4)?;
-    let mut rest = f.skip_while(|x| *x != "-");
-    rest.next()?;
-    Some((point, rest.next()?, rest.next()?))
-}
-
 /// SIGTERM, SIGINT and SIGHUP taken by one thread.
 mod signals {
     use std::path::Path;
@@ -299,18 +276,5 @@ mod signals {
         } else {
             Err(std::io::Error::last_os_error())
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn mountinfo_lines() {
-        let l =
-            "36 35 0:33 / /mnt/m rw,nosuid,nodev,relatime shared:1 - fuse.madfs madfs rw,user_id=0";
-        assert_eq!(super::mount_of(l), Some(("/mnt/m", "fuse.madfs", "madfs")));
-        let l = "22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw";
-        assert_eq!(super::mount_of(l), Some(("/", "ext4", "/dev/sda1")));
-        assert_eq!(super::mount_of("garbage"), None);
     }
 }
