@@ -437,10 +437,12 @@ impl Munged {
             .write_all(&key)?;
         let p = |n: &str| dir.path().join(n);
         // under a shell that ends munged when its stdin (a pipe from this process) closes:
-        // at drop, and when this process ends without dropping it (a `static` one)
+        // at drop, and when this process ends without dropping it (a `static` one, whose
+        // directory the shell then removes too)
         let child = Command::new("sh")
             .arg("-c")
-            .arg(r#"munged "$@" & m=$!; read -r _; kill $m; wait $m"#)
+            .arg(r#"munged "$@" & m=$!; read -r _; kill $m; wait $m; rm -rf -- "$MUNGED_DIR""#)
+            .env("MUNGED_DIR", dir.path())
             .arg("sh")
             .arg("--foreground")
             .arg("--force")
