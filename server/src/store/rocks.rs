@@ -497,11 +497,6 @@ fn count_children(db: &DB) -> anyhow::Result<()> {
 
 /// RocksDB block cache of one server (filled only as blocks are read).
 const BLOCK_CACHE_BYTES: usize = 64 << 20;
-/// Share of a memtable's size given to the bloom filter over its keys.
-const MEMTABLE_BLOOM_RATIO: f64 = 0.05;
-/// Values from this size on (inline chunks; an attribute record is far smaller) live in
-/// blob files.
-const MIN_BLOB_BYTES: u64 = 1024;
 
 /// Public name used by the rest of the server.
 pub type RocksMeta = RocksDbMeta;
@@ -512,7 +507,6 @@ impl RocksDbMeta {
     pub fn disk_bytes(&self) -> u64 {
         [
             "rocksdb.total-sst-files-size",
-            "rocksdb.total-blob-file-size",
             "rocksdb.cur-size-all-mem-tables",
         ]
         .iter()
@@ -540,20 +534,6 @@ impl RocksDbMeta {
         table.set_block_cache(&rocksdb::Cache::new_lru_cache(BLOCK_CACHE_BYTES)?);
         table.set_bloom_filter(10.0, false);
         opts.set_block_based_table_factory(&table);
-        // A create, and the first write of chunk 0, look up keys that are not there yet; a
-        // bloom filter over the memtable's keys answers most of those misses without walking
-        // the skiplist (4 % of a server's time in mdtest-hard-write went to that walk).
-        opts.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO);
-        opts.set_memtable_whole_key_filtering(true);
-        // Inline chunks (mdtest-hard's 3,901-byte files, the first `inline_max` bytes of every
-        // file) go to blob files when a memtable is flushed: compactions then move a small
-        // reference, not the data (compaction took 12 % of the machine's CPU in
-        // mdtest-hard-write, copying every file's bytes again at each level). Attribute
-        // records stay in the tables; garbage collection during compactions frees the bytes
-        // of rewritten and removed files.
-        opts.set_enable_blob_files(true);
-        opts.set_min_blob_size(MIN_BLOB_BYTES);
-        opts.set_enable_blob_gc(true);
         let db = DB::open(&opts, dir)?;
         if db.get(COUNTS_MARKER)?.is_none() {
             count_children(&db)?;
@@ -1596,34 +1576,5 @@ mod tests {
         m.truncate_inline(5, 4).unwrap();
         assert_eq!(m.read_inline(5, 0, &mut out).unwrap(), 4);
         assert_eq!(m.read_inline(5, 10, &mut out).unwrap(), 0);
-    }
-
-    #[test]
-    fn inline_data_in_blob_files() {
-        // chunks from MIN_BLOB_BYTES on leave the tables at a flush: they read back the same,
-        // after a rewrite, a truncate and a reopen, and count in the store's size
-        let dir = tempfile::tempdir().unwrap();
-        let data: Vec<u8> = (0..3901u32).map(|i| (i * 7) as u8).collect();
-        {
-            let m = RocksDbMeta::open(dir.path(), 0).unwrap();
-            for id in 10..20 {
-                m.write_inline(id, 0, &data, None).unwrap();
-            }
-            m.flush().unwrap();
-            m.write_inline(11, 100, b"xyz", None).unwrap();
-            m.truncate_inline(12, 2000).unwrap();
-            m.flush().unwrap();
-            let blobs = m.db.property_int_value("rocksdb.total-blob-file-size");
-            assert!(blobs.unwrap().unwrap() >= 10 * 3901);
-            assert!(m.disk_bytes() >= 10 * 3901);
-        }
-        let m = RocksDbMeta::open(dir.path(), 0).unwrap();
-        let mut out = vec![0u8; 5000];
-        assert_eq!(m.read_inline(10, 0, &mut out).unwrap(), 3901);
-        assert_eq!(&out[..3901], &data[..]);
-        assert_eq!(m.read_inline(11, 0, &mut out).unwrap(), 3901);
-        assert_eq!(&out[100..103], b"xyz");
-        assert_eq!(&out[103..3901], &data[103..]);
-        assert_eq!(m.read_inline(12, 0, &mut out).unwrap(), 2000);
     }
 }
