@@ -167,3 +167,81 @@ fn renames_sent_again_are_answered_not_applied_twice() {
         }
     }
 }
+
+/// Until every server's map has all `n` servers up, in one epoch (≤ 60 s).
+fn all_up(cl: &madfs_cluster::LocalCluster, n: usize) {
+    let t = std::time::Instant::now();
+    loop {
+        let text = cl.ctl_status();
+        let epochs: std::collections::BTreeSet<&str> = text
+            .split_whitespace()
+            .filter_map(|w| w.strip_prefix("map_epoch="))
+            .collect();
+        let up = format!("states={}", vec!["up"; n].join(","));
+        if text.matches(&up).count() == n && epochs.len() == 1 {
+            return;
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "not all up:\n{text}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A set's primary dies in the middle of a move to another server (its intent record
+/// written and copied, the target's server holding the entry): the rename, sent again to the
+/// set's new primary, is answered only once that server finished the move, so the file has
+/// exactly one name; the old primary, back, brings back neither name, and the moved-in name
+/// can be removed for good. It found (2026-11-28, after `client/tests/history.rs` did) a
+/// successor that saw only its own set's intent records: it answered the rename done with
+/// the old name still there (two names), and the old primary, restarted later, finished the
+/// stale move again over a name removed since. It also found a client whose listing failed
+/// with EIO for good after a server was restarted within `--down-after-ms` (the map did not
+/// change, and calls made in parallel kept the connection to the previous run).
+#[test]
+fn a_move_whose_primary_died_is_finished_by_its_successor() {
+    let mut cl = cluster(4, &["--replication", "2"], "none");
+    let c = client(&cl, Duration::from_secs(10), "none");
+    c.mkdir("/m", 0o755).unwrap();
+    let set_of = |p: &str| madfs_placement::meta_server(p, 4);
+    let name = |prefix: &str, set: u32| {
+        (0..1000)
+            .map(|i| format!("/m/{prefix}{i}"))
+            .find(|p| set_of(p) == set)
+            .unwrap()
+    };
+    // from set 0 (servers 0, 1) to set 2 (servers 2, 3)
+    let (from, to) = (name("a", 0), name("b", 2));
+    let bytes = data(3901, 7);
+    put(&c, &from, &bytes, 3901, true);
+    cl.stop(0);
+    cl.options_mut().env = vec![("MADFS_FAULT".into(), "rename-after-attach".into())];
+    cl.restart(0).unwrap();
+    all_up(&cl, 4);
+    let names = |c: &madfs_client::Client| -> Vec<String> {
+        // (after a restart within `--down-after-ms` the map has not changed: the client
+        // connects again rather than calling the previous run's endpoint)
+        let list = c.readdir("/m").unwrap();
+        let mut v: Vec<String> = list.into_iter().map(|e| format!("/m/{}", e.name)).collect();
+        v.sort();
+        v
+    };
+    let c = client(&cl, Duration::from_secs(10), "none");
+    c.rename(&from, &to, false)
+        .expect("the rename, finished by server 1");
+    assert!(cl.log(0).contains("aborting"), "{}", cl.log(0));
+    assert_eq!(c.stat(&from).unwrap_err(), Errno::ENOENT);
+    assert_eq!(get(&c, &to), bytes);
+    assert_eq!(names(&c), [to.as_str()]);
+    // the old primary returns (its stale record dropped by the copy of its set)
+    cl.options_mut().env.clear();
+    cl.restart(0).unwrap();
+    all_up(&cl, 4);
+    assert_eq!(names(&c), [to.as_str()]);
+    assert_eq!(c.stat(&from).unwrap_err(), Errno::ENOENT);
+    // the moved-in name is settled: it can go, and stays gone over another restart
+    c.unlink(&to).unwrap();
+    cl.kill(0);
+    cl.restart(0).unwrap();
+    all_up(&cl, 4);
+    std::thread::sleep(Duration::from_secs(2)); // (a stale move would be finished by now)
+    assert_eq!(names(&c), Vec::<String>::new());
+}

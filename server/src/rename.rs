@@ -114,6 +114,37 @@ impl Moving {
         self.set(path, |_| Some(false));
     }
 
+    /// Parks `path` unless a move of it runs.
+    fn park_idle(&self, path: &str) {
+        self.set(path, |v| (v.copied() != Some(true)).then_some(false));
+    }
+
+    /// Releases the parked paths without an intent record (finished by another primary of
+    /// their set, or dropped by a rejoin's copy); `intents` reads the records' paths under
+    /// the lock that parking takes (a move parks after its record is written).
+    fn release_parked(
+        &self,
+        intents: impl FnOnce() -> FsResult<std::collections::HashSet<String>>,
+    ) -> FsResult<()> {
+        let mut m = self.lock();
+        if m.values().all(|active| *active) {
+            return Ok(());
+        }
+        let left = intents()?;
+        m.retain(|p, active| *active || left.contains(p));
+        self.recount(m.len());
+        Ok(())
+    }
+
+    /// Forgets the pinned move-ins, older than `age`, that `keep` rejects (their records are
+    /// gone).
+    fn unpin_arrivals(&self, age: std::time::Duration, keep: impl Fn(&Arrival) -> bool) {
+        let m = self.lock();
+        self.arrivals()
+            .retain(|_, (a, t)| t.elapsed() < age || keep(a));
+        self.recount(m.len());
+    }
+
     fn release(&self, path: &str) {
         let mut m = self.lock();
         m.remove(path);
@@ -519,15 +550,16 @@ impl Ops {
 
     /// Finishes the directory renames whose intent records are left (a crash, or a server
     /// that could not be reached), except those running. Returns how many are still pending.
-    pub fn finish_dir_intents(&self) -> FsResult<usize> {
+    pub fn finish_dir_intents(&self, sets: &[u32]) -> FsResult<usize> {
         // not before every peer has heard of this server's start (`DirList`): a peer's call
         // back on a connection to its previous run would wait out the deadline
         if !self.dirs.ready() {
             return Ok(0);
         }
+        let n = self.peers.servers();
         let mut left = 0;
         for it in self.meta.dir_intents()? {
-            if !self.moving.claim_dir(&it.from) {
+            if !sets.contains(&meta_server(&it.from, n)) || !self.moving.claim_dir(&it.from) {
                 continue;
             }
             let r = self.dir_move(&it, false);
@@ -568,7 +600,10 @@ impl Ops {
     /// its move to another server, if one is still pending here, is finished.
     pub fn renamed_again(&self, from: &str) -> FsResult<Answer> {
         if self.intent_left(from) {
-            self.finish_intents()?;
+            // (its record may be one a failed primary of this set left: adopted first)
+            let set = [meta_server(from, self.peers.servers())];
+            self.adopt_moves(&set)?;
+            self.finish_intents(&set)?;
             if self.intent_left(from) {
                 return Err(Errno::EIO); // the target's server is still out of reach
             }
@@ -634,18 +669,52 @@ impl Ops {
         }
     }
 
-    /// Parks the path of every intent record (before the server serves: a rename or unlink
-    /// of such a path waits for its move), and pins every pending move-in. Returns how many
-    /// moves out there are.
+    /// Parks the path of every intent record of this server's own replica set (before the
+    /// server serves: a rename or unlink of such a path waits for its move), and pins every
+    /// pending move-in of it. Returns how many moves out there are.
     pub fn park_intents(&self) -> FsResult<usize> {
-        let v = self.meta.intents()?;
-        for i in &v {
-            self.moving.park(&i.from);
+        Ok(self.adopt_moves(&[self.here()])?.0)
+    }
+
+    /// The replica sets whose pending moves this server finishes: those it is the primary of
+    /// in the current map (its own alone in an unreplicated cluster).
+    pub fn served_sets(&self) -> Vec<u32> {
+        crate::replica::forward::primary_of(self)
+    }
+
+    /// Makes the moves of replica sets `sets` this server's (at start, and whenever it serves
+    /// other sets than before: a failover, a rejoin): parks the sources of their intent
+    /// records (hidden, and finished by the mover) and pins their pending move-ins, and lets
+    /// go of what it parked or pinned whose record is gone (a move another primary of the
+    /// set finished meanwhile, or one a rejoin's copy dropped). Returns the moves out and
+    /// the move-ins of `sets`.
+    pub fn adopt_moves(&self, sets: &[u32]) -> FsResult<(usize, usize)> {
+        let n = self.peers.servers();
+        let ours = |p: &str| sets.contains(&meta_server(p, n));
+        let paths = || -> FsResult<std::collections::HashSet<String>> {
+            Ok(self.meta.intents()?.into_iter().map(|i| i.from).collect())
+        };
+        let (mut out, mut ins) = (0, 0);
+        for from in paths()?.iter().filter(|p| ours(p)) {
+            self.moving.park_idle(from);
+            out += 1;
         }
-        for a in self.meta.arrivals()? {
-            self.moving.arrive(a);
+        self.moving.release_parked(paths)?;
+        let arrivals = self.meta.arrivals()?;
+        let recorded: std::collections::HashSet<(&str, u64)> =
+            arrivals.iter().map(|a| (a.path.as_str(), a.id)).collect();
+        // (a move-in is pinned just before its record is written: only older pins go)
+        self.moving
+            .unpin_arrivals(std::time::Duration::from_secs(2), |a| {
+                recorded.contains(&(a.path.as_str(), a.id))
+            });
+        for a in arrivals.iter().filter(|a| ours(&a.path)) {
+            if self.moving.pending_arrival(&a.path) != Some(a.id) {
+                self.moving.arrive(a.clone());
+            }
+            ins += 1;
         }
-        Ok(v.len())
+        Ok((out, ins))
     }
 
     /// `MoveState`: is the move of file `id` out of `from` still pending here?
@@ -663,12 +732,15 @@ impl Ops {
         Ok(())
     }
 
-    /// Asks the source's server of every move-in pending for a while whether its move is
-    /// over (a `Settle` lost with a crash); settles those that are.
-    pub fn settle_arrivals(&self) {
+    /// Asks the source's server of every move-in of replica sets `sets` pending for a while
+    /// whether its move is over (a `Settle` lost with a crash); settles those that are.
+    pub fn settle_arrivals(&self, sets: &[u32]) {
+        let n = self.peers.servers();
         for a in self
             .moving
             .stale_arrivals(std::time::Duration::from_secs(1))
+            .into_iter()
+            .filter(|a| sets.contains(&meta_server(&a.path, n)))
         {
             let req = Request::MoveState {
                 from: &a.from,
@@ -688,13 +760,14 @@ impl Ops {
         }
     }
 
-    /// Finishes the moves whose intent records are left (after a crash, or a target that
-    /// could not be reached), except those a running rename is finishing. Returns how many
-    /// are still pending.
-    pub fn finish_intents(&self) -> FsResult<usize> {
+    /// Finishes the moves of replica sets `sets` whose intent records are left (after a
+    /// crash, a failover, or a target that could not be reached), except those a running
+    /// rename is finishing. Returns how many are still pending.
+    pub fn finish_intents(&self, sets: &[u32]) -> FsResult<usize> {
+        let n = self.peers.servers();
         let mut left = 0;
         for it in self.meta.intents()? {
-            if !self.moving.take_parked(&it.from) {
+            if !sets.contains(&meta_server(&it.from, n)) || !self.moving.take_parked(&it.from) {
                 continue;
             }
             let mut claim = Claimed {
@@ -729,17 +802,25 @@ pub fn start_mover(
         .name("madfs-mover".into())
         .spawn(move || {
             while !stop.load(Relaxed) {
-                crate::replica::forward::as_own_set(&ops, || {
-                    if ops.moving.any_parked() {
-                        if let Err(e) = ops.finish_intents() {
-                            tracing::error!("pending renames: {e}");
+                // the sets this server serves now (another's after a failover, its own
+                // again after a rejoin): their moves are its to finish
+                let sets = ops.served_sets();
+                if let Err(e) = ops.adopt_moves(&sets) {
+                    tracing::error!("pending renames: {e}");
+                }
+                for set in sets {
+                    crate::replica::forward::as_set(&ops, set, || {
+                        if ops.moving.any_parked() {
+                            if let Err(e) = ops.finish_intents(&[set]) {
+                                tracing::error!("pending renames: {e}");
+                            }
                         }
-                    }
-                    if let Err(e) = ops.finish_dir_intents() {
-                        tracing::error!("pending directory renames: {e}");
-                    }
-                    ops.settle_arrivals();
-                });
+                        if let Err(e) = ops.finish_dir_intents(&[set]) {
+                            tracing::error!("pending directory renames: {e}");
+                        }
+                        ops.settle_arrivals(&[set]);
+                    });
+                }
                 std::thread::sleep(every);
             }
         })

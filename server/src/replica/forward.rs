@@ -476,6 +476,12 @@ pub fn serving<T>(target: Option<Target>, ops: &Ops, f: impl FnOnce() -> T) -> T
 /// request's; not at all while this server is not that primary in a current map (the
 /// set's primary does it). Unreplicated clusters: `f` as it is.
 pub fn as_own_set(ops: &Ops, f: impl FnOnce()) {
+    as_set(ops, ops.id, f);
+}
+
+/// [`as_own_set`] for replica set `set`: a server that took over another set after a
+/// failover finishes that set's pending moves ([`Ops::served_sets`]).
+pub fn as_set(ops: &Ops, set: u32, f: impl FnOnce()) {
     let Some(rep) = &ops.replica else {
         return f();
     };
@@ -483,15 +489,31 @@ pub fn as_own_set(ops: &Ops, f: impl FnOnce()) {
         return;
     }
     let map = rep.map(ops.peers.servers());
-    if map.primary(ops.id, rep.r) != Some(ops.id) {
+    if map.primary(set, rep.r) != Some(ops.id) {
         return;
     }
     let target = Target {
-        set: ops.id,
+        set,
         epoch: map.epoch,
-        to: map.secondaries(ops.id, rep.r),
+        to: map.secondaries(set, rep.r),
     };
     serving(Some(target), ops, f);
+}
+
+/// The replica sets this server is the primary of in the current map (none while it does
+/// not know that map).
+pub fn primary_of(ops: &Ops) -> Vec<u32> {
+    let Some(rep) = &ops.replica else {
+        return vec![ops.id];
+    };
+    if !rep.current() {
+        return vec![];
+    }
+    let n = ops.peers.servers();
+    let map = rep.map(n);
+    (0..n)
+        .filter(|s| map.primary(*s, rep.r) == Some(ops.id))
+        .collect()
 }
 
 /// The replica set of the request being served on this thread (replicated clusters).

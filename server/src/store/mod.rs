@@ -110,7 +110,8 @@ pub trait MetadataStore: Send + Sync {
     ) -> FsResult<()>;
     /// Forgets the pending move-in of file `id` at `path` (if that is what is recorded).
     fn settle(&self, path: &str, id: u64) -> FsResult<()>;
-    /// Every pending move-in (at start, and for the mover to ask about).
+    /// Every pending move-in (at start, and for the mover to ask about), of every replica set
+    /// this server holds.
     fn arrivals(&self) -> FsResult<Vec<Arrival>>;
     /// Renames `from` to `to`, both this server's, in one write: the target (if any, and if
     /// not `noreplace`) is replaced and its inline chunk 0 dropped. ENOENT without a source,
@@ -132,14 +133,15 @@ pub trait MetadataStore: Send + Sync {
     /// the moved file) goes with the intent record; else only the record. (Chunk 0 never
     /// moves: it stays on the file's home server.)
     fn end_move(&self, intent: &Intent, moved: bool) -> FsResult<()>;
-    /// Every intent record (at start: moves to finish).
+    /// Every intent record (moves to finish), of every replica set this server holds.
     fn intents(&self) -> FsResult<Vec<Intent>>;
     /// Records durably that directory `it.from` (this server's) is being renamed to `it.to`
     /// (`noreplace`: no directory was there to replace).
     fn begin_dir_move(&self, it: &Intent) -> FsResult<()>;
     /// The rename of directory `from` is over (durably).
     fn end_dir_move(&self, from: &str) -> FsResult<()>;
-    /// Every directory rename in flight or left by a crash.
+    /// Every directory rename in flight or left by a crash, of every replica set this server
+    /// holds.
     fn dir_intents(&self) -> FsResult<Vec<Intent>>;
     /// Applies an attribute change to the entry of `path` as a merge (no read-modify-write:
     /// concurrent changes and size publications never undo each other; a change that comes

@@ -403,7 +403,9 @@ pub struct RocksDbMeta {
     /// WAL syncs, shared by the fsyncs they cover.
     wal: SharedFlush,
     /// A replicated cluster's server (of `n`) holds copies of other replica sets' records:
-    /// the scans of its own work (intents, move-ins, orphans) see only its own set's.
+    /// the scan of orphans (its own open files' work) sees only its own set's. Intents and
+    /// move-ins are scanned whole: a server that serves another set after a failover
+    /// finishes that set's moves (`Ops::served_sets`).
     own: std::sync::OnceLock<(u32, u32)>,
     /// A replicated cluster's file ids: made per replica set (its index in the top bits, so
     /// that a file's home is the set it was made in), from a counter kept in the set's own
@@ -641,7 +643,7 @@ impl RocksDbMeta {
             .clear();
     }
 
-    /// Scans of intents, move-ins and orphans see only replica set `set`'s (of `n` servers).
+    /// Scans of orphans see only replica set `set`'s (of `n` servers).
     pub fn keep_own(&self, n: u32, set: u32) {
         let _ = self.own.set((n, set));
     }
@@ -777,12 +779,14 @@ impl RocksDbMeta {
             .unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Every record of key space `kind` (the first key byte), decoded; a damaged one is
-    /// logged (as a `what` record) and skipped.
+    /// Every record of key space `kind` (the first key byte), decoded (`own_only`: only
+    /// this server's own replica set's, see `keep_own`); a damaged one is logged (as a
+    /// `what` record) and skipped.
     fn records<T>(
         &self,
         kind: u8,
         what: &str,
+        own_only: bool,
         decode: fn(&[u8], &[u8]) -> Option<T>,
     ) -> FsResult<Vec<T>> {
         let mut out = vec![];
@@ -792,7 +796,7 @@ impl RocksDbMeta {
             if k.first() != Some(&kind) {
                 break;
             }
-            if let Some((n, set)) = self.own.get() {
+            if let Some((n, set)) = self.own.get().filter(|_| own_only) {
                 if key_set(k, *n) != Some(*set) {
                     it.next();
                     continue;
@@ -913,7 +917,7 @@ impl MetadataStore for RocksDbMeta {
     }
 
     fn orphans(&self) -> FsResult<Vec<(u64, Attr)>> {
-        self.records(b'O', "orphan", decode_orphan)
+        self.records(b'O', "orphan", true, decode_orphan)
     }
 
     fn publish_size(&self, path: &str, id: u64, size: u64, mtime: i64) -> FsResult<()> {
@@ -973,7 +977,7 @@ impl MetadataStore for RocksDbMeta {
     }
 
     fn arrivals(&self) -> FsResult<Vec<Arrival>> {
-        self.records(b'A', "move-in", decode_arrival)
+        self.records(b'A', "move-in", false, decode_arrival)
     }
 
     fn rename_local(
@@ -1045,7 +1049,7 @@ impl MetadataStore for RocksDbMeta {
     }
 
     fn intents(&self) -> FsResult<Vec<Intent>> {
-        self.records(b'I', "intent", decode_intent)
+        self.records(b'I', "intent", false, decode_intent)
     }
 
     fn begin_dir_move(&self, it: &Intent) -> FsResult<()> {
@@ -1061,7 +1065,7 @@ impl MetadataStore for RocksDbMeta {
     }
 
     fn dir_intents(&self) -> FsResult<Vec<Intent>> {
-        self.records(b'D', "directory intent", decode_intent)
+        self.records(b'D', "directory intent", false, decode_intent)
     }
 
     fn reserve_append(&self, path: &str, id: u64, len: u64, mtime: i64) -> FsResult<u64> {
