@@ -5,6 +5,7 @@
 mod common;
 
 use common::*;
+use madfs_client::FileSystem;
 use madfs_cluster::LocalCluster;
 use madfs_control::MapStatus;
 use std::time::{Duration, Instant};
@@ -223,4 +224,67 @@ fn a_published_size_survives_the_primary() {
     for (path, size) in &sizes {
         assert_eq!(c.stat(path).unwrap().size, *size, "{path}");
     }
+}
+
+/// A primary gives up on a frozen secondary in the middle of a copy large enough for a
+/// rendezvous (its data read only when the receiver asks for it), and the secondary wakes
+/// up and asks: the primary must not read the given-up call's buffers, long gone. It did
+/// (2026-11-28, found by `client/tests/history.rs`): a server died of a SIGSEGV in
+/// `ucp_dt_iov_gather` under `ucp_rndv_rtr_handler`. Now a connection given up on in error
+/// mode `peer` is closed with force, which ends its sends. Three rounds of freeze, copy and
+/// thaw; every file written meanwhile reads back, from a primary that stayed up.
+#[test]
+fn a_copy_given_up_on_is_not_sent_when_its_receiver_wakes() {
+    setup();
+    // (a rendezvous from 8 KiB on, whatever UCX would pick)
+    let cl = LocalCluster::start(madfs_cluster::Options {
+        servers: 4,
+        args: vec!["--replication".into(), "2".into()],
+        err_mode: "none".into(),
+        env: vec![("UCX_RNDV_THRESH".into(), "8192".into())],
+    })
+    .expect("start servers");
+    let every = [0, 1, 2, 3];
+    until(&cl, &every, Duration::from_secs(15), "a leader", |m| {
+        m.leader.is_some() && all_up(m)
+    });
+    let c = client(&cl, Duration::from_secs(20), "none");
+    c.mkdir("/z", 0o755).unwrap();
+    // files of replica set 0 (primary: server 0), made first (every IO thread of server 0
+    // then has its connection to server 1); then, server 1 asleep, a chunk 0 of 60 KiB each:
+    // a copy of its write batch is a rendezvous over TCP
+    let set0: Vec<String> = (0..)
+        .map(|i| format!("/z/f{i}"))
+        .filter(|p| madfs_placement::meta_server(p, 4) == 0)
+        .take(24)
+        .collect();
+    for p in &set0 {
+        put(&c, p, b"", 1, false);
+    }
+    let paths = &set0[..3];
+    for (round, p) in paths.iter().enumerate() {
+        let m = map_of(&cl, 0).unwrap();
+        signal(cl.pid(1), libc::SIGSTOP);
+        // server 0 gives up on the copy, then on server 1
+        let mut f = c.open(p, madfs_client::OpenFlags::default()).unwrap();
+        c.write(&mut f, 0, &data(60_000, round as u64)).unwrap();
+        c.close(f).unwrap();
+        let (_, maps) = until(&cl, &[0, 2, 3], Duration::from_secs(10), "frozen", |x| {
+            x.states[1] == "down"
+        });
+        assert!(maps[0].epoch > m.epoch);
+        signal(cl.pid(1), libc::SIGCONT);
+        until(&cl, &every, Duration::from_secs(20), "thawed", |x| {
+            all_up(x) && x.epoch >= maps[0].epoch + 2
+        });
+        assert!(
+            cl.pid(0).is_some() && map_of(&cl, 0).is_some(),
+            "server 0 died:\n{}",
+            cl.log(0)
+        );
+    }
+    for (round, p) in paths.iter().enumerate() {
+        assert_eq!(get(&c, p), data(60_000, round as u64), "{p}");
+    }
+    assert!(!cl.log(0).contains("Caught signal"), "{}", cl.log(0));
 }

@@ -116,6 +116,23 @@ pub struct Transport {
     tainted: Cell<bool>,
 }
 
+/// Closes `ep` with force (error mode `peer` only: in mode `none` that is undefined
+/// behaviour for a peer that is gone). A call given up on (its deadline, or the map replaced
+/// its server) may leave a send under way: a rendezvous whose data UCX reads only when the
+/// peer asks for it, from the caller's buffers and scatter list, which are gone by then. A
+/// frozen peer that wakes up asks, and the process read freed memory (a server died of a
+/// SIGSEGV in `ucp_dt_iov_gather` under `ucp_rndv_rtr_handler` when the secondary it had
+/// given up on came back, `client/tests/history.rs`). Closing with force ends every send of
+/// the endpoint at once (canceled), and a late request for one finds nothing.
+fn force_close(ep: &Endpoint) {
+    let waker = futures::task::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    // the first poll calls `ucp_ep_close_nb` in force mode; what is left completes inside
+    // UCX (the request is freed with the future)
+    let mut close = pin!(ep.close(true));
+    let _ = close.as_mut().poll(&mut cx);
+}
+
 /// Deadline of a connect in a replicated cluster: a frozen server's listener takes the
 /// connection and never answers; the map (or a retry) finds the set's primary sooner.
 const REPLICATED_CONNECT: Duration = Duration::from_secs(2);
@@ -549,15 +566,22 @@ impl Transport {
     }
 
     /// Gives the connection to `server` up; the next call reconnects. (A UCX endpoint is
-    /// kept, not closed: see `Net::Ucx::retired`.)
+    /// kept, not freed: see `Net::Ucx::retired`. In error mode `peer` it is closed with
+    /// force first, which ends the sends still under way on it: see [`force_close`].)
     pub fn invalidate(&self, server: u32) {
         match &self.net {
             Net::Ucx { conns, retired, .. } => {
-                if let Some(c) = conns.borrow_mut().get_mut(server as usize) {
-                    if let Some(old) = c.take() {
-                        self.tainted.set(true);
-                        retired.borrow_mut().push(old);
+                let old = conns
+                    .borrow_mut()
+                    .get_mut(server as usize)
+                    .and_then(Option::take);
+                if let Some(old) = old {
+                    self.tainted.set(true);
+                    if self.settings.err_mode == async_ucx::ucp::ErrorMode::Peer {
+                        let _one = lifecycle();
+                        force_close(&old.ep);
                     }
+                    retired.borrow_mut().push(old);
                 }
             }
             Net::Tcp { conns } => {
