@@ -196,17 +196,6 @@ fn worker(c: Client, w: usize, seed: u64, stop: Arc<AtomicBool>) -> Told {
     told
 }
 
-/// The map epoch when every server's map has every server up (`None`: not so).
-fn all_up_in(cl: &LocalCluster) -> (Option<u64>, String) {
-    let text = cl.ctl_status();
-    let epochs: BTreeSet<&str> = text
-        .split_whitespace()
-        .filter_map(|w| w.strip_prefix("map_epoch="))
-        .collect();
-    let up = text.matches("states=up,up,up,up").count() == SERVERS && epochs.len() == 1;
-    (up.then(|| epochs.first()?.parse().ok()).flatten(), text)
-}
-
 /// Until every server's map has every server up and stays so for twice `--down-after-ms`
 /// (a server back within `--down-after-ms` is marked down later, by a primary whose copy it
 /// missed, and then catches up): one fault at a time.
@@ -214,7 +203,7 @@ fn all_up(cl: &LocalCluster, within: Duration) {
     let t = Instant::now();
     let mut since: Option<(u64, Instant)> = None;
     loop {
-        let (epoch, text) = all_up_in(cl);
+        let (epoch, text) = all_up_in(cl, SERVERS);
         match (epoch, since) {
             (Some(e), Some((s, at))) if e == s => {
                 if at.elapsed() >= Duration::from_millis(3000) {

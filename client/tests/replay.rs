@@ -172,13 +172,8 @@ fn renames_sent_again_are_answered_not_applied_twice() {
 fn all_up(cl: &madfs_cluster::LocalCluster, n: usize) {
     let t = std::time::Instant::now();
     loop {
-        let text = cl.ctl_status();
-        let epochs: std::collections::BTreeSet<&str> = text
-            .split_whitespace()
-            .filter_map(|w| w.strip_prefix("map_epoch="))
-            .collect();
-        let up = format!("states={}", vec!["up"; n].join(","));
-        if text.matches(&up).count() == n && epochs.len() == 1 {
+        let (epoch, text) = all_up_in(cl, n);
+        if epoch.is_some() {
             return;
         }
         assert!(t.elapsed() < Duration::from_secs(60), "not all up:\n{text}");

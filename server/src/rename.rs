@@ -121,19 +121,16 @@ impl Moving {
 
     /// Releases the parked paths without an intent record (finished by another primary of
     /// their set, or dropped by a rejoin's copy); `intents` reads the records' paths under
-    /// the lock that parking takes (a move parks after its record is written).
+    /// the lock that parking takes (a move parks after its record is written). Returns them.
     fn release_parked(
         &self,
         intents: impl FnOnce() -> FsResult<std::collections::HashSet<String>>,
-    ) -> FsResult<()> {
+    ) -> FsResult<std::collections::HashSet<String>> {
         let mut m = self.lock();
-        if m.values().all(|active| *active) {
-            return Ok(());
-        }
         let left = intents()?;
         m.retain(|p, active| *active || left.contains(p));
         self.recount(m.len());
-        Ok(())
+        Ok(left)
     }
 
     /// Forgets the pinned move-ins, older than `age`, that `keep` rejects (their records are
@@ -673,33 +670,26 @@ impl Ops {
     /// server serves: a rename or unlink of such a path waits for its move), and pins every
     /// pending move-in of it. Returns how many moves out there are.
     pub fn park_intents(&self) -> FsResult<usize> {
-        Ok(self.adopt_moves(&[self.here()])?.0)
-    }
-
-    /// The replica sets whose pending moves this server finishes: those it is the primary of
-    /// in the current map (its own alone in an unreplicated cluster).
-    pub fn served_sets(&self) -> Vec<u32> {
-        crate::replica::forward::primary_of(self)
+        self.adopt_moves(&[self.here()])
     }
 
     /// Makes the moves of replica sets `sets` this server's (at start, and whenever it serves
     /// other sets than before: a failover, a rejoin): parks the sources of their intent
     /// records (hidden, and finished by the mover) and pins their pending move-ins, and lets
     /// go of what it parked or pinned whose record is gone (a move another primary of the
-    /// set finished meanwhile, or one a rejoin's copy dropped). Returns the moves out and
-    /// the move-ins of `sets`.
-    pub fn adopt_moves(&self, sets: &[u32]) -> FsResult<(usize, usize)> {
+    /// set finished meanwhile, or one a rejoin's copy dropped). Returns the moves out of
+    /// `sets`.
+    pub fn adopt_moves(&self, sets: &[u32]) -> FsResult<usize> {
         let n = self.peers.servers();
         let ours = |p: &str| sets.contains(&meta_server(p, n));
-        let paths = || -> FsResult<std::collections::HashSet<String>> {
-            Ok(self.meta.intents()?.into_iter().map(|i| i.from).collect())
-        };
-        let (mut out, mut ins) = (0, 0);
-        for from in paths()?.iter().filter(|p| ours(p)) {
+        let intents = self
+            .moving
+            .release_parked(|| Ok(self.meta.intents()?.into_iter().map(|i| i.from).collect()))?;
+        let mut out = 0;
+        for from in intents.iter().filter(|p| ours(p)) {
             self.moving.park_idle(from);
             out += 1;
         }
-        self.moving.release_parked(paths)?;
         let arrivals = self.meta.arrivals()?;
         let recorded: std::collections::HashSet<(&str, u64)> =
             arrivals.iter().map(|a| (a.path.as_str(), a.id)).collect();
@@ -712,9 +702,8 @@ impl Ops {
             if self.moving.pending_arrival(&a.path) != Some(a.id) {
                 self.moving.arrive(a.clone());
             }
-            ins += 1;
         }
-        Ok((out, ins))
+        Ok(out)
     }
 
     /// `MoveState`: is the move of file `id` out of `from` still pending here?
@@ -804,7 +793,7 @@ pub fn start_mover(
             while !stop.load(Relaxed) {
                 // the sets this server serves now (another's after a failover, its own
                 // again after a rejoin): their moves are its to finish
-                let sets = ops.served_sets();
+                let sets = crate::replica::forward::primary_of(&ops);
                 if let Err(e) = ops.adopt_moves(&sets) {
                     tracing::error!("pending renames: {e}");
                 }

@@ -152,3 +152,16 @@ pub fn settle(
     }
     None
 }
+
+/// The map epoch when every one of the `n` servers' maps has every server up, in one epoch
+/// (`None`: not so), and the status text it was read from (replicated clusters).
+pub fn all_up_in(cl: &LocalCluster, n: usize) -> (Option<u64>, String) {
+    let text = cl.ctl_status();
+    let epochs: std::collections::BTreeSet<&str> = text
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("map_epoch="))
+        .collect();
+    let states = format!("states={}", vec!["up"; n].join(","));
+    let up = text.matches(&states).count() == n && epochs.len() == 1;
+    (up.then(|| epochs.first()?.parse().ok()).flatten(), text)
+}

@@ -480,7 +480,7 @@ pub fn as_own_set(ops: &Ops, f: impl FnOnce()) {
 }
 
 /// [`as_own_set`] for replica set `set`: a server that took over another set after a
-/// failover finishes that set's pending moves ([`Ops::served_sets`]).
+/// failover finishes that set's pending moves ([`primary_of`]).
 pub fn as_set(ops: &Ops, set: u32, f: impl FnOnce()) {
     let Some(rep) = &ops.replica else {
         return f();

@@ -405,7 +405,7 @@ pub struct RocksDbMeta {
     /// A replicated cluster's server (of `n`) holds copies of other replica sets' records:
     /// the scan of orphans (its own open files' work) sees only its own set's. Intents and
     /// move-ins are scanned whole: a server that serves another set after a failover
-    /// finishes that set's moves (`Ops::served_sets`).
+    /// finishes that set's moves (`replica::forward::primary_of`).
     own: std::sync::OnceLock<(u32, u32)>,
     /// A replicated cluster's file ids: made per replica set (its index in the top bits, so
     /// that a file's home is the set it was made in), from a counter kept in the set's own
