@@ -213,8 +213,17 @@ fn a_move_whose_primary_died_is_finished_by_its_successor() {
     all_up(&cl, 4);
     let names = |c: &madfs_client::Client| -> Vec<String> {
         // (after a restart within `--down-after-ms` the map has not changed: the client
-        // connects again rather than calling the previous run's endpoint)
-        let list = c.readdir("/m").unwrap();
+        // connects again rather than calling the previous run's endpoint, which failed every
+        // listing with EIO for good; a loaded machine may take a few tries to see the
+        // restarted server serve)
+        let t = std::time::Instant::now();
+        let list = loop {
+            match c.readdir("/m") {
+                Ok(v) => break v,
+                Err(e) => assert!(t.elapsed() < Duration::from_secs(30), "{e:?}"),
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
         let mut v: Vec<String> = list.into_iter().map(|e| format!("/m/{}", e.name)).collect();
         v.sort();
         v
