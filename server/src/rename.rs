@@ -110,6 +110,11 @@ impl Moving {
         self.set(path, |v| (v.copied() != Some(true)).then_some(true))
     }
 
+    /// Is a move of `path` running now (claimed, not parked)?
+    fn running(&self, path: &str) -> bool {
+        self.lock().get(path).copied() == Some(true)
+    }
+
     fn park(&self, path: &str) {
         self.set(path, |_| Some(false));
     }
@@ -602,7 +607,14 @@ impl Ops {
             self.adopt_moves(&set)?;
             self.finish_intents(&set)?;
             if self.intent_left(from) {
-                return Err(Errno::EIO); // the target's server is still out of reach
+                // the mover may be finishing this very move now (`finish_intents` skipped
+                // it): the client asks again (EAGAIN, as for a path busy with a rename);
+                // a move left parked found the target's server out of reach
+                return Err(if self.moving.running(from) {
+                    Errno::EAGAIN
+                } else {
+                    Errno::EIO
+                });
             }
         }
         Ok(Answer::Replaced(None))
