@@ -84,6 +84,30 @@ pub fn dir_prefix(dir: &str) -> Vec<u8> {
     k
 }
 
+/// The first key after every key that starts with `prefix` (None: no such key, the prefix is
+/// all 0xff).
+fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+/// An iterator over the keys that start with `prefix`, bounded above: without the bound, a
+/// seek into a prefix with no live key left walks every deleted key after it (the tombstones
+/// of a mass delete) to the next live one.
+fn prefix_iter<'a>(db: &'a DB, prefix: &[u8]) -> rocksdb::DBRawIterator<'a> {
+    let mut ro = rocksdb::ReadOptions::default();
+    if let Some(end) = prefix_end(prefix) {
+        ro.set_iterate_upper_bound(end);
+    }
+    db.raw_iterator_opt(ro)
+}
+
 /// Key of the intent record of a move of `from` (docs/consistency.md, "rename").
 fn intent_key(from: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(from.len() + 1);
@@ -471,7 +495,7 @@ const COUNTS_MARKER: &[u8] = b"Scounts_v1";
 /// keys and the marker.
 fn count_children(db: &DB) -> anyhow::Result<()> {
     let mut counts: std::collections::HashMap<Vec<u8>, i64> = Default::default();
-    let mut it = db.raw_iterator();
+    let mut it = prefix_iter(db, b"E");
     it.seek(b"E");
     while let Some(k) = it.key() {
         if k.first() != Some(&b'E') {
@@ -732,7 +756,7 @@ impl RocksDbMeta {
     /// Counts every directory's entries again (after a rejoining server's copy).
     pub fn recount(&self) -> FsResult<()> {
         let mut b = WriteBatch::default();
-        let mut it = self.db.raw_iterator();
+        let mut it = prefix_iter(&self.db, b"N");
         it.seek([b'N']);
         while let Some(k) = it.key() {
             if k.first() != Some(&b'N') {
@@ -790,7 +814,7 @@ impl RocksDbMeta {
         decode: fn(&[u8], &[u8]) -> Option<T>,
     ) -> FsResult<Vec<T>> {
         let mut out = vec![];
-        let mut it = self.db.raw_iterator();
+        let mut it = prefix_iter(&self.db, &[kind]);
         it.seek([kind]);
         while let (Some(k), Some(v)) = (it.key(), it.value()) {
             if k.first() != Some(&kind) {
@@ -1119,7 +1143,7 @@ impl MetadataStore for RocksDbMeta {
         let prefix = dir_prefix(dir);
         let mut from = prefix.clone();
         from.extend_from_slice(&start.to_be_bytes());
-        let mut it = self.db.raw_iterator();
+        let mut it = prefix_iter(&self.db, &prefix);
         it.seek(&from);
         let mut out: Vec<Entry> = Vec::new();
         let mut bytes = 0usize;
@@ -1168,7 +1192,7 @@ impl MetadataStore for RocksDbMeta {
             vec![dir_prefix(dir), deeper] // `\0` sorts before `/`
         };
         for prefix in prefixes {
-            let mut it = self.db.raw_iterator();
+            let mut it = prefix_iter(&self.db, &prefix);
             if after.len() > prefix.len() && after.starts_with(&prefix) {
                 it.seek(after);
                 if it.valid() && it.key() == Some(after) {
@@ -1580,5 +1604,29 @@ mod tests {
         m.truncate_inline(5, 4).unwrap();
         assert_eq!(m.read_inline(5, 0, &mut out).unwrap(), 4);
         assert_eq!(m.read_inline(5, 10, &mut out).unwrap(), 0);
+    }
+
+    #[test]
+    fn prefix_iterators_end_at_their_prefix() {
+        assert_eq!(prefix_end(b"A"), Some(b"B".to_vec()));
+        assert_eq!(prefix_end(b"E/d\0"), Some(b"E/d\x01".to_vec()));
+        assert_eq!(prefix_end(&[b'A', 0xff, 0xff]), Some(b"B".to_vec()));
+        assert_eq!(prefix_end(&[0xff]), None);
+        // a scan of a prefix whose keys are all deleted, with live keys after it, sees none
+        let dir = tempfile::tempdir().unwrap();
+        let m = RocksDbMeta::open(dir.path(), 0).unwrap();
+        for i in 0..100u32 {
+            m.db.put(format!("Ax{i}"), b"v").unwrap();
+        }
+        for i in 0..100u32 {
+            m.db.delete(format!("Ax{i}")).unwrap();
+        }
+        m.db.put(b"B1", b"v").unwrap();
+        let mut it = prefix_iter(&m.db, b"A");
+        it.seek(b"A");
+        assert!(!it.valid());
+        let mut it = prefix_iter(&m.db, b"B");
+        it.seek(b"B");
+        assert_eq!(it.key(), Some(&b"B1"[..]));
     }
 }
