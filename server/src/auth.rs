@@ -340,6 +340,7 @@ impl crate::ops::Ops {
             return Err(Errno::EINVAL);
         }
         let Some(rep) = &self.replica else {
+            self.admits(who, req)?;
             return self.execute_checked(who, req, bulk, data);
         };
         // a replicated cluster: a copy from a primary, or a request this server must be
@@ -374,6 +375,7 @@ impl crate::ops::Ops {
         }
         use crate::replica::{forward, history};
         let admitted = history::enabled().then(history::now_ns);
+        crate::admit::check(req, who.set.unwrap_or(self.id), self.peers.servers())?;
         let target = rep.admit(who, req)?;
         let set = target.as_ref().map(|t| t.set());
         let logged = target.as_ref().map(|t| (t.set(), t.epoch()));

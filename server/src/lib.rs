@@ -3,6 +3,7 @@
 //! Request path in three hops: [`net`] (receive frame, pick inline or IO thread) →
 //! [`ops`] (what the request does, errnos) → [`store`] (RocksDB / chunk files).
 
+pub mod admit;
 pub mod auth;
 pub mod cap;
 pub mod config;

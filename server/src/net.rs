@@ -453,6 +453,7 @@ fn submit_fsync(
         return Err(Errno::EINVAL);
     };
     ops.stats.request("fsync");
+    ops.admits(who, req)?;
     ops.cap_check(who, req)?;
     if ops.replica.is_none() {
         return Ok(sync_tx.submit(ops, req, id));
@@ -1549,10 +1550,9 @@ async fn handler(net: Rc<Net>, kind: u64) {
                 Ok((req, _))
                     if {
                         // (each asked once: the map may change between two questions)
-                        denied = if !ops.may_serve(&who, &req) {
-                            Some(Errno::EREMCHG)
-                        } else {
-                            ops.cap_check(&who, &req).err().map(|_| Errno::EACCES)
+                        denied = match ops.admits(&who, &req) {
+                            Err(e) => Some(e),
+                            Ok(()) => ops.cap_check(&who, &req).err().map(|_| Errno::EACCES),
                         };
                         denied.is_some()
                     } =>

@@ -122,12 +122,19 @@ impl Ops {
         forward::serving_set().unwrap_or(self.id)
     }
 
-    /// May this server serve `req` from `who` (replicated clusters: only as the primary of
-    /// the request's replica set, in a current map)?
-    pub fn may_serve(&self, who: &crate::auth::Who, req: &Request<'_>) -> bool {
-        self.replica
-            .as_ref()
-            .is_none_or(|r| r.admit(who, req).is_ok())
+    /// May this server serve `req` from `who`: does it hold every key the request names
+    /// (`crate::admit`), and, on a replicated cluster, is it the primary of the connection's
+    /// replica set in a current map? `EREMCHG` otherwise.
+    pub fn admits(&self, who: &crate::auth::Who, req: &Request<'_>) -> FsResult<()> {
+        let set = match &self.replica {
+            Some(_) => who.set.unwrap_or(self.id),
+            None => self.id,
+        };
+        crate::admit::check(req, set, self.peers.servers())?;
+        match &self.replica {
+            Some(r) => r.admit(who, req).map(drop),
+            None => Ok(()),
+        }
     }
 
     /// Is entry `name` of `dir` in the replica set being served (replicated clusters: a
