@@ -540,9 +540,18 @@ impl crate::ops::Ops {
         // what the request was allowed to do to a file comes back as a capability
         let key = self.peers.key();
         let rw = madfs_proto::ACCESS_R | madfs_proto::ACCESS_W;
+        // a symbolic link's target is read (readlink), never written through a capability
+        let granted = |a: &madfs_proto::Attr, access: u32| {
+            let access = if a.is_link() {
+                access & madfs_proto::ACCESS_R
+            } else {
+                access
+            };
+            crate::cap::grant(key, a.id, access, uid)
+        };
         Ok(match (req, ans) {
             (Request::Open { access, .. }, Answer::Attr(a)) => {
-                Answer::Granted(a, crate::cap::grant(key, a.id, *access, uid))
+                Answer::Granted(a, granted(&a, *access))
             }
             (
                 Request::Create { access, .. },
@@ -558,11 +567,12 @@ impl crate::ops::Ops {
                     attr,
                     existed,
                     old_size,
-                    cap: crate::cap::grant(key, attr.id, access, uid),
+                    cap: granted(&attr, access),
                 }
             }
-            (Request::Unlink { .. }, Answer::Attr(a))
-            | (
+            // (an unlink grants nothing: the file's bytes are its home server's to drop, and
+            // another name of it stays someone else's)
+            (
                 Request::SetSize {
                     mode: madfs_proto::SizeMode::Exact | madfs_proto::SizeMode::ExactWith(_),
                     ..
