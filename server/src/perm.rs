@@ -245,11 +245,17 @@ impl Ops {
                 Self::need(who, &local(path)?, access)?;
             }
             Request::Create {
-                path, access, excl, ..
+                path,
+                access,
+                excl,
+                trunc,
+                ..
             } => match local(path) {
                 Ok(a) if !excl => {
                     self.search(who, path)?;
-                    Self::need(who, &a, access)?;
+                    // as the kernel's may_open: O_TRUNC of a regular file needs write
+                    let trunc = if trunc && a.is_file() { ACCESS_W } else { 0 };
+                    Self::need(who, &a, access | trunc)?;
                 }
                 Ok(_) => self.search(who, path)?,
                 Err(Errno::ENOENT) => drop(self.parent_writable(who, path)?),
