@@ -1346,12 +1346,12 @@ impl Client {
 
     fn publish(&self, f: &mut OpenFile) -> FsResult<()> {
         if f.dirty {
-            let (size, id) = (f.written, f.attr.id);
+            let (size, id, cap) = (f.written, f.attr.id, f.cap);
             self.following(f, |c, f| {
                 let req = Request::SetSize {
                     path: f.whereabouts(),
                     size,
-                    mode: SizeMode::Max,
+                    mode: SizeMode::MaxWith(cap),
                     id,
                 };
                 c.call(f.meta, &req)

@@ -87,9 +87,10 @@ impl Ops {
                 id, cap, size_of, ..
             } => (id, ACCESS_W, cap, size_of),
             Request::TruncateChunks { id, cap, .. } => (id, ACCESS_W, cap, None),
+            // an fsync that publishes a size is a writer's
             Request::Fsync {
                 id, cap, size_of, ..
-            } => (id, 0, cap, size_of),
+            } => (id, size_of.map_or(0, |_| ACCESS_W), cap, size_of),
             _ => return Ok(()),
         };
         if cap.id != id

@@ -419,12 +419,14 @@ impl Ops {
         if linked {
             // kept by id at its home server
             return match mode {
-                SizeMode::Max => self.linked(a.id, LinkOp::Grow(size)).map(|_| Answer::Unit),
+                SizeMode::Max | SizeMode::MaxWith(_) => {
+                    self.linked(a.id, LinkOp::Grow(size)).map(|_| Answer::Unit)
+                }
                 _ => self.linked(a.id, LinkOp::Size(size)).map(Answer::Attr),
             };
         }
         match mode {
-            SizeMode::Max => {
+            SizeMode::Max | SizeMode::MaxWith(_) => {
                 self.meta.publish_size(path, a.id, size, now_ns())?;
                 Ok(Answer::Unit)
             }
@@ -446,7 +448,7 @@ impl Ops {
     /// gone, or with several names).
     fn set_orphan_size(&self, id: u64, size: u64, mode: SizeMode) -> FsResult<Answer> {
         match mode {
-            SizeMode::Max => self
+            SizeMode::Max | SizeMode::MaxWith(_) => self
                 .linked_here(id, LinkOp::Grow(size))
                 .map(|_| Answer::Unit),
             _ => self.linked_here(id, LinkOp::Size(size)).map(Answer::Attr),
@@ -462,6 +464,7 @@ impl Ops {
             ..
         } = *req
         {
+            // (the request's capability was checked for writing: `Ops::cap_check`)
             self.set_size(path, size, SizeMode::Max, id)?;
         }
         Ok(())

@@ -343,7 +343,9 @@ impl Ops {
             } => {
                 let a = self.orphan(id)?.ok_or(Errno::ENOENT)?;
                 let granted = match mode {
-                    SizeMode::ExactWith(cap) => self.grants_write(who, &cap, id),
+                    SizeMode::ExactWith(cap) | SizeMode::MaxWith(cap) => {
+                        self.grants_write(who, &cap, id)
+                    }
                     _ => false,
                 };
                 if !granted && a.uid != who.uid {
@@ -359,9 +361,8 @@ impl Ops {
             Request::SetSize { path, mode, .. } => {
                 self.search(who, path)?;
                 match mode {
-                    SizeMode::Max => {}
-                    SizeMode::Exact => Self::need(who, &local(path)?, ACCESS_W)?,
-                    SizeMode::ExactWith(cap) => {
+                    SizeMode::Max | SizeMode::Exact => Self::need(who, &local(path)?, ACCESS_W)?,
+                    SizeMode::ExactWith(cap) | SizeMode::MaxWith(cap) => {
                         let a = local(path)?;
                         if !self.grants_write(who, &cap, a.id) {
                             Self::need(who, &a, ACCESS_W)?;

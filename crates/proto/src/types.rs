@@ -234,7 +234,11 @@ pub fn decode_dev(v: u32) -> u64 {
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SizeMode {
     /// `size = max(size, new)`: a writer publishing its high-water mark (merge operator).
+    /// Needs write permission on the file.
     Max,
+    /// `Max` by the holder of an open for writing: the capability of that open stands for
+    /// the write permission (which the kernel checks at open, not at each write).
+    MaxWith(Cap),
     /// `size = new`: truncate.
     Exact,
     /// `size = new` through a descriptor opened for writing (`ftruncate`): the capability of
@@ -901,7 +905,7 @@ pub struct StatFs {
 
 /// Version of the wire protocol: bumped whenever a request, reply, frame or tag changes
 /// meaning. A client refuses a server whose welcome names another version.
-pub const PROTOCOL_VERSION: u32 = 9;
+pub const PROTOCOL_VERSION: u32 = 10;
 
 /// What a server says to a client right after accepting its connection.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
