@@ -169,6 +169,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         dir_times: Default::default(),
         sealed: Default::default(),
         opens: open::OpenRefs::new(cfg.limits.open_lease),
+        root: ops::root_attr(ident.auth, ident.owner),
         replica: (ident.replication >= 2).then(|| {
             Arc::new(replica::forward::Replication::new(
                 ident.replication,
@@ -180,6 +181,8 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     if ident.replication >= 2 {
         ops.meta.keep_own(ident.servers, cfg.id);
     }
+    // the root directory's default mode and owner, until its server's stored ones are learnt
+    ops.dirs.apply("/", Some(perm::DirPerm::of(&ops.root)), 0);
     let reserve = ops.chunks.set_reserve(cfg.reserve)?;
     tracing::debug!("{reserve} bytes kept free for metadata");
     // every port that is not UCX's first: a port taken by someone else stops the server

@@ -138,6 +138,13 @@ impl Ops {
     /// A change of the attributes of file `id` named `path`: in its entry, or at its home
     /// server when the entry is a stub.
     pub(crate) fn change_file(&self, path: &str, id: u64, c: Change) -> FsResult<()> {
+        if path == "/" {
+            // the root directory: no entry, a record of its own ([`Ops::get`] has it as
+            // changed here)
+            let mut a = self.get("/")?;
+            c.apply(&mut a);
+            return self.meta.put_root(&a);
+        }
         match self.meta.change(path, c) {
             Err(Errno::ESTALE) => {
                 let op = match c {

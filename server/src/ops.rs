@@ -100,6 +100,8 @@ pub struct Ops {
     pub opens: crate::open::OpenRefs,
     /// A replicated cluster's primaries, fencing and copies ([`crate::replica::forward`]).
     pub replica: Option<Arc<crate::replica::forward::Replication>>,
+    /// The root directory's attributes until a change of them is stored ([`root_attr`]).
+    pub root: Attr,
 }
 
 impl Ops {
@@ -160,12 +162,28 @@ pub fn now_ns() -> i64 {
         .unwrap_or(0)
 }
 
-/// Attributes of the root directory (implicit, always present).
-pub fn root_attr() -> Attr {
+/// Attributes of the root directory of a cluster authenticating with `auth` (key mode:
+/// owned by the key's `owner`), until a chmod, chown or utimens of `/` stores others (on the
+/// metadata server of `/`, `MetadataStore::put_root`): root's 0755 with MUNGE, the key
+/// owner's 0755 with a key, a world-writable sticky 1777 on an insecure cluster (which
+/// believes every client anyway). docs/security.md says how a site makes a scratch or
+/// per-user directories.
+pub fn root_attr(auth: madfs_identity::AuthMode, owner: Option<madfs_identity::Owner>) -> Attr {
+    use madfs_identity::AuthMode;
+    let (mode, uid, gid) = match auth {
+        AuthMode::Munge => (0o755, 0, 0),
+        AuthMode::Key => {
+            let o = owner.unwrap_or_default();
+            (0o755, o.uid, o.gid)
+        }
+        AuthMode::Insecure => (0o1777, 0, 0),
+    };
     Attr {
         id: 1,
-        mode: S_IFDIR | 0o777,
+        mode: S_IFDIR | mode,
         nlink: 2,
+        uid,
+        gid,
         ..Default::default()
     }
 }
@@ -385,7 +403,7 @@ impl Ops {
     /// The attributes of `path` (a name of a file with several names: from its home server).
     pub(crate) fn get(&self, path: &str) -> FsResult<Attr> {
         if path == "/" {
-            return Ok(root_attr());
+            return Ok(self.meta.root()?.unwrap_or(self.root));
         }
         self.resolved(self.meta.get(path)?.ok_or(Errno::ENOENT)?)
     }
@@ -732,7 +750,7 @@ impl Ops {
                 id,
             } => self.set_size(path, size, mode, id),
             Request::Chmod { path, mode } => {
-                not_root(path, Errno::EPERM)?;
+                path_ok(path)?;
                 let mut a = self.get(path)?;
                 if a.is_link() {
                     return Err(Errno::ELOOP); // the client follows the link
@@ -754,7 +772,7 @@ impl Ops {
                 mtime,
                 link,
             } => {
-                not_root(path, Errno::EPERM)?;
+                path_ok(path)?;
                 let mut a = self.get(path)?;
                 if a.is_link() && !link {
                     return Err(Errno::ELOOP); // the client follows the link
@@ -800,7 +818,7 @@ impl Ops {
                 gid,
                 link,
             } => {
-                not_root(path, Errno::EPERM)?;
+                path_ok(path)?;
                 let mut a = self.get(path)?;
                 if a.is_link() && !link {
                     return Err(Errno::ELOOP); // the client follows the link
@@ -1078,6 +1096,7 @@ pub(crate) mod tests {
             max_list_bytes: 1 << 16,
             inline_max: 1024,
             stats: Arc::default(),
+            root: root_attr(madfs_identity::AuthMode::Munge, None),
         }
     }
 

@@ -60,12 +60,15 @@ impl DirTable {
         self.map.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The directory at `path` (the root is always there).
+    /// The directory at `path` (the root is always there: as learnt, else [`ROOT`] until
+    /// the server sets its cluster's default).
     pub fn get(&self, path: &str) -> Option<DirPerm> {
-        if path == "/" {
-            return Some(ROOT);
+        let m = self.read();
+        match m.get(path) {
+            Some((p, _)) => *p,
+            None if path == "/" => Some(ROOT),
+            None => None,
         }
-        self.read().get(path).and_then(|(p, _)| *p)
     }
 
     /// Applies an update: `Some` (made or changed) or `None` (gone), unless the table holds
@@ -102,9 +105,9 @@ impl DirTable {
     }
 }
 
-/// The root directory (`ops::root_attr`).
+/// The root directory before the server set its cluster's default (`ops::root_attr`).
 const ROOT: DirPerm = DirPerm {
-    mode: 0o777,
+    mode: 0o755,
     uid: 0,
     gid: 0,
     version: 0,
@@ -598,7 +601,13 @@ impl Ops {
         let Answer::Found(paths, _, next) = self.execute(&req, &[], &mut [])? else {
             return Err(Errno::EPROTO);
         };
-        let mut out = Vec::with_capacity(paths.len());
+        let mut out = Vec::with_capacity(paths.len() + 1);
+        // the root directory, once a change of it is stored here (its server)
+        if after.is_empty() {
+            if let Some(a) = crate::store::MetadataStore::root(&self.meta)? {
+                out.push(("/".to_string(), a.mode & 0o7777, a.uid, a.gid, a.ctime));
+            }
+        }
         for rel in paths {
             let path = format!("/{rel}");
             if let Ok(a) = self.get(&path) {
@@ -658,6 +667,8 @@ mod tests {
         assert_eq!(t.get("/a"), None);
         t.apply("/a", Some(p(0o711, 30)), 30); // made again
         assert_eq!(t.get("/a").unwrap().mode, 0o711);
-        assert_eq!(t.get("/").unwrap().mode, 0o777);
+        assert_eq!(t.get("/").unwrap().mode, 0o755);
+        t.apply("/", Some(p(0o1777, 0)), 0);
+        assert_eq!(t.get("/").unwrap().mode, 0o1777);
     }
 }

@@ -71,6 +71,12 @@ pub struct Arrival {
 pub trait MetadataStore: Send + Sync {
     /// Attributes of `path` (None if absent).
     fn get(&self, path: &str) -> FsResult<Option<Attr>>;
+    /// The root directory's attributes, once a change of them was stored here (its server:
+    /// the metadata server of `/`); until then they are the cluster's default
+    /// (`Ops::root_attr`).
+    fn root(&self) -> FsResult<Option<Attr>>;
+    /// Stores the root directory's attributes (a chmod, chown or utimens of `/`).
+    fn put_root(&self, attr: &Attr) -> FsResult<()>;
     /// Replaces the entry of an existing `path` (attribute updates).
     fn put(&self, path: &str, attr: &Attr) -> FsResult<()>;
     /// Creates the entry of `path` (EEXIST if present) with inline chunk 0 `data` (unless

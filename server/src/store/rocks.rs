@@ -439,6 +439,9 @@ pub struct RocksDbMeta {
     set_ids: Mutex<std::collections::HashMap<u32, (u64, u64, u64)>>,
 }
 
+/// Key of the root directory's attributes (on the metadata server of `/`).
+const ROOT_KEY: &[u8] = b"R";
+
 /// Key of replica set `set`'s id counter (replicated clusters).
 fn ids_key(set: u32) -> [u8; 5] {
     let mut k = [b'Z', 0, 0, 0, 0];
@@ -448,7 +451,8 @@ fn ids_key(set: u32) -> [u8; 5] {
 
 /// The replica set (of `n` servers; the first server of the set, docs/redundancy.md) a
 /// record belongs to: an entry, intent, directory intent or pending move-in by its path
-/// (`meta_server`), a file's inline chunk 0 and orphan record by its id (`home_server`).
+/// (`meta_server`), a file's inline chunk 0 and orphan record by its id (`home_server`), the
+/// root directory's attributes as `/`.
 /// `None` for what each server keeps of its own (entry counts, the id counter, markers).
 pub fn key_set(key: &[u8], n: u32) -> Option<u32> {
     let path_set = |p: &[u8]| {
@@ -474,6 +478,7 @@ pub fn key_set(key: &[u8], n: u32) -> Option<u32> {
             Some(madfs_placement::home_server(id, n))
         }
         b'Z' => Some(u32::from_be_bytes(key.get(1..5)?.try_into().ok()?)),
+        b'R' if key == ROOT_KEY => Some(madfs_placement::meta_server("/", n)),
         b'Y' => replay::key_set(key),
         _ => None,
     }
@@ -857,6 +862,20 @@ impl RocksDbMeta {
 }
 
 impl MetadataStore for RocksDbMeta {
+    fn root(&self) -> FsResult<Option<Attr>> {
+        Ok(self
+            .db
+            .get_pinned(ROOT_KEY)
+            .map_err(io)?
+            .and_then(|v| decode_attr(&v)))
+    }
+
+    fn put_root(&self, attr: &Attr) -> FsResult<()> {
+        let mut b = WriteBatch::default();
+        b.put(ROOT_KEY, encode_attr(attr));
+        self.commit(b)
+    }
+
     fn get(&self, path: &str) -> FsResult<Option<Attr>> {
         Ok(self
             .db
