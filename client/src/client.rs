@@ -265,7 +265,8 @@ impl Client {
         if data.is_empty() {
             return Ok(0);
         }
-        if self.uid != 0 && madfs_proto::privs_of(f.attr.mode) != 0 {
+        // a set-id file's write capability says its bits go first (the kernel clears them)
+        if f.cap.access & madfs_proto::ACCESS_PRIVS != 0 {
             self.drop_privs(f)?;
         }
         let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
@@ -645,7 +646,7 @@ impl Client {
             r => r,
         };
         let res = res.and_then(granted).and_then(|(a, cap)| {
-            self.held(self.meta_of(path), &a)?;
+            self.held(self.meta_of(path), &a, cap)?;
             Ok((a, cap))
         });
         (res, r)
@@ -692,7 +693,7 @@ impl Client {
                     old_size,
                     cap,
                 } => {
-                    self.held(meta, &attr)?;
+                    self.held(meta, &attr, cap)?;
                     // the server truncated what it holds: chunk 0 too unless that lives on
                     // the file's home server elsewhere (renamed across servers)
                     let elsewhere = home_server(attr.id, self.n) != meta;
@@ -715,7 +716,7 @@ impl Client {
                     holder: crate::hold::holder(),
                 },
             )?)?;
-            self.held(meta, &a)?;
+            self.held(meta, &a, cap)?;
             if a.is_dir() {
                 return Err(Errno::EISDIR);
             }
@@ -741,15 +742,16 @@ impl Client {
         })
     }
 
-    /// A regular file opened with this process as holder is held: counted here, and told to
-    /// its home server when the entry's server (which counted it otherwise) is another.
-    fn held(&self, meta: u32, a: &Attr) -> FsResult<()> {
+    /// A regular file opened with this process as holder (granted `cap`) is held: counted
+    /// here, and told to its home server when the entry's server (which counted it
+    /// otherwise) is another.
+    fn held(&self, meta: u32, a: &Attr, cap: Cap) -> FsResult<()> {
         if !a.is_file() {
             return Ok(());
         }
-        crate::hold::opened(a.id);
+        crate::hold::opened(a.id, cap);
         if home_server(a.id, self.n) != meta {
-            self.hold_elsewhere(a.id)?;
+            self.hold_elsewhere(a.id, cap)?;
         }
         Ok(())
     }
@@ -1177,18 +1179,20 @@ impl Client {
     }
 
     /// Before a write by someone other than root: the file's set-id bits go, as the kernel
-    /// clears them (one request, only for a file that has them).
+    /// clears them (one request, only where the open's capability says so). The server grants
+    /// a capability to write with from then on.
     fn drop_privs(&self, f: &mut OpenFile) -> FsResult<()> {
         let (id, cap) = (f.attr.id, f.cap);
-        let a = self.following(f, |c, f| {
+        let (a, cap) = self.following(f, |c, f| {
             let req = Request::DropPrivs {
                 path: f.whereabouts(),
                 id,
                 cap,
             };
-            attr_of(c.call(f.meta, &req)?)
+            granted(c.call(f.meta, &req)?)
         })?;
         f.attr.mode = a.mode;
+        f.cap = cap;
         Ok(())
     }
 

@@ -13,7 +13,7 @@
 
 use crate::Client;
 use madfs_placement::home_server;
-use madfs_proto::{FsResult, Request};
+use madfs_proto::{Cap, FsResult, Request};
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
@@ -25,8 +25,10 @@ struct Registry {
     /// The process these counts belong to (a fork child starts over with a new number).
     pid: i32,
     client: u64,
-    /// File id → open descriptions of this process naming it.
-    held: HashMap<u64, u32>,
+    /// File id → open descriptions of this process naming it, and the capability an open of
+    /// it was granted (what names the file to its home server in a `Hold`: a process holds
+    /// only what it opened).
+    held: HashMap<u64, (u32, Cap)>,
     /// Closes not told yet.
     released: Vec<u64>,
     /// The servers know this client with what it holds (false: a fork child holding what it
@@ -88,10 +90,10 @@ pub fn holder() -> u64 {
     reg().as_ref().map_or(0, |r| r.client)
 }
 
-/// One more open description of file `id` in this process.
-pub fn opened(id: u64) {
+/// One more open description of file `id` in this process, whose open was granted `cap`.
+pub fn opened(id: u64, cap: Cap) {
     if let Some(r) = reg().as_mut() {
-        *r.held.entry(id).or_insert(0) += 1;
+        r.held.entry(id).or_insert((0, cap)).0 += 1;
         r.homes.insert(id >> 48);
     }
 }
@@ -125,13 +127,10 @@ pub fn continue_image(token: &str) {
     }
 }
 
-/// An open description of file `id` inherited from another program image (`exec`): held from
-/// now on.
-pub fn inherited(id: u64) {
-    if let Some(r) = reg().as_mut() {
-        *r.held.entry(id).or_insert(0) += 1;
-        r.homes.insert(id >> 48);
-    }
+/// An open description of file `id` (granted `cap`) inherited from another program image
+/// (`exec`): held from now on.
+pub fn inherited(id: u64, cap: Cap) {
+    opened(id, cap)
 }
 
 /// An open description of file `id` was closed for good in this process. Returns whether the
@@ -142,7 +141,7 @@ pub fn closed(id: u64) -> bool {
         return false;
     };
     match r.held.get_mut(&id) {
-        Some(n) if *n > 1 => *n -= 1,
+        Some((n, _)) if *n > 1 => *n -= 1,
         Some(_) => {
             r.held.remove(&id);
         }
@@ -186,7 +185,7 @@ pub fn ever() -> bool {
 
 /// The `Hold` of each server that needs one: with queued closes, or (`all`) every server
 /// holding something of ours, or not yet told of us.
-fn due(n: u32, all: bool) -> Vec<(u32, u64, Vec<u64>, Vec<u64>)> {
+fn due(n: u32, all: bool) -> Vec<(u32, u64, Vec<u64>, Vec<Cap>)> {
     let mut g = reg();
     let Some(r) = g.as_mut() else {
         return vec![];
@@ -219,12 +218,12 @@ fn due(n: u32, all: bool) -> Vec<(u32, u64, Vec<u64>, Vec<u64>)> {
         .collect()
 }
 
-/// What `r` holds on server `s` of `n`: one id per open description.
-fn held_on(r: &Registry, s: u32, n: u32) -> Vec<u64> {
+/// What `r` holds on server `s` of `n`: one capability per open description.
+fn held_on(r: &Registry, s: u32, n: u32) -> Vec<Cap> {
     let mut list = Vec::new();
-    for (id, k) in &r.held {
+    for (id, (k, cap)) in &r.held {
         if home_server(*id, n) == s {
-            list.extend(std::iter::repeat_n(*id, *k as usize));
+            list.extend(std::iter::repeat_n(*cap, *k as usize));
         }
     }
     list
@@ -275,8 +274,8 @@ impl Client {
     }
 
     /// Tells file `id`'s home server of an open it did not serve itself (the file's entry
-    /// lives on another server since a rename).
-    pub(crate) fn hold_elsewhere(&self, id: u64) -> FsResult<()> {
+    /// lives on another server since a rename), granted `cap`.
+    pub(crate) fn hold_elsewhere(&self, id: u64, cap: Cap) -> FsResult<()> {
         let s = home_server(id, self.servers());
         let (client, held) = {
             let g = reg();
@@ -287,7 +286,7 @@ impl Client {
         };
         let req = Request::Hold {
             client,
-            add: vec![id],
+            add: vec![cap],
             release: vec![],
             held,
             gone: false,
@@ -304,18 +303,22 @@ mod tests {
     fn counts_and_batches() {
         let me = holder();
         assert_ne!(me, 0);
-        opened(7);
-        opened(7);
+        let cap = Cap {
+            id: 7,
+            ..Default::default()
+        };
+        opened(7, cap);
+        opened(7, cap);
         assert!(any());
         assert!(!closed(7));
         assert!(!closed(99), "never held: nothing to tell");
         let d = due(1, false);
-        assert_eq!(d, vec![(0, me, vec![7], vec![7])]);
+        assert_eq!(d, vec![(0, me, vec![7], vec![cap])]);
         assert!(due(1, false).is_empty());
-        assert_eq!(due(1, true), vec![(0, me, vec![], vec![7])]);
+        assert_eq!(due(1, true), vec![(0, me, vec![], vec![cap])]);
         let mut full = false;
         for _ in 0..RELEASE_BATCH {
-            opened(8);
+            opened(8, cap);
         }
         for _ in 0..RELEASE_BATCH {
             full = closed(8);

@@ -504,7 +504,10 @@ fn child() {
             let r = call(s, &create, &[]);
             say("create-trunc", &r);
             let cap = cap_of(&r);
-            say("write-created", &call(home_server(a.id, n), &w_cap(&w, cap), b"/evil"));
+            say(
+                "write-created",
+                &call(home_server(a.id, n), &w_cap(&w, cap), b"/evil"),
+            );
         }
         // hole 3: O_TRUNC of a file nobody may write
         "trunc" => {
@@ -634,11 +637,14 @@ fn child() {
                     };
                     let raw = t.call_sync(s, &req, &[], 64 << 10);
                     match raw.as_ref().map(|r| r.decode()) {
-                        Ok(Ok((Reply::Found {
-                            scanned,
-                            paths,
-                            next,
-                        }, _))) => {
+                        Ok(Ok((
+                            Reply::Found {
+                                scanned,
+                                paths,
+                                next,
+                            },
+                            _,
+                        ))) => {
                             println!(
                                 "RESULT find@{s}#{pages} ok scanned={scanned} paths={} next={}",
                                 paths.join(","),
@@ -684,11 +690,18 @@ fn child() {
                 client: holder,
             };
             say("where", &call(home_server(moved, n), &w, &[]));
+            // (no open of it was granted to nobody: a capability of its own making)
+            let forged = Cap {
+                id: doomed,
+                access: madfs_proto::ACCESS_R,
+                uid: NOBODY,
+                ..Default::default()
+            };
             let h = Request::Hold {
                 client: 0xbad_c0de,
-                add: vec![doomed],
+                add: vec![forged],
                 release: vec![],
-                held: vec![doomed],
+                held: vec![forged],
                 gone: false,
             };
             say("hold", &call(home_server(doomed, n), &h, &[]));
@@ -706,14 +719,14 @@ fn child() {
                 },
                 &[],
             );
-            let a = attr_of(&r).unwrap_or_default();
+            let (a, cap) = (attr_of(&r).unwrap_or_default(), cap_of(&r));
             let (mut refused, mut first) = (0u64, String::new());
             for i in 0..count {
                 let h = Request::Hold {
                     client: 0x1000_0000 + i,
-                    add: vec![a.id],
+                    add: vec![cap],
                     release: vec![],
-                    held: vec![a.id],
+                    held: vec![cap],
                     gone: false,
                 };
                 if let Err(e) = call(home_server(a.id, n), &h, &[]) {
@@ -747,7 +760,7 @@ fn child() {
                 size_of: None,
                 cap,
             };
-            say("write", &call(home_server(a.id, n), &w, b"x"));
+            say("raw-write", &call(home_server(a.id, n), &w, b"x"));
             let d = Request::DropPrivs {
                 path: "/pub/setid",
                 id: a.id,
@@ -1045,10 +1058,13 @@ fn grants_follow_the_kernels_rules() {
     dir(&c, "/pub", 0o777, None);
     file(&c, "/pub/setid", b"s", 0o6777, None);
     let got = as_nobody(&cl, &m, "setid", &[], false);
-    f.refused(&got, "write", &["EPERM", "EACCES"]);
+    f.refused(&got, "raw-write", &["EPERM", "EACCES"]);
     f.check(
         got.get("write-after").is_some_and(|o| o.starts_with("ok")),
-        format!("a write after clearing the bits: {:?}", got.get("write-after")),
+        format!(
+            "a write after clearing the bits: {:?}",
+            got.get("write-after")
+        ),
     );
     let a = c.stat("/pub/setid").unwrap();
     f.check(
@@ -1274,9 +1290,7 @@ fn a_hello_proves_what_it_says() {
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let welcome: madfs_proto::Welcome = flexbuffers::from_slice(&tcp_read(&mut s)).unwrap();
     let creds = madfs_rpc::Credentials::Munge;
-    let pending = creds
-        .hello(welcome.cluster, 0, &welcome, Some(0))
-        .unwrap();
+    let pending = creds.hello(welcome.cluster, 0, &welcome, Some(0)).unwrap();
     let mut hello: madfs_proto::Hello<'_> = flexbuffers::from_slice(pending.bytes()).unwrap();
     hello.role = madfs_proto::Role::Proxy;
     hello.uid = 1234;
@@ -1303,6 +1317,7 @@ fn a_hello_proves_what_it_says() {
         nonce: [3; 32],
         lease_ms: 0,
         replication: 1,
+        ticket: 0,
     };
     let pending = creds.hello(7, 0, &welcome, Some(0)).unwrap();
     let payload = tempfile::NamedTempFile::new().unwrap();
@@ -1368,8 +1383,7 @@ fn guessed_hellos_refuse_nobody() {
             let mut sent = 0u64;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 for k in 1..=64u32 {
-                    if t
-                        .send_tagged(0, tag::hello(mine + k), &[b"not a hello"])
+                    if t.send_tagged(0, tag::hello(mine + k), &[b"not a hello"])
                         .is_ok()
                     {
                         sent += 1;
@@ -1452,4 +1466,63 @@ fn a_chmod_a_server_missed_is_an_error() {
         r.is_err(),
         "hole 14: a chmod server {other} (stopped) never learnt reported success"
     );
+}
+
+/// Hole 6, the server's part: a data directory another user made before the server started
+/// (or a link in its place) is refused, and nothing is written there; one of the server's
+/// own that others could reach is closed to them.
+#[test]
+fn a_data_directory_of_another_user_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let cl = cluster(1, &[], "none");
+    let d = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let planted = d.path().join("planted");
+    let made = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "mkdir"])
+        .arg("-m")
+        .arg("0777")
+        .arg(&planted)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let link = d.path().join("link");
+    std::os::unix::fs::symlink(&planted, &link).unwrap();
+    let mut f = Findings::default();
+    for (dir, says) in [
+        (&planted, "belongs to uid 65534"),
+        (&link, "not a directory"),
+    ] {
+        let (status, out) = cl
+            .try_server(
+                0,
+                &["--data-dir", dir.to_str().unwrap()],
+                Duration::from_secs(20),
+            )
+            .unwrap();
+        f.check(
+            !status.success() && out.contains(says),
+            format!("{}: {status:?} {out}", dir.display()),
+        );
+    }
+    let left: Vec<_> = std::fs::read_dir(&planted).unwrap().collect();
+    f.check(
+        left.is_empty(),
+        format!("written into nobody's directory: {left:?}"),
+    );
+    // its own, made with a wide mode: closed
+    let own = d.path().join("own");
+    std::fs::create_dir(&own).unwrap();
+    std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let _ = cl.try_server(
+        0,
+        &["--data-dir", own.to_str().unwrap()],
+        Duration::from_secs(3),
+    );
+    let mode = std::fs::metadata(&own).unwrap().permissions().mode() & 0o777;
+    f.check(
+        mode == 0o700,
+        format!("its own data directory left {mode:o}"),
+    );
+    f.done("hole 6 (data directory)");
 }

@@ -143,9 +143,9 @@ impl std::ops::Deref for HdrRef<'_> {
 pub struct Local {
     /// Directory listing state for getdents64.
     pub dir: DirState,
-    /// A write through this description cleared the file's set-id bits (`DropPrivs`): later
-    /// writes do not ask again.
-    pub privs_dropped: bool,
+    /// The capability a write through this description got when it cleared the file's
+    /// set-id bits (`DropPrivs`): later writes use it and do not ask again.
+    pub privs_cap: Option<Cap>,
 }
 
 /// Where a directory fd's listing stands. The shared offset is the cookie (`d_off`): 0 before
@@ -1007,7 +1007,7 @@ fn inherited(fd: i32, seen: &mut Vec<(u64, Arc<Desc>)>) -> Option<Arc<Desc>> {
     let h = d.fixed();
     if h.kind == KIND_FILE && h.mode & libc::S_IFMT == libc::S_IFREG {
         // held by this image from now on (its drop releases it)
-        madfs_client::hold::inherited(h.id);
+        madfs_client::hold::inherited(h.id, Cap::from_bytes(&h.cap).unwrap_or_default());
     }
     seen.push((st.st_ino, d.clone()));
     Some(d)

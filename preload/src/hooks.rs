@@ -618,6 +618,10 @@ fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
         let (a, cap) = a?;
         if a.is_link() {
             if flags & libc::O_PATH != 0 && flags & libc::O_NOFOLLOW != 0 {
+                if flags & libc::O_DIRECTORY != 0 {
+                    // (coreutils' `ln -n` asks so whether its destination is a directory)
+                    return Err(Errno::ENOTDIR);
+                }
                 // the link itself, for fstat and *at(fd, "", AT_EMPTY_PATH) (glibc's
                 // fchmodat(AT_SYMLINK_NOFOLLOW) opens it so to answer EOPNOTSUPP)
                 return Ok((KIND_FILE, a, cap));
@@ -900,11 +904,13 @@ fn do_write(d: &Desc, off: Option<u64>, data: &[u8]) -> FsResult<usize> {
     let mut local = d.local();
     conn::with(|c| {
         let mut f = file(c, d);
-        if local.privs_dropped {
-            f.attr.mode &= !madfs_proto::privs_of(f.attr.mode);
+        if let Some(cap) = local.privs_cap {
+            f.cap = cap;
         }
         let r = write_file(c, d, &mut f, off, data);
-        local.privs_dropped |= madfs_proto::privs_of(f.attr.mode) == 0;
+        if f.cap != d.cap() {
+            local.privs_cap = Some(f.cap);
+        }
         d.found_at(f.whereabouts());
         r
     })

@@ -464,6 +464,20 @@ fn roots_mount_for_every_user() {
     // what the servers recorded
     let c = madfs_client_stat(&cl, "/shared/by-nobody");
     assert!(c.starts_with("65534 65534"), "{c}");
+    // set-id programs do not run from it (nosuid), as from any file system other users and
+    // other nodes write (`--suid` asks for it)
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let at = mnt.to_string();
+    let line = info
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some(at.as_str()))
+        .unwrap_or_default();
+    assert!(
+        line.split(' ')
+            .nth(5)
+            .is_some_and(|o| o.split(',').any(|x| x == "nosuid")),
+        "{line}"
+    );
 }
 
 /// `stat -c '%u %g'` of a madfs path through the preload.

@@ -17,6 +17,8 @@ echo shared > "$B/sticky/rootowned"; chmod 0666 "$B/sticky/rootowned"
 chgrp 65534 "$B/grp"; chmod 0570 "$B/grp"
 echo g > "$B/grp/file"; chmod 0604 "$B/grp/file"
 echo s > "$B/pub/setid"; chmod 6777 "$B/pub/setid"
+ln -s target "$B/ro/rlink"
+mkdir "$B/sg"; chgrp 4321 "$B/sg"; chmod 2777 "$B/sg"
 echo setup-done
 "#;
 
@@ -69,6 +71,16 @@ if [ "$(cat /proc/sys/fs/protected_hardlinks 2>/dev/null)" = 1 ]; then
   step 38 ln "$B/ro/rootfile" "$B/pub/hl"
   step 40 ln "$B/ro/rootfile" "$B/ro/hl"
 fi
+step 41 python3 -c 'import os, sys; os.open(sys.argv[1], os.O_RDONLY | os.O_TRUNC)' "$B/ro/rootfile"
+echo "after O_RDONLY|O_TRUNC: $(stat -c %s "$B/ro/rootfile")"
+step 42 ln -sfn elsewhere "$B/ro/rlink"
+echo "root's link: $(readlink "$B/ro/rlink")"
+step 43 touch "$(dirname "$B")/top-by-nobody"
+step 44 mkdir "$(dirname "$B")/top-dir-by-nobody"
+echo "the root directory: $(stat -c %a:%u:%g "$(dirname "$B")")"
+step 45 sh -c "echo g > '$B/sg/f'"
+step 46 mkdir "$B/sg/d"
+echo "in a set-gid directory: $(stat -c %g "$B/sg/f") $(stat -c %g:%a "$B/sg/d")"
 "#;
 
 /// Runs `script` with `B` = `base`, as root or as nobody, with or without the preload.

@@ -3,12 +3,11 @@
 //! `Unlink` or exact `SetSize` granted — file id, access, user, expiry, and a MAC under the
 //! peer key every server holds — so a data server checks it without a round trip. A bare,
 //! forged, expired or borrowed one (another user's, another file's, too little access) is
-//! `EACCES`. Servers moving data for each other (role `Peer`) need none.
+//! `EACCES` (`crate::authorize`). Servers moving data for each other (role `Peer`) need
+//! none.
 
-use crate::auth::Who;
-use crate::ops::Ops;
 use madfs_auth::Key;
-use madfs_proto::{Cap, Errno, FsResult, Request, Role, ACCESS_R, ACCESS_W};
+use madfs_proto::{Cap, ACCESS_PRIVS, ACCESS_R, ACCESS_W};
 use std::cell::RefCell;
 use std::collections::HashSet;
 
@@ -18,7 +17,7 @@ pub const LIFETIME_S: i64 = 24 * 3600;
 const DOMAIN: &[u8; 16] = b"madfs-cap-v1\0\0\0\0";
 
 fn now_s() -> i64 {
-    crate::ops::now_ns() / 1_000_000_000
+    crate::clock::now_ns() / 1_000_000_000
 }
 
 fn message(c: &Cap) -> [u8; 40] {
@@ -32,7 +31,7 @@ fn message(c: &Cap) -> [u8; 40] {
 pub fn grant(key: &Key, id: u64, access: u32, uid: u32) -> Cap {
     let mut c = Cap {
         id,
-        access: access & (ACCESS_R | ACCESS_W),
+        access: access & (ACCESS_R | ACCESS_W | ACCESS_PRIVS),
         uid,
         expires: now_s() + LIFETIME_S,
         mac: [0; 16],
@@ -53,9 +52,11 @@ const SEEN_MAX: usize = 4096;
 
 /// Is `c` genuine and not expired?
 pub fn valid(key: &Key, c: &Cap) -> bool {
-    if c.expires < now_s() {
-        return false;
-    }
+    c.expires >= now_s() && genuine(key, c)
+}
+
+/// Was `c` granted by a server of this cluster (expired or not)?
+pub fn genuine(key: &Key, c: &Cap) -> bool {
     if SEEN.with(|s| s.borrow().contains(c)) {
         return true;
     }
@@ -70,50 +71,6 @@ pub fn valid(key: &Key, c: &Cap) -> bool {
         s.insert(*c);
     });
     true
-}
-
-impl Ops {
-    /// Checks the capability of a request that names a file by id (other requests pass).
-    pub fn cap_check(&self, who: &Who, req: &Request<'_>) -> FsResult<()> {
-        if who.role == Role::Peer {
-            return Ok(());
-        }
-        let (id, need, cap, size_of) = match *req {
-            Request::Read { id, cap, .. } => (id, ACCESS_R, cap, None),
-            Request::Write {
-                id, cap, size_of, ..
-            }
-            | Request::WriteData {
-                id, cap, size_of, ..
-            } => (id, ACCESS_W, cap, size_of),
-            Request::TruncateChunks { id, cap, .. } => (id, ACCESS_W, cap, None),
-            // an fsync that publishes a size is a writer's
-            Request::Fsync {
-                id, cap, size_of, ..
-            } => (id, size_of.map_or(0, |_| ACCESS_W), cap, size_of),
-            _ => return Ok(()),
-        };
-        if cap.id != id
-            || cap.access & need != need
-            || cap.uid != who.uid
-            || !valid(self.peers.key(), &cap)
-        {
-            self.stats
-                .refused
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            return Err(Errno::EACCES);
-        }
-        // a size published with the data must be that file's (root may set any file's size)
-        if let Some(path) = size_of.filter(|_| who.uid != 0) {
-            crate::ops::path_ok(path)?;
-            match self.get(path) {
-                Ok(a) if a.id == id => {}
-                Ok(_) => return Err(Errno::EACCES),
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

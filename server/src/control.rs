@@ -1,8 +1,8 @@
 //! The tarpc control port (TCP, JSON): `status`, `stats`, `shutdown`, after a login
 //! ([`crate::auth::Gate::control_login`]) on each connection.
 
-use crate::auth::Gate;
-use crate::ops::Ops;
+use crate::gate::Gate;
+use crate::server::Server;
 use crate::stats::ServerStats;
 use futures::{future, StreamExt};
 use madfs_control::{Control, FsckReport, Hello, Proof, Stats, Status};
@@ -25,10 +25,16 @@ struct ControlServer {
     /// The cluster map's Raft node (replicated clusters, once started).
     replica: Arc<OnceLock<Arc<crate::replica::Node>>>,
     /// The server's operations (fsck reads its stores).
-    ops: Arc<Ops>,
+    ops: Arc<Server>,
 }
 
 const NOT_LOGGED_IN: &str = "not logged in";
+
+/// How long a control connection may wait before it logs in.
+const LOGIN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Control connections that may wait for their login at once.
+const UNLOGGED: usize = 1024;
 
 impl ControlServer {
     fn member(&self) -> Result<(), String> {
@@ -132,8 +138,8 @@ impl Control for ControlServer {
 
 /// The server's capacity (`status`, and the metrics endpoint): the data directory's file
 /// system and the metadata database.
-pub fn capacity(ops: &Ops) -> Option<madfs_control::Capacity> {
-    use crate::store::ChunkStore;
+pub fn capacity(ops: &Server) -> Option<madfs_control::Capacity> {
+    use madfs_store::ChunkStore;
     let fs = ops.chunks.statfs().ok()?;
     Some(madfs_control::Capacity {
         disk_bytes: fs.blocks * fs.bsize,
@@ -151,7 +157,7 @@ pub fn start(
     addr: SocketAddr,
     status: Status,
     ucx_addr: Arc<OnceLock<String>>,
-    ops: Arc<Ops>,
+    ops: Arc<Server>,
     stop: Arc<AtomicBool>,
     gate: Arc<Gate>,
     replica: Arc<OnceLock<Arc<crate::replica::Node>>>,
@@ -217,27 +223,54 @@ pub fn start(
                         AtomicBool::new(false),
                     )),
                 };
+                // every connection is a task of its own; one that has not logged in within
+                // LOGIN_WAIT is closed, and at most UNLOGGED wait at once (more are closed at
+                // once): idle connections never keep the servers' Raft or an operator out
+                let unlogged = Arc::new(tokio::sync::Semaphore::new(UNLOGGED));
                 listener
                     .filter_map(|r| future::ready(r.ok()))
-                    .map(server::BaseChannel::with_defaults)
-                    .map(|channel| {
-                        let mut s = srv.clone();
-                        // a fresh challenge and login state per connection
-                        let nonce = madfs_auth::random::<32>().unwrap_or_default();
-                        s.session = Arc::new((
-                            Hello {
-                                nonce,
-                                ..s.session.0
-                            },
-                            AtomicBool::new(false),
-                            AtomicBool::new(false),
-                        ));
-                        channel.execute(s.serve()).for_each(|f| async move {
-                            tokio::spawn(f);
-                        })
+                    .for_each(|transport| {
+                        let (srv, unlogged) = (srv.clone(), unlogged.clone());
+                        async move {
+                            let Ok(waiting) = unlogged.try_acquire_owned() else {
+                                tracing::debug!("control port: too many connections not logged in");
+                                return;
+                            };
+                            let mut s = srv;
+                            // a fresh challenge and login state per connection
+                            let nonce = madfs_auth::random::<32>().unwrap_or_default();
+                            s.session = Arc::new((
+                                Hello {
+                                    nonce,
+                                    ..s.session.0
+                                },
+                                AtomicBool::new(false),
+                                AtomicBool::new(false),
+                            ));
+                            let session = s.session.clone();
+                            let serve = tokio::spawn(
+                                server::BaseChannel::with_defaults(transport)
+                                    .execute(s.serve())
+                                    .for_each(|f| async move {
+                                        tokio::spawn(f);
+                                    }),
+                            );
+                            tokio::spawn(async move {
+                                let until = tokio::time::Instant::now() + LOGIN_WAIT;
+                                while !session.1.load(Relaxed) {
+                                    if serve.is_finished() {
+                                        return;
+                                    }
+                                    if tokio::time::Instant::now() >= until {
+                                        serve.abort();
+                                        return;
+                                    }
+                                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                                }
+                                drop(waiting);
+                            });
+                        }
                     })
-                    .buffer_unordered(64)
-                    .for_each(|_| async {})
                     .await;
             });
         })?;

@@ -4,10 +4,10 @@
 //! directories (`madfs-server fsck DATA_DIR…`); the cluster-wide verdict (orphans need every
 //! server's report) is `madfs_control::Verdict`.
 
-use crate::store::chunks::FsChunks;
-use crate::store::MetadataStore;
 use madfs_control::{Damage, FsckReport, Verdict};
 use madfs_proto::FsResult;
+use madfs_store::chunks::FsChunks;
+use madfs_store::MetadataStore;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
@@ -86,7 +86,7 @@ pub fn offline(dirs: &[PathBuf], repair: bool) -> anyhow::Result<bool> {
     let mut opened = Vec::new();
     for d in dirs {
         let r = crate::identity::read_data_dir(d)?;
-        let meta = crate::store::rocks::RocksMeta::open(&d.join("db"), r.server).map_err(|e| {
+        let meta = madfs_store::rocks::RocksMeta::open(&d.join("db"), r.server).map_err(|e| {
             anyhow::anyhow!(
                 "{}: {e:#} (is its server still running? fsck offline needs it stopped)",
                 d.display()

@@ -6,9 +6,7 @@
 
 use madfs_identity::{cluster_file, AuthMode, Checksums, ClusterIdentity, Owner, FORMAT_VERSION};
 use serde::{Deserialize, Serialize};
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Name of the record in a data directory.
 pub const FILE: &str = "identity.toml";
@@ -81,18 +79,7 @@ fn write_record(path: &Path, r: &DataDirRecord) -> anyhow::Result<()> {
         r.server,
         r.cluster.to_line()
     );
-    let tmp: PathBuf = path.with_extension("tmp");
-    {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)?;
+    madfs_store::files::replace(path, text.as_bytes(), 0o600, true)?;
     std::fs::File::open(path.parent().unwrap_or(Path::new(".")))?.sync_all()?;
     Ok(())
 }

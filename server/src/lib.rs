@@ -1,39 +1,49 @@
-//! `madfs-server`: metadata in RocksDB, data chunks in local files, requests over UCX.
+//! `madfs-server`: metadata in RocksDB, data chunks in local files, requests over UCX (and
+//! plain TCP).
 //!
-//! Request path in three hops: [`net`] (receive frame, pick inline or IO thread) →
-//! [`ops`] (what the request does, errnos) → [`store`] (RocksDB / chunk files).
+//! A request's path, in three hops: a transport ([`net`]: UCX or TCP, bytes only) → the one
+//! serve path ([`serve`]) and its pipeline ([`pipeline`]: admit, authorize, execute,
+//! replicate, reply, each request's needs in one table, [`table`]) → a handler
+//! ([`handlers`], by family) on the stores (`madfs_store`: RocksDB and chunk files).
 
 pub mod admit;
-pub mod auth;
+pub mod authorize;
 pub mod cap;
+pub mod clock;
 pub mod config;
 pub mod control;
-pub mod dirtimes;
+pub mod cursor;
+#[cfg(test)]
+pub mod fixture;
 pub mod fsck;
+pub mod gate;
+pub mod handlers;
 pub mod identity;
-pub mod link;
+pub mod latency;
 pub mod metrics;
 pub mod net;
-pub mod open;
-pub mod ops;
 pub mod peer;
-pub mod perm;
-pub mod rename;
+pub mod pipeline;
 pub mod replica;
 pub mod restart;
-pub mod rmdir;
+pub mod serve;
+pub mod server;
+pub mod state;
 pub mod stats;
-pub mod store;
 pub mod sync;
+pub mod table;
+pub mod touches;
+pub mod who;
 
 use madfs_rpc::cluster_file::{self, ServerEntry};
 use madfs_rpc::{ErrorMode, UcxSettings};
+use madfs_store::MetadataStore;
+use server::Server;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
-use store::MetadataStore;
 
 /// Everything a server is started with.
 #[derive(Debug, Clone)]
@@ -72,6 +82,8 @@ pub struct Config {
     pub reserve: Option<u64>,
     /// What slow, stalled and hostile peers may hold (deadlines, leases, parking).
     pub limits: net::Limits,
+    /// Open-file holders one user may have on this server (`--holders-per-user`).
+    pub holders_per_user: usize,
     /// Timing of the cluster map's Raft group (replicated clusters).
     pub map: replica::Settings,
     /// Address of the Prometheus endpoint (`None`: none).
@@ -105,6 +117,43 @@ pub fn raise_fd_limit() -> u64 {
     r.rlim_cur
 }
 
+/// Checks that the data directory is this server's alone: a real directory (not a link),
+/// owned by the user the server runs as (an existing directory another user made is refused:
+/// the server would write its keys, its chunks and its records where that user can reach
+/// them, or follow links planted there); one of its own that others could reach is closed
+/// to them (0700).
+fn own_data_dir(dir: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(dir)
+        .map_err(|e| anyhow::anyhow!("data directory {}: {e}", dir.display()))?;
+    // SAFETY: plain getter.
+    let me = unsafe { libc::geteuid() };
+    if !m.is_dir() {
+        anyhow::bail!(
+            "data directory {} is not a directory (a link?)",
+            dir.display()
+        );
+    }
+    if m.uid() != me {
+        anyhow::bail!(
+            "data directory {} belongs to uid {}, not to this server's user ({me}): refused",
+            dir.display(),
+            m.uid()
+        );
+    }
+    if m.mode() & 0o077 != 0 {
+        // its own: closed to others (a launcher's `mkdir -p` made it with the umask's mode)
+        use std::os::unix::fs::PermissionsExt;
+        tracing::info!(
+            "data directory {}: mode {:o} made 700",
+            dir.display(),
+            m.mode() & 0o7777
+        );
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
 /// Runs a server until it is stopped (control port `shutdown`, SIGTERM, SIGINT). Ends with
 /// a [`restart::Restart`] error when it must be started again.
 pub fn run(cfg: Config) -> anyhow::Result<()> {
@@ -113,14 +162,9 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     }
     let files = raise_fd_limit();
     tracing::debug!("open-file limit {files}");
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&cfg.data_dir)
-            .map_err(|e| anyhow::anyhow!("data directory {}: {e}", cfg.data_dir.display()))?;
-    }
+    madfs_store::files::make_dir(&cfg.data_dir, 0o700)
+        .map_err(|e| anyhow::anyhow!("data directory {}: {e}", cfg.data_dir.display()))?;
+    own_data_dir(&cfg.data_dir)?;
     let ident = identity::settle(
         &cfg.data_dir,
         cfg.id,
@@ -132,8 +176,8 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         tracing::info!("replicated cluster: UCX error mode peer (a peer may die)");
     }
     cfg.ucx = cfg.ucx.for_replication(ident.replication);
-    let base = auth::key_base(cfg.cluster_file.as_deref(), &cfg.data_dir);
-    let mut gate = auth::Gate::open(&ident, cfg.id, &base)?;
+    let base = gate::key_base(cfg.cluster_file.as_deref(), &cfg.data_dir);
+    let mut gate = gate::Gate::open(&ident, cfg.id, &base)?;
     gate.root_squash = cfg.root_squash;
     let gate = Arc::new(gate);
     if ident.auth == madfs_identity::AuthMode::Insecure {
@@ -147,7 +191,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     let stats = Arc::new(stats::ServerStats::default());
     let max_frame = chunk_size.max(1 << 20) as usize + net::HEADER_ROOM;
     let replica = Arc::new(std::sync::OnceLock::new());
-    let ops = Arc::new(ops::Ops {
+    let ops = Arc::new(Server {
         id: cfg.id,
         peers: Arc::new(peer::Peers::new(
             ident,
@@ -155,9 +199,9 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
             cfg.ucx,
             gate.peer_key().clone(),
         )),
-        moving: rename::Moving::default(),
-        meta: store::rocks::RocksMeta::open(&cfg.data_dir.join("db"), cfg.id)?,
-        chunks: store::chunks::FsChunks::open(
+        moving: Default::default(),
+        meta: madfs_store::rocks::RocksMeta::open(&cfg.data_dir.join("db"), cfg.id)?,
+        chunks: madfs_store::chunks::FsChunks::open(
             &cfg.data_dir.join("data"),
             ident.checksums == madfs_identity::Checksums::Crc32c,
         )?,
@@ -168,8 +212,8 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         dirs: Default::default(),
         dir_times: Default::default(),
         sealed: Default::default(),
-        opens: open::OpenRefs::new(cfg.limits.open_lease),
-        root: ops::root_attr(ident.auth, ident.owner),
+        opens: state::opens::OpenRefs::new(cfg.limits.open_lease, cfg.holders_per_user),
+        root: server::root_attr(ident.auth, ident.owner),
         replica: (ident.replication >= 2).then(|| {
             Arc::new(replica::forward::Replication::new(
                 ident.replication,
@@ -180,9 +224,15 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     });
     if ident.replication >= 2 {
         ops.meta.keep_own(ident.servers, cfg.id);
+        // the stores' writes reach the replica sets' secondaries (replication wraps the
+        // store; the store knows nothing of it)
+        let copies = Arc::new(replica::tap::Copies);
+        ops.meta.set_tap(copies.clone());
+        ops.chunks.set_tap(copies);
     }
     // the root directory's default mode and owner, until its server's stored ones are learnt
-    ops.dirs.apply("/", Some(perm::DirPerm::of(&ops.root)), 0);
+    ops.dirs
+        .apply("/", Some(state::dirs::DirPerm::of(&ops.root)), 0);
     let reserve = ops.chunks.set_reserve(cfg.reserve)?;
     tracing::debug!("{reserve} bytes kept free for metadata");
     // every port that is not UCX's first: a port taken by someone else stops the server
@@ -313,7 +363,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                 {
                     std::thread::sleep(Duration::from_millis(20));
                 }
-                if let Err(e) = std::fs::write(&path, line) {
+                if let Err(e) = madfs_store::files::replace(&path, line.as_bytes(), 0o644, false) {
                     tracing::error!("{}: {e}", path.display());
                 }
             })?;
@@ -343,9 +393,9 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         limits: cfg.limits.clone(),
         replication: ident.replication,
     };
-    rename::start_mover(ops.clone(), stop.clone(), Duration::from_millis(500))?;
-    dirtimes::start(ops.clone(), stop.clone())?;
-    open::start(ops.clone(), stop.clone())?;
+    handlers::rename::start_mover(ops.clone(), stop.clone(), Duration::from_millis(500))?;
+    handlers::directories::start_times(ops.clone(), stop.clone())?;
+    handlers::open_files::start(ops.clone(), stop.clone())?;
     let served = local.block_on(
         &rt,
         net::run(

@@ -136,6 +136,11 @@ struct Args {
     /// are dropped after it.
     #[arg(long, default_value_t = 600_000)]
     open_lease_ms: u64,
+    /// Client processes of one user that may hold files of this server open at once (each
+    /// process of a job that opens files here is one): beyond, its opens answer EMFILE, so
+    /// that one user cannot make a server keep references without bound.
+    #[arg(long, default_value_t = madfs_server::state::opens::HOLDERS_PER_USER)]
+    holders_per_user: usize,
     /// Milliseconds a TCP connection may stay idle between requests. 0: never.
     #[arg(long, default_value_t = 60_000)]
     tcp_idle_ms: u64,
@@ -211,11 +216,11 @@ fn main() {
         }
     };
     if a.chunk_size
-        .is_some_and(|c| c < 4096 || c > madfs_server::ops::MAX_CHUNK as u32)
+        .is_some_and(|c| c < 4096 || c > madfs_server::handlers::data::MAX_CHUNK as u32)
     {
         eprintln!(
             "madfs-server: --chunk-size must be between 4096 and {}",
-            madfs_server::ops::MAX_CHUNK
+            madfs_server::handlers::data::MAX_CHUNK
         );
         std::process::exit(2);
     }
@@ -238,11 +243,11 @@ fn main() {
     .find_map(|k| std::env::var(k).ok().and_then(|v| v.parse::<u32>().ok()));
     if a.servers == Some(0)
         || a.inline_max
-            .is_some_and(|m| m as u64 > madfs_server::ops::MAX_CHUNK)
+            .is_some_and(|m| m as u64 > madfs_server::handlers::data::MAX_CHUNK)
     {
         eprintln!(
             "madfs-server: --servers must be at least 1 and --inline-max at most {}",
-            madfs_server::ops::MAX_CHUNK
+            madfs_server::handlers::data::MAX_CHUNK
         );
         std::process::exit(2);
     }
@@ -311,6 +316,7 @@ fn main() {
             park_bytes: a.park_mib << 20,
             ..Default::default()
         },
+        holders_per_user: a.holders_per_user,
         metrics: a.metrics,
         map: madfs_server::replica::Settings {
             heartbeat: Duration::from_millis(a.heartbeat_ms),

@@ -4,68 +4,18 @@
 //! Off unless asked for; bind it to localhost (or a network only the monitoring reaches): it
 //! needs no login and says nothing beyond counts and times.
 
-use crate::ops::Ops;
-use prometheus_client::encoding::EncodeLabelSet;
+use crate::server::Server;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// A request kind, the label of the per-request metrics.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct Op {
-    pub op: &'static str,
-}
-
-fn histogram() -> Histogram {
-    // 2 µs to about 4 s, doubling
-    Histogram::new(exponential_buckets(2e-6, 2.0, 22))
-}
-
-/// How long requests took to serve, by kind (from their decoding to their reply's encoding);
-/// measured only while the endpoint is on (a server without `--metrics` reads no clock for
-/// it).
-pub struct Latency {
-    on: std::sync::atomic::AtomicBool,
-    family: Family<Op, Histogram, fn() -> Histogram>,
-}
-
-impl Default for Latency {
-    fn default() -> Self {
-        Latency {
-            on: Default::default(),
-            family: Family::new_with_constructor(histogram),
-        }
-    }
-}
-
-impl Latency {
-    /// The start of a request to time, if timing is on.
-    #[inline]
-    pub fn start(&self) -> Option<std::time::Instant> {
-        self.on
-            .load(std::sync::atomic::Ordering::Relaxed)
-            .then(std::time::Instant::now)
-    }
-
-    /// Records a request of kind `op` started at `started` (see [`Latency::start`]).
-    #[inline]
-    pub fn done(&self, op: &'static str, started: Option<std::time::Instant>) {
-        if let Some(t) = started {
-            self.family
-                .get_or_create(&Op { op })
-                .observe(t.elapsed().as_secs_f64());
-        }
-    }
-}
-
 /// The metrics text of `ops`'s server now.
-pub fn render(ops: &Ops) -> String {
+pub fn render(ops: &Server) -> String {
     let s = ops.stats.snapshot();
     let mut r = Registry::with_prefix("madfs");
     let requests = Family::<Vec<(&'static str, String)>, Counter>::default();
@@ -139,7 +89,7 @@ pub fn render(ops: &Ops) -> String {
 }
 
 /// Starts the endpoint on `addr` in the current runtime; returns the bound address.
-pub async fn start(addr: SocketAddr, ops: Arc<Ops>) -> std::io::Result<SocketAddr> {
+pub async fn start(addr: SocketAddr, ops: Arc<Server>) -> std::io::Result<SocketAddr> {
     let l = tokio::net::TcpListener::bind(addr).await?;
     let bound = l.local_addr()?;
     ops.stats

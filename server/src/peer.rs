@@ -76,7 +76,7 @@ impl Peers {
             ucx,
             ctx: OnceLock::new(),
             key,
-            started: crate::ops::now_ns(),
+            started: crate::clock::now_ns(),
             starts,
             map: OnceLock::new(),
         }
@@ -268,7 +268,9 @@ impl Peers {
         })
     }
 
-    fn call_with<T>(
+    /// One call to server `server` whose reply `take` reads (borrowed replies: names, pages),
+    /// with room for `cap` bytes of it.
+    pub fn call_with<T>(
         &self,
         server: u32,
         req: &Request<'_>,

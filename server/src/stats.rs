@@ -51,7 +51,7 @@ pub struct ServerStats {
     /// fsync requests covered.
     pub sync_requests: AtomicU64,
     /// Time to serve each kind of request (`--metrics`; `server/src/metrics.rs`).
-    pub latency: crate::metrics::Latency,
+    pub latency: crate::latency::Latency,
     /// While this server catches up (`replica::rejoin`): records and chunk bytes copied.
     resync: Mutex<Option<(u64, u64)>>,
 }

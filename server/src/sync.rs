@@ -7,9 +7,9 @@
 //! writes came before it started, whichever thread took that request — so the WAL is synced
 //! at most once per sync time, however many requests and threads wait.
 
-use crate::ops::Ops;
-use crate::store::{ChunkStore, MetadataStore};
-use madfs_proto::{FsResult, Request};
+use crate::server::Server;
+use madfs_proto::FsResult;
+use madfs_store::{ChunkStore, MetadataStore};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Condvar, Mutex};
@@ -46,19 +46,12 @@ impl Shared {
 pub struct SyncSender(Arc<Shared>);
 
 impl SyncSender {
-    /// Publishes the size an fsync request carries (on the calling net thread, so that the
-    /// WAL sync covers it), then queues the request; the receiver gets its result.
-    pub fn submit(&self, ops: &Ops, req: &Request<'_>, id: u64) -> Receiver<FsResult<()>> {
+    /// Queues an fsync of file `id` (its size publication, if any, is made already: the WAL
+    /// sync covers it); the receiver gets its result.
+    pub fn queue(&self, id: u64) -> Receiver<FsResult<()>> {
         let (tx, rx) = oneshot::channel();
-        match ops.fsync_publish(req) {
-            Ok(()) => {
-                self.0.queue().jobs.push_back((id, tx));
-                self.0.ready.notify_one();
-            }
-            Err(e) => {
-                let _ = tx.send(Err(e));
-            }
-        }
+        self.0.queue().jobs.push_back((id, tx));
+        self.0.ready.notify_one();
         rx
     }
 }
@@ -79,7 +72,7 @@ impl Drop for SyncSender {
 
 /// Starts the sync threads. `group_commit: false` makes one WAL sync and one file flush of
 /// its own per request, shared with nobody (the baseline the benchmark compares against).
-pub fn start(ops: Arc<Ops>, group_commit: bool) -> std::io::Result<SyncSender> {
+pub fn start(ops: Arc<Server>, group_commit: bool) -> std::io::Result<SyncSender> {
     let shared = Arc::new(Shared::default());
     shared.queue().senders = 1;
     for i in 0..SYNC_THREADS {

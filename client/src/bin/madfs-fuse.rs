@@ -44,6 +44,11 @@ struct Cli {
     /// MUNGE credential on a MUNGE cluster).
     #[arg(long)]
     all_users: bool,
+    /// Honour the set-user-ID and set-group-ID bits of programs run from the mount (root's
+    /// mount only; default nosuid: the servers clear those bits on every write by anyone but
+    /// root, but a site decides whether programs on a shared file system may raise privileges).
+    #[arg(long)]
+    suid: bool,
     /// Keep file data in the kernel's page cache while a file is open (each open drops it).
     /// Default: reads and writes go straight to the servers, as through the preload (on
     /// kernels before 6.6, which cannot map such files, the page cache is always used).
@@ -78,6 +83,8 @@ fn main() {
         attr_timeout: seconds("attr-timeout", cli.attr_timeout),
         entry_timeout: seconds("entry-timeout", cli.entry_timeout),
         all_users: cli.all_users,
+        // SAFETY: geteuid has no preconditions.
+        suid: cli.suid && unsafe { libc::geteuid() } == 0,
         page_cache: cli.page_cache,
         ..Settings::default()
     };

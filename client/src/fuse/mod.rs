@@ -39,6 +39,10 @@ pub struct Settings {
     pub entry_timeout: Duration,
     /// Serve every user (root only): see the module documentation.
     pub all_users: bool,
+    /// Honour set-user-ID and set-group-ID bits of programs run from the mount (`suid`).
+    /// Off by default, as for the mounts of any file system whose files other users and
+    /// other nodes write: `nosuid`.
+    pub suid: bool,
     /// Largest read and write request the kernel sends (bytes).
     pub max_io: u32,
     /// Keep file data in the kernel's page cache while a file is open (dropped at each
@@ -56,6 +60,7 @@ impl Default for Settings {
             attr_timeout: Duration::ZERO,
             entry_timeout: Duration::ZERO,
             all_users: false,
+            suid: false,
             max_io: 1 << 20,
             page_cache: false,
         }
@@ -164,10 +169,13 @@ pub fn serve(mountpoint: &Path, config: ClientConfig, s: &Settings) -> std::io::
         config
             .mount_options
             .push(fuser::MountOption::DefaultPermissions);
-        config.mount_options.push(fuser::MountOption::Suid);
-    } else {
-        config.mount_options.push(fuser::MountOption::NoSuid);
     }
+    // set-id programs run from the mount only where the site asks for it
+    config.mount_options.push(if s.suid {
+        fuser::MountOption::Suid
+    } else {
+        fuser::MountOption::NoSuid
+    });
     config.n_threads = Some(s.threads.max(1));
     config.clone_fd = s.threads > 1;
     let mut session = fuser::Session::new(fs, mountpoint, &config)?;

@@ -49,18 +49,35 @@ pub struct Challenge {
     pub server_nonce: [u8; LEN],
     /// The client's fresh nonce (sent with its proof).
     pub client_nonce: [u8; LEN],
+    /// What the hello says of itself besides its proof ([`stated`]: the role it claims, the
+    /// user and group it states, the replica set it is for): covered by the proof, so that a
+    /// proof made for one hello is worthless for another that claims more (a root
+    /// credential made for a client is no proxy's for another user).
+    pub stated: [u8; 16],
+}
+
+/// The `stated` field of a [`Challenge`]: role (as the protocol numbers it), uid, gid and
+/// replica set (`u32::MAX`: none).
+pub fn stated(role: u8, uid: u32, gid: u32, set: Option<u32>) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    b[0] = role;
+    b[4..8].copy_from_slice(&uid.to_le_bytes());
+    b[8..12].copy_from_slice(&gid.to_le_bytes());
+    b[12..].copy_from_slice(&set.unwrap_or(u32::MAX).to_le_bytes());
+    b
 }
 
 impl Challenge {
     fn bytes(&self, p: Purpose) -> Vec<u8> {
-        let mut m = Vec::with_capacity(16 + 1 + 8 + 4 + 4 + 2 * LEN);
-        m.extend_from_slice(b"madfs-auth-v1\0\0\0");
+        let mut m = Vec::with_capacity(16 + 1 + 8 + 4 + 4 + 2 * LEN + 16);
+        m.extend_from_slice(b"madfs-auth-v2\0\0\0");
         m.push(p as u8);
         m.extend_from_slice(&self.cluster.to_le_bytes());
         m.extend_from_slice(&self.server.to_le_bytes());
         m.extend_from_slice(&self.conn.to_le_bytes());
         m.extend_from_slice(&self.server_nonce);
         m.extend_from_slice(&self.client_nonce);
+        m.extend_from_slice(&self.stated);
         m
     }
 
@@ -70,6 +87,13 @@ impl Challenge {
         let mut c = *self;
         c.client_nonce = [0; LEN];
         c.bytes(Purpose::Client)
+    }
+
+    /// The payload of a server's MUNGE credential answering this challenge (MUNGE mode's
+    /// proof that the server is one: made by root or the servers' user, for this connection
+    /// and this client's nonce).
+    pub fn server_payload(&self) -> Vec<u8> {
+        self.bytes(Purpose::Server)
     }
 }
 
@@ -312,6 +336,7 @@ mod tests {
             conn: 3,
             server_nonce: [1; LEN],
             client_nonce: [2; LEN],
+            stated: stated(1, 0, 0, None),
         }
     }
 
@@ -325,6 +350,10 @@ mod tests {
         assert!(!k.verify(Purpose::Server, &c, &p));
         for other in [
             Challenge { conn: 4, ..c },
+            Challenge {
+                stated: stated(5, 1234, 1234, None),
+                ..c
+            },
             Challenge { server: 2, ..c },
             Challenge { cluster: 8, ..c },
             Challenge {

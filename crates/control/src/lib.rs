@@ -194,6 +194,7 @@ pub fn challenge_of(h: &Hello, client_nonce: [u8; 32]) -> Challenge {
         conn: u32::MAX,
         server_nonce: h.nonce,
         client_nonce,
+        stated: [0; 16],
     }
 }
 

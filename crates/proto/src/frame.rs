@@ -70,6 +70,15 @@ impl Encoder {
         (prefix, hdr)
     }
 
+    /// Prefix and header of an error reply that carries a [`crate::Refusal`].
+    pub fn refusal(&mut self, e: crate::Errno, r: &crate::Refusal) -> ([u8; PREFIX], &[u8]) {
+        let hdr = self.header(r);
+        let mut prefix = [0u8; PREFIX];
+        prefix[..4].copy_from_slice(&e.raw().to_le_bytes());
+        prefix[4..].copy_from_slice(&(hdr.len() as u32).to_le_bytes());
+        (prefix, hdr)
+    }
+
     /// Prefix and header of a successful reply frame.
     pub fn reply(&mut self, rep: &Reply<'_>) -> ([u8; PREFIX], &[u8]) {
         let hdr = self.header(rep);
@@ -130,6 +139,18 @@ pub fn decode_request(frame: &[u8]) -> Result<(Request<'_>, &[u8]), Errno> {
     Ok((req, bulk))
 }
 
+/// The [`crate::Refusal`] an error reply carries, if any.
+pub fn refusal(frame: &[u8]) -> Option<crate::Refusal> {
+    let (status, hlen, rest) = split_prefix(frame).ok()?;
+    if status == 0 || hlen == 0 {
+        return None;
+    }
+    let hdr = rest.get(..hlen as usize)?;
+    std::panic::catch_unwind(|| flexbuffers::from_slice(hdr))
+        .ok()?
+        .ok()
+}
+
 /// Decodes a reply frame: `Err` for an error reply, else the reply and its bulk data.
 pub fn decode_reply(frame: &[u8]) -> Result<(Reply<'_>, &[u8]), Errno> {
     let (status, hlen, rest) = split_prefix(frame)?;
@@ -183,9 +204,12 @@ mod tests {
             },
             Request::Hold {
                 client: 7,
-                add: vec![1],
+                add: vec![crate::Cap {
+                    id: 1,
+                    ..Default::default()
+                }],
                 release: vec![2, 3],
-                held: vec![1, 1],
+                held: vec![Default::default(); 2],
                 gone: false,
             },
             Request::Write {

@@ -585,17 +585,19 @@ pub enum Request<'a> {
         max_bytes: u32,
     },
     /// Open references of client process `client` (a random number it chose, sent by each of
-    /// its connections) to files whose home server this is: `add` and `release` one each;
-    /// `held` is every file it holds here afterwards (one id per open description), taken
-    /// instead when this server does not know the client (it restarted, or the client's lease
-    /// ran out). Also the client's lease renewal (every [`HOLD_EVERY_MS`]): a client silent
-    /// for the server's open lease loses its references (docs/consistency.md, "Open files").
-    /// Reply: `Unit`.
+    /// its connections; the server keeps it per user) to files whose home server this is:
+    /// `add` and `release` one each; `held` is every file it holds here afterwards (one per
+    /// open description), taken instead when this server does not know the client (it
+    /// restarted, or the client's lease ran out). A file added or held is named by the
+    /// capability its open was granted (EACCES otherwise): a process holds only what it
+    /// opened. Also the client's lease renewal (every [`HOLD_EVERY_MS`]): a client silent for
+    /// the server's open lease loses its references (docs/consistency.md, "Open files").
+    /// EMFILE past what one user may hold. Reply: `Unit`.
     Hold {
         client: u64,
-        add: Vec<u64>,
+        add: Vec<Cap>,
         release: Vec<u64>,
-        held: Vec<u64>,
+        held: Vec<Cap>,
         /// The client process is exiting: every reference it has here goes.
         gone: bool,
     },
@@ -774,6 +776,11 @@ pub const ACCESS_R: u32 = 4;
 pub const ACCESS_W: u32 = 2;
 /// Execute / search permission (`X_OK`).
 pub const ACCESS_X: u32 = 1;
+/// In a capability's access: a write capability of a set-user-ID (or set-group-ID,
+/// group-executable) file granted to someone other than root. Data servers refuse writes
+/// with it (`EPERM`) until its holder clears the file's set-id bits (`DropPrivs`, which
+/// grants a capability without it), as the kernel clears them before a write.
+pub const ACCESS_PRIVS: u32 = 8;
 
 /// One directory of a `Dirs` reply: path, mode, uid, gid, version (ctime).
 pub type DirInfo<'a> = (&'a str, u32, u32, u32, i64);
@@ -903,6 +910,16 @@ pub struct StatFs {
     pub namelen: u64,
 }
 
+/// What a refusal by admission (`EREMCHG`: this server does not hold what the request
+/// names, or is not its replica set's primary) says besides its errno, as the header of the
+/// error reply (`frame::Encoder::refusal`, `frame::refusal`): the cluster map epoch the server
+/// knows, so that a client can tell whether its own map is the stale one.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    /// The server's map epoch (0: unreplicated, no map).
+    pub epoch: u64,
+}
+
 /// Version of the wire protocol: bumped whenever a request, reply, frame or tag changes
 /// meaning. A client refuses a server whose welcome names another version.
 pub const PROTOCOL_VERSION: u32 = 10;
@@ -936,6 +953,11 @@ pub struct Welcome {
     /// replica set to its primary in the cluster map, [`Request::Map`]).
     #[serde(default)]
     pub replication: u32,
+    /// A random number the connection's [`Hello`] echoes: sent to this connection's endpoint
+    /// only, so that a hello sent by another process for a guessed connection id is dropped
+    /// (0: none, a plain-TCP stream).
+    #[serde(default)]
+    pub ticket: u64,
 }
 
 /// What a connection claims to be.
@@ -950,6 +972,17 @@ pub enum Role {
     /// credential of root or the peer key: served as the `uid`/`gid` its hello states, one
     /// connection per user it serves. No other role may state who it acts for.
     Proxy,
+}
+
+impl Role {
+    /// The role's number in what a proof covers (`madfs_auth::stated`).
+    pub fn code(self) -> u8 {
+        match self {
+            Role::Client => 1,
+            Role::Peer => 2,
+            Role::Proxy => 3,
+        }
+    }
 }
 
 /// How a [`Hello`] proves its identity.
@@ -991,6 +1024,9 @@ pub struct Hello<'a> {
     /// that set's primary answers EREMCHG.
     #[serde(default)]
     pub set: Option<u32>,
+    /// The welcome's ticket, echoed.
+    #[serde(default)]
+    pub ticket: u64,
 }
 
 /// The server's answer to a [`Hello`], on `tag::admit(server)`.

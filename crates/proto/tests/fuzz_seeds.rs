@@ -138,9 +138,15 @@ fn requests() -> Vec<(&'static str, Request<'static>, &'static [u8])> {
             "hold",
             Request::Hold {
                 client: 9,
-                add: vec![3],
+                add: vec![madfs_proto::Cap {
+                    id: 3,
+                    ..Default::default()
+                }],
                 release: vec![4],
-                held: vec![3],
+                held: vec![madfs_proto::Cap {
+                    id: 3,
+                    ..Default::default()
+                }],
                 gone: false,
             },
             b"",
@@ -271,6 +277,7 @@ fn write_fuzz_seeds() {
         nonce: [0x5a; 32],
         lease_ms: 30_000,
         replication: 2,
+        ticket: 0x1234_5678_9abc_def0,
     };
     std::fs::write(dir.join("welcome"), flexbuffers::to_vec(w).unwrap()).unwrap();
     let nonce = [0xa5u8; 32];
@@ -288,6 +295,7 @@ fn write_fuzz_seeds() {
             gid: 1000,
             groups: vec![1000, 27],
             set: None,
+            ticket: 0x1234_5678_9abc_def0,
         };
         std::fs::write(
             dir.join(format!("hello-{name}")),

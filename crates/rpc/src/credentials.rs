@@ -77,44 +77,46 @@ impl Credentials {
         w: &Welcome,
         set: Option<u32>,
     ) -> Result<Pending, Errno> {
+        let role = match self {
+            Credentials::Peer(_) => Role::Peer,
+            Credentials::Proxy { .. } => Role::Proxy,
+            _ => Role::Client,
+        };
+        // SAFETY: plain getters.
+        let (uid, gid) = match self {
+            Credentials::Proxy { uid, gid, .. } => (*uid, *gid),
+            _ => unsafe { (libc::geteuid(), libc::getegid()) },
+        };
         let challenge = Challenge {
             cluster,
             server,
             conn: w.conn,
             server_nonce: w.nonce,
             client_nonce: madfs_auth::random().map_err(|_| Errno::EIO)?,
+            stated: madfs_auth::stated(role.code(), uid, gid, set),
         };
         let (mac, cred);
-        let (role, proof) = match self {
-            Credentials::Insecure => (Role::Client, Proof::Insecure),
+        let proof = match self {
+            Credentials::Insecure => Proof::Insecure,
             Credentials::Key(k) => {
                 mac = k.prove(Purpose::Client, &challenge);
-                (Role::Client, Proof::Key(&mac))
+                Proof::Key(&mac)
             }
             Credentials::Peer(k) => {
                 mac = k.prove(Purpose::Peer, &challenge);
-                (Role::Peer, Proof::Key(&mac))
+                Proof::Key(&mac)
             }
             Credentials::Munge | Credentials::Proxy { key: None, .. } => {
                 cred = munge::encode(&challenge.munge_payload()).map_err(|e| {
                     tracing::error!("madfs: {e}");
                     Errno::EACCES
                 })?;
-                let role = match self {
-                    Credentials::Proxy { .. } => Role::Proxy,
-                    _ => Role::Client,
-                };
-                (role, Proof::Munge(&cred))
+                Proof::Munge(&cred)
             }
             Credentials::Proxy { key: Some(k), .. } => {
                 mac = k.prove(Purpose::Proxy, &challenge);
-                (Role::Proxy, Proof::Key(&mac))
+                Proof::Key(&mac)
             }
-        };
-        // SAFETY: plain getters.
-        let (uid, gid) = match self {
-            Credentials::Proxy { uid, gid, .. } => (*uid, *gid),
-            _ => unsafe { (libc::geteuid(), libc::getegid()) },
         };
         let groups = match self {
             Credentials::Proxy { .. } => Vec::new(),
@@ -129,15 +131,23 @@ impl Credentials {
             gid,
             groups,
             set,
+            ticket: w.ticket,
         };
         let bytes = flexbuffers::to_vec(&hello).map_err(|_| Errno::EIO)?;
         Ok(Pending { challenge, bytes })
     }
 
     /// Checks server `server`'s answer to `pending`: the connection's secret, or the errno
-    /// of a refusal (logged with the server's reason). In key modes the server must prove it
-    /// holds the key too.
-    pub fn admitted(&self, server: u32, pending: &Pending, answer: &[u8]) -> Result<u64, Errno> {
+    /// of a refusal (logged with the server's reason). The server proves it is one: in key
+    /// modes that it holds the key too; in MUNGE mode with a credential for this connection
+    /// made by root (or `servers_uid`, the user the servers run as).
+    pub fn admitted_by(
+        &self,
+        server: u32,
+        pending: &Pending,
+        answer: &[u8],
+        servers_uid: Option<u32>,
+    ) -> Result<u64, Errno> {
         let a: Admission = flexbuffers::from_slice(answer).map_err(|_| Errno::EPROTO)?;
         match a {
             Admission::Refused { reason } => {
@@ -159,9 +169,37 @@ impl Credentials {
                         return Err(Errno::EACCES);
                     }
                 }
+                if matches!(
+                    self,
+                    Credentials::Munge | Credentials::Proxy { key: None, .. }
+                ) {
+                    let d = std::str::from_utf8(&proof)
+                        .map_err(|_| "not a MUNGE credential".to_string())
+                        .and_then(|c| munge::decode(c).map_err(|e| e.to_string()));
+                    let ok = match &d {
+                        Ok(d) => {
+                            d.payload == pending.challenge.server_payload()
+                                && (d.uid == 0 || Some(d.uid) == servers_uid)
+                        }
+                        Err(_) => false,
+                    };
+                    if !ok {
+                        tracing::error!(
+                            "madfs: server {server} did not prove it is one of the cluster's \
+                             servers (a MUNGE credential of root or of the servers' user for \
+                             this connection): refusing it"
+                        );
+                        return Err(Errno::EACCES);
+                    }
+                }
                 Ok(secret)
             }
         }
+    }
+
+    /// [`Credentials::admitted_by`] of servers that run as root.
+    pub fn admitted(&self, server: u32, pending: &Pending, answer: &[u8]) -> Result<u64, Errno> {
+        self.admitted_by(server, pending, answer, None)
     }
 }
 

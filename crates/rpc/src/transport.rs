@@ -644,7 +644,12 @@ impl Transport {
         self.learn_replication(&welcome);
         tcp_send(&mut s, TCP_HELLO, &[pending.bytes()]).map_err(|_| Errno::EIO)?;
         let n = tcp_recv(&mut s, &mut buf).map_err(|_| Errno::EIO)?;
-        let secret = creds.admitted(server, &pending, &buf[..n.min(buf.len())])?;
+        let secret = creds.admitted_by(
+            server,
+            &pending,
+            &buf[..n.min(buf.len())],
+            self.servers_uid(),
+        )?;
         let c = Rc::new(TcpConn {
             stream: RefCell::new(s),
             welcome,
@@ -749,7 +754,7 @@ impl Transport {
         };
         let answer = block_on(worker_ref(&self.net), answer, self.settings.spin, deadline)
             .ok_or_else(timed_out)??;
-        conn.secret = creds.admitted(server, &pending, &answer)?;
+        conn.secret = creds.admitted_by(server, &pending, &answer, self.servers_uid())?;
         conns.borrow_mut()[idx] = Some(conn.clone());
         self.touch(idx);
         Ok(conn)
@@ -811,6 +816,17 @@ impl Transport {
             self.settings.spin,
             Instant::now() + Duration::from_millis(100),
         );
+    }
+
+    /// The user the servers run as, if it is not root: the owner of the cluster file, which
+    /// the servers write (a MUNGE server proves itself with a credential of root or of it).
+    fn servers_uid(&self) -> Option<u32> {
+        use std::os::unix::fs::MetadataExt;
+        let f = self.cluster_file.as_ref()?;
+        std::fs::metadata(f)
+            .ok()
+            .map(|m| m.uid())
+            .filter(|u| *u != 0)
     }
 
     /// Connects to `server` now if not connected yet.

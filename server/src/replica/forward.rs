@@ -4,26 +4,28 @@
 //! before the request is answered, and a secondary takes it only from the primary its own
 //! map names.
 //!
-//! The copies are made where the stores write ([`batch`], [`chunk`]), on the thread that
-//! serves the request, inside the store's own locks: two changes of one key reach the
-//! secondaries in the order the primary made them. Requests of a replicated cluster are
+//! The copies are made where the stores write (the store's tap, `super::tap::Copies`:
+//! [`batch`], [`chunk`]), on the thread that serves the request, inside the store's own locks: two
+//! changes of one key reach the secondaries in the order the primary made them. The store
+//! knows nothing of this: replication installs its tap. Requests of a replicated cluster are
 //! therefore served on IO threads (never on the net thread, which must stay free to take
 //! the copies other primaries send: a ring of servers each waiting for the next would
 //! otherwise stop).
 
 use super::map::ClusterMap;
 use super::Node;
-use crate::auth::Who;
-use crate::ops::{Answer, Ops};
 use crate::peer::Peers;
-use crate::store::{ChunkStore, MetadataStore};
+use crate::who::Who;
 use madfs_proto::{Errno, FsResult, ReplOp, Request, Role};
+use madfs_store::chunks::FsChunks;
+use madfs_store::rocks::RocksMeta;
+use madfs_store::{ChunkStore, MetadataStore};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// A replicated cluster's side of the request path (`Ops::replica`).
+/// A replicated cluster's side of the request path (`Server::replica`).
 pub struct Replication {
     /// The replication factor (≥ 2).
     pub r: u32,
@@ -68,6 +70,31 @@ pub struct Target {
 
 /// A request's copies: where they go, and how.
 type Copying = (Target, Arc<Peers>, Arc<Replication>);
+
+/// Records of a rejoining server's copy, and the key to go on after (`None`: done).
+pub type Records = (Vec<(Vec<u8>, Vec<u8>)>, Option<Vec<u8>>);
+
+/// What a primary reads a rejoining server's copy from.
+pub struct Stores<'a> {
+    pub meta: &'a RocksMeta,
+    pub chunks: &'a FsChunks,
+    /// Servers of the cluster.
+    pub servers: u32,
+    /// The cluster's chunk size.
+    pub chunk_size: u32,
+    /// Largest page of records.
+    pub max_bytes: usize,
+}
+
+/// A page asked for by a rejoining server (`Request::Resync`).
+pub struct Page<'a> {
+    pub set: u32,
+    pub epoch: u64,
+    pub after: &'a [u8],
+    pub max_bytes: u32,
+    pub files: bool,
+    pub after_id: u64,
+}
 
 thread_local! {
     static TARGET: RefCell<Option<Copying>> = const { RefCell::new(None) };
@@ -148,20 +175,16 @@ impl Replication {
         }
     }
 
-    /// A rejoining server's page of replica set `set` (`Request::Resync`), served by the
-    /// set's primary once the requests of epochs before `epoch` are over.
-    #[allow(clippy::too_many_arguments)]
+    /// A rejoining server's page of replica set `page.set` (`Request::Resync`), served by
+    /// the set's primary once the requests of epochs before `page.epoch` are over: records
+    /// and where to go on after.
     pub fn resync_page(
         &self,
-        ops: &Ops,
+        stores: &Stores<'_>,
         who: &Who,
-        set: u32,
-        epoch: u64,
-        after: &[u8],
-        max_bytes: u32,
-        files: bool,
-        after_id: u64,
-    ) -> FsResult<Answer> {
+        page: &Page<'_>,
+    ) -> FsResult<Records> {
+        let set = page.set;
         if who.role != Role::Peer || who.set.unwrap_or(self.me) != set {
             return Err(Errno::EPERM);
         }
@@ -169,18 +192,17 @@ impl Replication {
         if !node.current() || node.map().primary(set, self.r) != Some(self.me) {
             return Err(Errno::EREMCHG);
         }
-        if node.map().epoch < epoch {
+        if node.map().epoch < page.epoch {
             return Err(Errno::EAGAIN);
         }
-        self.settled(epoch)?;
-        let max = (max_bytes as usize).clamp(4096, ops.max_list_bytes);
-        if files {
-            return files_page(ops, set, after, after_id);
+        self.settled(page.epoch)?;
+        let max = (page.max_bytes as usize).clamp(4096, stores.max_bytes);
+        if page.files {
+            return files_page(stores, set, page.after, page.after_id);
         }
-        let (records, next) = ops
+        stores
             .meta
-            .records_of_set(ops.peers.servers(), set, after, max)?;
-        Ok(Answer::Records(records, next))
+            .records_of_set(stores.servers, set, page.after, max)
     }
 
     pub(super) fn node(&self) -> FsResult<&Arc<Node>> {
@@ -227,9 +249,15 @@ impl Replication {
     /// the set whose primary this server is, in a map it knows to be current); EREMCHG
     /// otherwise (the client asks for the map and goes to the primary it names).
     pub fn admit(&self, who: &Who, req: &Request<'_>) -> FsResult<Option<Target>> {
+        // (copies and catch-ups check what they are sent by themselves)
         if matches!(
             req,
-            Request::Map | Request::Ping | Request::Bye | Request::Replicate { .. }
+            Request::Map
+                | Request::Ping
+                | Request::Bye
+                | Request::Replicate { .. }
+                | Request::Resync { .. }
+                | Request::ResyncRead { .. }
         ) {
             return Ok(None);
         }
@@ -253,14 +281,15 @@ impl Replication {
     #[allow(clippy::too_many_arguments)]
     pub fn apply(
         &self,
-        ops: &Ops,
+        meta: &RocksMeta,
+        chunks: &FsChunks,
         who: &Who,
         set: u32,
         epoch: u64,
         from: u32,
         op: ReplOp,
         bulk: &[u8],
-    ) -> FsResult<Answer> {
+    ) -> FsResult<()> {
         if who.role != Role::Peer {
             return Err(Errno::EPERM);
         }
@@ -283,7 +312,7 @@ impl Replication {
                 match op {
                     ReplOp::Batch { synced } => {
                         c.batches.push((bulk.to_vec(), synced));
-                        return Ok(Answer::Unit);
+                        return Ok(());
                     }
                     ReplOp::Write { id, pos } => t
                         .entry(id)
@@ -311,23 +340,23 @@ impl Replication {
             Some(catching)
         };
         match op {
-            ReplOp::Batch { synced } => ops.meta.apply_batch(bulk, synced)?,
-            ReplOp::Write { id, pos } => ops.chunks.write(id, pos, bulk)?,
-            ReplOp::Truncate { id, size } => ops.chunks.truncate(id, size)?,
-            ReplOp::Punch { id, pos, len } => ops.chunks.punch(id, pos, len)?,
+            ReplOp::Batch { synced } => meta.apply_batch(bulk, synced)?,
+            ReplOp::Write { id, pos } => chunks.write(id, pos, bulk)?,
+            ReplOp::Truncate { id, size } => chunks.truncate(id, size)?,
+            ReplOp::Punch { id, pos, len } => chunks.punch(id, pos, len)?,
             ReplOp::Remove { id } => {
-                ops.chunks.remove(id)?;
+                chunks.remove(id)?;
             }
             ReplOp::Sync { id } => {
-                let wal = ops.meta.mark();
+                let wal = meta.mark();
                 match id {
-                    Some(id) => ops.chunks.sync(id)?,
-                    None => ops.chunks.sync_all()?,
+                    Some(id) => chunks.sync(id)?,
+                    None => chunks.sync_all()?,
                 }
-                ops.meta.sync(wal)?;
+                meta.sync(wal)?;
             }
         }
-        Ok(Answer::Unit)
+        Ok(())
     }
 
     /// Secondary `to` did not take a copy in time (`--down-after-ms`): it counts as a live
@@ -386,19 +415,24 @@ const FILES_PAGE: usize = 32 << 10;
 /// `files`): records (file id, extents as position and length), in file id order, from the
 /// cursor `after` (a file id and a byte position in it: the `next` of the page before) or,
 /// on the first page, from the files after `after_id`.
-fn files_page(ops: &Ops, set: u32, after: &[u8], after_id: u64) -> FsResult<Answer> {
+fn files_page(stores: &Stores<'_>, set: u32, after: &[u8], after_id: u64) -> FsResult<Records> {
     let le = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or_default());
     let (from, from_pos) = match after.len() {
         16 => (le(&after[..8]), le(&after[8..])),
         0 => (after_id.saturating_add(1), 0),
         _ => return Err(Errno::EINVAL),
     };
-    let (n, cs) = (ops.peers.servers(), ops.chunk_size as u64);
+    let (n, cs) = (stores.servers, stores.chunk_size as u64);
     let mut records = vec![];
     let mut bytes = 0;
-    for (id, _) in ops.chunks.ids()?.into_iter().filter(|(id, _)| *id >= from) {
+    for (id, _) in stores
+        .chunks
+        .ids()?
+        .into_iter()
+        .filter(|(id, _)| *id >= from)
+    {
         let mut v = vec![];
-        for (p, l) in ops.chunks.extents(id)? {
+        for (p, l) in stores.chunks.extents(id)? {
             // only the chunks of `set`: a chunk file holds those of every set this server
             // belongs to, and its data extents are whole blocks (a block shared with
             // another set's chunk would copy zeros over its data)
@@ -413,7 +447,7 @@ fn files_page(ops: &Ops, set: u32, after: &[u8], after_id: u64) -> FsResult<Answ
                     }
                     let mut next = id.to_le_bytes().to_vec();
                     next.extend_from_slice(&a.to_le_bytes());
-                    return Ok(Answer::Records(records, Some(next)));
+                    return Ok((records, Some(next)));
                 }
                 v.extend_from_slice(&a.to_le_bytes());
                 v.extend_from_slice(&(b - a).to_le_bytes());
@@ -424,7 +458,7 @@ fn files_page(ops: &Ops, set: u32, after: &[u8], after_id: u64) -> FsResult<Answ
             records.push((id.to_le_bytes().to_vec(), v));
         }
     }
-    Ok(Answer::Records(records, None))
+    Ok((records, None))
 }
 
 /// How long one proposal to mark a secondary down may take before it is made again.
@@ -432,8 +466,13 @@ const PROPOSE_WAIT: Duration = Duration::from_secs(1);
 
 /// Serves `f` for replica set `target.set`, with the changes it makes copied to the set's
 /// secondaries.
-pub fn serving<T>(target: Option<Target>, ops: &Ops, f: impl FnOnce() -> T) -> T {
-    let (Some(t), Some(rep)) = (target, &ops.replica) else {
+pub fn serving<T>(
+    target: Option<Target>,
+    rep: Option<&Arc<Replication>>,
+    peers: &Arc<Peers>,
+    f: impl FnOnce() -> T,
+) -> T {
+    let (Some(t), Some(rep)) = (target, rep) else {
         return f();
     };
     struct Reset;
@@ -466,30 +505,30 @@ pub fn serving<T>(target: Option<Target>, ops: &Ops, f: impl FnOnce() -> T) -> T
     SET.with(|c| c.set(Some((t.set, t.epoch))));
     WROTE.with(|c| c.set(false));
     if !t.to.is_empty() {
-        TARGET.with(|c| *c.borrow_mut() = Some((t, ops.peers.clone(), rep.clone())));
+        TARGET.with(|c| *c.borrow_mut() = Some((t, peers.clone(), rep.clone())));
     }
     f()
 }
 
-/// Runs `f` (a server's own background work: finishing renames, directory times, open
-/// files' leases) as the primary of its own replica set, its changes copied like a
-/// request's; not at all while this server is not that primary in a current map (the
+/// Runs `f` (a server's own background work for replica set `set`: finishing renames,
+/// directory times, open files' leases) as the primary of that set, its changes copied like a
+/// request's; not at all while this server (`me`) is not that primary in a current map (the
 /// set's primary does it). Unreplicated clusters: `f` as it is.
-pub fn as_own_set(ops: &Ops, f: impl FnOnce()) {
-    as_set(ops, ops.id, f);
-}
-
-/// [`as_own_set`] for replica set `set`: a server that took over another set after a
-/// failover finishes that set's pending moves ([`primary_of`]).
-pub fn as_set(ops: &Ops, set: u32, f: impl FnOnce()) {
-    let Some(rep) = &ops.replica else {
+pub fn as_set(
+    rep: Option<&Arc<Replication>>,
+    peers: &Arc<Peers>,
+    me: u32,
+    set: u32,
+    f: impl FnOnce(),
+) {
+    let Some(rep) = rep else {
         return f();
     };
     if !rep.current() {
         return;
     }
-    let map = rep.map(ops.peers.servers());
-    if map.primary(set, rep.r) != Some(ops.id) {
+    let map = rep.map(peers.servers());
+    if map.primary(set, rep.r) != Some(me) {
         return;
     }
     let target = Target {
@@ -497,22 +536,21 @@ pub fn as_set(ops: &Ops, set: u32, f: impl FnOnce()) {
         epoch: map.epoch,
         to: map.secondaries(set, rep.r),
     };
-    serving(Some(target), ops, f);
+    serving(Some(target), Some(rep), peers, f);
 }
 
-/// The replica sets this server is the primary of in the current map (none while it does
-/// not know that map).
-pub fn primary_of(ops: &Ops) -> Vec<u32> {
-    let Some(rep) = &ops.replica else {
-        return vec![ops.id];
+/// The replica sets server `me` (of `n`) is the primary of in the current map (none while it
+/// does not know that map; unreplicated: its own).
+pub fn primary_of(rep: Option<&Arc<Replication>>, n: u32, me: u32) -> Vec<u32> {
+    let Some(rep) = rep else {
+        return vec![me];
     };
     if !rep.current() {
         return vec![];
     }
-    let n = ops.peers.servers();
     let map = rep.map(n);
     (0..n)
-        .filter(|s| map.primary(*s, rep.r) == Some(ops.id))
+        .filter(|s| map.primary(*s, rep.r) == Some(me))
         .collect()
 }
 

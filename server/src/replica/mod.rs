@@ -10,6 +10,7 @@
 //! * [`forward`]: primaries, fencing and the copies a primary sends its secondaries;
 //! * [`rejoin`]: a server that was marked down catches up, then is up again;
 //! * [`replay`]: the replay records of changes that may be sent again;
+//! * [`tap`]: what replication sees of the stores' writes;
 //! * [`history`]: the accept log fault tests check.
 
 pub mod forward;
@@ -19,6 +20,7 @@ pub mod net;
 pub mod rejoin;
 pub mod replay;
 pub mod store;
+pub mod tap;
 
 use map::{Change, ClusterMap, State};
 use openraft::error::{ClientWriteError, RaftError};

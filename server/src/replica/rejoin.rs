@@ -12,9 +12,9 @@
 
 use super::forward::Catching;
 use super::map::{Change, State};
-use crate::ops::Ops;
-use crate::store::ChunkStore;
+use crate::server::Server;
 use madfs_proto::{Errno, FsResult};
+use madfs_store::ChunkStore;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,7 +27,7 @@ const PIECE: u64 = 256 << 10;
 /// Starts the thread that watches this server's state in the map and catches it up (and
 /// sweeps old replay records, `replay::sweep`).
 /// `rate`: bytes per second the chunk copy may take (0: unbounded).
-pub fn start(ops: Arc<Ops>, stop: Arc<AtomicBool>, rate: u64) -> std::io::Result<()> {
+pub fn start(ops: Arc<Server>, stop: Arc<AtomicBool>, rate: u64) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("madfs-rejoin".into())
         .spawn(move || {
@@ -40,7 +40,7 @@ pub fn start(ops: Arc<Ops>, stop: Arc<AtomicBool>, rate: u64) -> std::io::Result
                 // (also this thread's: the old replay records of this server's own set)
                 if swept.elapsed() >= super::replay::SWEEP_EVERY {
                     swept = Instant::now();
-                    super::replay::sweep(&ops);
+                    super::replay::sweep(&ops.meta, ops.replica.as_ref(), &ops.peers, ops.id);
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
@@ -49,7 +49,7 @@ pub fn start(ops: Arc<Ops>, stop: Arc<AtomicBool>, rate: u64) -> std::io::Result
     Ok(())
 }
 
-fn step(ops: &Ops, rate: u64) -> Result<(), String> {
+fn step(ops: &Server, rate: u64) -> Result<(), String> {
     let Some(rep) = &ops.replica else {
         return Ok(());
     };
@@ -86,7 +86,7 @@ fn step(ops: &Ops, rate: u64) -> Result<(), String> {
 }
 
 /// From now on copies sent to this server are kept aside (if they were not already).
-fn begin(ops: &Ops) {
+fn begin(ops: &Server) {
     if let Some(rep) = &ops.replica {
         let mut c = rep.catching.lock().unwrap_or_else(|e| e.into_inner());
         if c.is_none() {
@@ -97,7 +97,7 @@ fn begin(ops: &Ops) {
 
 /// Copies every replica set this server is a member of from its primary in map `epoch`;
 /// returns the records and chunk bytes copied.
-fn catch_up(ops: &Ops, epoch: u64, rate: u64) -> FsResult<(u64, u64)> {
+fn catch_up(ops: &Server, epoch: u64, rate: u64) -> FsResult<(u64, u64)> {
     let rep = ops.replica.as_ref().ok_or(Errno::EINVAL)?;
     let n = ops.peers.servers();
     let sets: Vec<u32> = (0..rep.r).map(|i| (rep.me + n - i) % n).collect();
@@ -182,7 +182,7 @@ fn catch_up(ops: &Ops, epoch: u64, rate: u64) -> FsResult<(u64, u64)> {
 /// Punches out this server's chunk data of replica sets `sets` (what the copy replaces: data
 /// cut, punched or removed while this server was away must not outlive the copy), leaving
 /// what copies sent meanwhile wrote; returns the bytes dropped.
-fn wipe(ops: &Ops, sets: &[u32]) -> FsResult<u64> {
+fn wipe(ops: &Server, sets: &[u32]) -> FsResult<u64> {
     let rep = ops.replica.as_ref().ok_or(Errno::EINVAL)?;
     let (n, cs) = (ops.peers.servers(), ops.chunk_size as u64);
     let mut wiped = 0;
@@ -202,7 +202,7 @@ fn wipe(ops: &Ops, sets: &[u32]) -> FsResult<u64> {
 
 /// Writes a copied piece of file `id` at `pos`, leaving out what copies sent meanwhile
 /// changed ([`untouched`]).
-fn copy_piece(ops: &Ops, id: u64, pos: u64, data: &[u8]) -> FsResult<()> {
+fn copy_piece(ops: &Server, id: u64, pos: u64, data: &[u8]) -> FsResult<()> {
     let rep = ops.replica.as_ref().ok_or(Errno::EINVAL)?;
     let c = rep.catching.lock().unwrap_or_else(|e| e.into_inner());
     let keep = untouched(c.as_ref(), id, vec![(pos, pos + data.len() as u64)]);

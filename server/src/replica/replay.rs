@@ -7,14 +7,19 @@
 //! answers the file it made, not EEXIST; an unlink the file it removed, not ENOENT; an
 //! append the place it reserved, not a second one).
 //!
-//! Key: `Y`, the replica set (u32), the client's clock when it first sent the request (ms,
-//! u64), the client and the sequence number (u64 each), all big-endian: so the records of a
-//! set sort by time and the primary drops those older than [`KEEP`] with one range deletion
-//! ([`sweep`]). Value: what the answer needs ([`Note`]).
+//! Key (`madfs_store::rocks::replay_key`): `Y`, the replica set (u32), the client's clock
+//! when it first sent the request (ms, u64), the client and the sequence number (u64 each)
+//! and the user whose connection sent it (u32), all big-endian: so the records of a set sort
+//! by time and the primary drops those older than [`KEEP`] with one range deletion
+//! ([`sweep`]), and a request id sent by another user finds nothing. Value: what the answer
+//! needs ([`Note`]).
 
-use crate::ops::Ops;
+use super::forward::Replication;
+use crate::peer::Peers;
 use madfs_proto::{Attr, Errno, FsResult};
+use madfs_store::rocks::{replay_key, RocksMeta};
 use std::cell::RefCell;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long replay records are kept (by the clients' clocks: a retry comes within seconds;
@@ -68,22 +73,6 @@ thread_local! {
     static PENDING: RefCell<Option<(Vec<u8>, Note)>> = const { RefCell::new(None) };
 }
 
-/// The key of request (`client`, `seq`) first sent at `at` (ms) to replica set `set`.
-pub fn key(set: u32, at: u64, client: u64, seq: u64) -> Vec<u8> {
-    let mut k = Vec::with_capacity(29);
-    k.push(b'Y');
-    k.extend_from_slice(&set.to_be_bytes());
-    k.extend_from_slice(&at.to_be_bytes());
-    k.extend_from_slice(&client.to_be_bytes());
-    k.extend_from_slice(&seq.to_be_bytes());
-    k
-}
-
-/// The replica set a replay record belongs to.
-pub fn key_set(key: &[u8]) -> Option<u32> {
-    Some(u32::from_be_bytes(key.get(1..5)?.try_into().ok()?))
-}
-
 /// The replay record to write with the batch being committed on this thread, if any.
 pub fn pending() -> Option<(Vec<u8>, Vec<u8>)> {
     PENDING.with(|p| p.borrow().as_ref().map(|(k, n)| (k.clone(), n.encode())))
@@ -99,19 +88,20 @@ pub fn note(n: Note) {
     });
 }
 
-/// Serves request (`client`, `seq`, first sent at `at`) of replica set `set`: `serve(None)`
-/// applies it, or, when it was applied already, `serve(Some(note))` answers it from its
-/// record.
+/// Serves request (`client`, `seq`, first sent at `at`) of user `uid` to replica set `set`:
+/// `serve(None)` applies it, or, when it was applied already, `serve(Some(note))` answers it
+/// from its record.
 pub fn once<T>(
-    ops: &Ops,
+    meta: &RocksMeta,
     set: u32,
+    uid: u32,
     (client, seq, at): (u64, u64, u64),
     serve: impl FnOnce(Option<Note>) -> FsResult<T>,
 ) -> FsResult<T> {
-    let k = key(set, at, client, seq);
-    if let Some(v) = ops.meta.raw_get(&k)? {
+    let k = replay_key(set, at, client, seq, uid);
+    if let Some(v) = meta.raw_get(&k)? {
         let n = Note::decode(&v).ok_or(Errno::EIO)?;
-        ops.stats.request("replayed");
+        tracing::debug!("request {client:x}/{seq} answered from its replay record");
         return serve(Some(n));
     }
     struct Reset;
@@ -125,21 +115,21 @@ pub fn once<T>(
     serve(None)
 }
 
-/// Drops the replay records of this server's own replica set older than [`KEEP`] (as its
+/// Drops the replay records of server `me`'s own replica set older than [`KEEP`] (as its
 /// primary only: the deletion is copied to the secondaries like any change).
-pub fn sweep(ops: &Ops) {
+pub fn sweep(meta: &RocksMeta, rep: Option<&Arc<Replication>>, peers: &Arc<Peers>, me: u32) {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
     let Some(before) = now.checked_sub(KEEP) else {
         return;
     };
-    super::forward::as_own_set(ops, || {
+    super::forward::as_set(rep, peers, me, me, || {
         let (from, to) = (
-            key(ops.id, 0, 0, 0),
-            key(ops.id, before.as_millis() as u64, 0, 0),
+            replay_key(me, 0, 0, 0, 0),
+            replay_key(me, before.as_millis() as u64, 0, 0, 0),
         );
-        if let Err(e) = ops.meta.drop_range(&from, &to) {
+        if let Err(e) = meta.drop_range(&from, &to) {
             tracing::warn!("replay records not dropped: {e}");
         }
     });
@@ -166,8 +156,13 @@ mod tests {
             assert_eq!(Note::decode(&n.encode()), Some(n));
         }
         assert_eq!(Note::decode(&[9]), None);
-        let k = key(3, 1000, 5, 6);
-        assert_eq!(key_set(&k), Some(3));
-        assert!(key(3, 999, u64::MAX, u64::MAX) < k && k < key(3, 1001, 0, 0));
+        let k = replay_key(3, 1000, 5, 6, 7);
+        assert_eq!(madfs_store::rocks::replay_key_set(&k), Some(3));
+        assert!(replay_key(3, 999, u64::MAX, u64::MAX, 9) < k && k < replay_key(3, 1001, 0, 0, 0));
+        assert_ne!(
+            replay_key(3, 1000, 5, 6, 8),
+            k,
+            "another user's id is another request"
+        );
     }
 }

@@ -13,13 +13,15 @@
 //! refused with ESTALE under the path's lock and go to the home server by id, as for a
 //! renamed or unlinked file ([`crate::open`]).
 
-use crate::ops::{not_root, now_ns, path_ok, Answer, Ops};
-use crate::store::rocks::Change;
-use crate::store::{is_stub, ChunkStore, MetadataStore};
+use super::Call;
+use crate::clock::now_ns;
+use crate::server::{not_root, path_ok, Answer, Server};
 use madfs_placement::{home_server, meta_server};
-use madfs_proto::{privs_of, Attr, Errno, FsResult, LinkOp, Reply, Request};
+use madfs_proto::{Attr, Errno, FsResult, LinkOp, Reply, Request};
+use madfs_store::rocks::Change;
+use madfs_store::{is_stub, ChunkStore, MetadataStore};
 
-impl Ops {
+impl Server {
     /// The attributes of the entry at `path` (not the root), a stub's from its home server,
     /// and whether it is a stub.
     pub(crate) fn lookup(&self, path: &str) -> FsResult<(Attr, bool)> {
@@ -162,42 +164,6 @@ impl Ops {
         }
     }
 
-    /// `DropPrivs`: a write by someone other than root clears the set-id bits of file `id`
-    /// at `path` (empty: by id at its home, an orphan or a file with several names).
-    pub(crate) fn drop_privs(&self, path: &str, id: u64) -> FsResult<Attr> {
-        let a = if path.is_empty() {
-            self.meta.orphan(id)?.ok_or(Errno::ENOENT)?
-        } else {
-            path_ok(path)?;
-            not_root(path, Errno::EISDIR)?;
-            self.get(path).map_err(|e| match e {
-                Errno::ENOENT => Errno::ESTALE,
-                e => e,
-            })?
-        };
-        if a.id != id {
-            return Err(Errno::ESTALE);
-        }
-        let clear = privs_of(a.mode);
-        if clear == 0 {
-            return Ok(a);
-        }
-        let (uid, gid) = (u32::MAX, u32::MAX);
-        if path.is_empty() {
-            return self.linked(id, LinkOp::Owner { uid, gid, clear });
-        }
-        let c = Change::Owner {
-            uid,
-            gid,
-            clear,
-            ctime: now_ns(),
-        };
-        let mut b = a;
-        c.apply(&mut b);
-        self.change_file(path, id, c)?;
-        Ok(b)
-    }
-
     /// `Link`: `to` becomes a new name of the file at `from` (this server's).
     pub(crate) fn link(&self, from: &str, to: &str) -> FsResult<Answer> {
         not_root(from, Errno::EPERM)?;
@@ -237,7 +203,7 @@ impl Ops {
         };
         let s = meta_server(to, self.peers.servers());
         let made = if s == self.here() {
-            self.execute(&attach, &[], &mut []).map(drop)
+            self.attach_here(&attach).map(drop)
         } else {
             self.peers.call(s, &attach, &[]).map(drop)
         };
@@ -257,4 +223,22 @@ impl Ops {
         self.meta.remove_entry(path)?;
         self.linked(raw.id, LinkOp::Drop)
     }
+}
+
+/// `Link`: `to` becomes a new name of the file at `from` (this server's).
+pub(crate) fn link(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
+    let Request::Link { from, to } = *req else {
+        return Err(Errno::EINVAL);
+    };
+    path_ok(from)?;
+    s.link(from, to)
+}
+
+/// `Linked` (servers only): a change of the attributes of a file with several names, at its
+/// home server.
+pub(crate) fn linked(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
+    let Request::Linked { id, op } = *req else {
+        return Err(Errno::EINVAL);
+    };
+    s.linked_here(id, op).map(Answer::Attr)
 }

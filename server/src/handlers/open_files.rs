@@ -3,12 +3,13 @@
 //!
 //! * A file's **home server** ([`madfs_placement::home_server`], the server that made its id)
 //!   keeps its chunk 0 and counts its **open references**: per client process (a random number
-//!   the process chose, [`Request::Hold`]), how many of its open descriptions name the file.
+//!   the process chose, as the user whose connection named it: [`Request::Hold`]), how many
+//!   of its open descriptions name the file (`crate::state::opens`).
 //!   An open or create served by the home server counts one itself (the request names its
 //!   `holder`); a client opening a file whose entry lives elsewhere (it was renamed across
 //!   servers) tells the home server with a `Hold`. Closes are told lazily, in batches.
 //! * References are leased: a client process renews them with a `Hold` every ten seconds
-//!   while it makes calls; one silent for the lease ([`LEASE`], `--open-lease-ms`: crashed,
+//!   while it makes calls; one silent for the lease (`--open-lease-ms`: crashed,
 //!   cut off, or idle that long) loses them, so a crashed client's space comes back.
 //! * Removing the last name of a file (unlink, or a rename over it) asks its home server to
 //!   **forget** it: a referenced file becomes an **orphan** (an `O<id>` record with its
@@ -16,209 +17,20 @@
 //!   its bytes dropped on every server. The sweeper drops an orphan once nobody holds it.
 //! * Descriptors name their file by path *and* id: a publication whose path no longer names
 //!   the id is refused (ESTALE) and the client asks the home server [`Request::Where`] the
-//!   file is now: the path a rename moved it to (renames tell the home server, [`Ops::moved`]),
+//!   file is now: the path a rename moved it to (renames tell the home server, `Moved`),
 //!   or its orphan record.
 //! * After a restart, references are known again from the clients' next `Hold`s: orphans are
 //!   kept for one lease before the sweeper may drop them.
 
-use crate::ops::{now_ns, Answer, Ops};
-use crate::store::{ChunkStore, MetadataStore};
+use super::Call;
+use crate::clock::now_ns;
+use crate::server::{path_ok, Answer, Server};
+use crate::state::opens::Errand;
 use madfs_placement::home_server;
 use madfs_proto::{Attr, Errno, FsResult, Request};
-use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use madfs_store::{ChunkStore, MetadataStore};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// How long a client process's references last without renewal (an active client renews
-/// every [`madfs_proto::HOLD_EVERY_MS`], on the way of its calls; one silent this long is
-/// taken for gone).
-pub const LEASE: Duration = Duration::from_secs(600);
-
-/// Name locks: an open's lookup and its reference, and a removal of the name and its check
-/// for references, exclude each other.
-const NAME_LOCKS: usize = 64;
-
-#[derive(Default)]
-struct Holder {
-    until: Option<Instant>,
-    /// File id → open descriptions of this client naming it.
-    ids: HashMap<u64, u32>,
-}
-
-#[derive(Default)]
-pub(crate) struct Inner {
-    clients: HashMap<u64, Holder>,
-    /// File id → references over all clients.
-    count: HashMap<u64, u64>,
-    /// File id → the path a rename moved it to (only while referenced).
-    moved: HashMap<u64, String>,
-}
-
-impl Inner {
-    fn add(&mut self, client: u64, id: u64, until: Instant) {
-        let h = self.clients.entry(client).or_default();
-        h.until = Some(until);
-        *h.ids.entry(id).or_insert(0) += 1;
-        *self.count.entry(id).or_insert(0) += 1;
-    }
-
-    fn release(&mut self, client: u64, id: u64) {
-        let Some(h) = self.clients.get_mut(&client) else {
-            return;
-        };
-        let Some(n) = h.ids.get_mut(&id) else {
-            return;
-        };
-        *n -= 1;
-        if *n == 0 {
-            h.ids.remove(&id);
-        }
-        self.dec(id, 1);
-    }
-
-    fn dec(&mut self, id: u64, by: u64) {
-        if let Some(c) = self.count.get_mut(&id) {
-            *c = c.saturating_sub(by);
-            if *c == 0 {
-                self.count.remove(&id);
-                self.moved.remove(&id);
-            }
-        }
-    }
-}
-
-/// What must be sent to other servers, by the open-files thread.
-enum Errand {
-    /// `Forget` to a file's home server.
-    Forget(u32, Attr),
-    /// The bytes of a dropped file on every other server.
-    Drop(Attr),
-}
-
-/// The open references of the files whose home this server is, and the errands of removals.
-pub struct OpenRefs {
-    inner: Mutex<Inner>,
-    names: [Mutex<()>; NAME_LOCKS],
-    lease: Duration,
-    started: Instant,
-    /// When this server started, ns since the epoch: orphans made before it wait for their
-    /// holders to come back for one lease.
-    started_ns: i64,
-    errands: Mutex<Vec<Errand>>,
-    wake: Condvar,
-}
-
-impl OpenRefs {
-    /// References lasting `lease` without renewal.
-    pub fn new(lease: Duration) -> Self {
-        OpenRefs {
-            inner: Mutex::default(),
-            names: std::array::from_fn(|_| Mutex::new(())),
-            lease,
-            started: Instant::now(),
-            started_ns: now_ns(),
-            errands: Mutex::default(),
-            wake: Condvar::new(),
-        }
-    }
-
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The lock of name `path` (see [`NAME_LOCKS`]).
-    pub fn name_lock(&self, path: &str) -> MutexGuard<'_, ()> {
-        let h = madfs_placement::hash64(path.as_bytes(), 7) as usize;
-        self.names[h % NAME_LOCKS]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// One more open of `id` by `client`.
-    pub fn add(&self, client: u64, id: u64) {
-        let until = Instant::now() + self.lease;
-        self.lock().add(client, id, until);
-    }
-
-    /// A client's `Hold` (`gone`: the client is exiting).
-    pub fn hold(&self, client: u64, add: &[u64], release: &[u64], held: &[u64], gone: bool) {
-        let until = Instant::now() + self.lease;
-        let mut g = self.lock();
-        if gone {
-            if let Some(h) = g.clients.remove(&client) {
-                for (id, n) in h.ids {
-                    g.dec(id, n as u64);
-                }
-            }
-            return;
-        }
-        if g.clients.contains_key(&client) {
-            for id in add {
-                g.add(client, *id, until);
-            }
-            for id in release {
-                g.release(client, *id);
-            }
-        } else {
-            // unknown here (this server restarted, or the lease ran out): `held` is all of it
-            for id in held {
-                g.add(client, *id, until);
-            }
-        }
-        if let Some(h) = g.clients.get_mut(&client) {
-            h.until = Some(until);
-            if h.ids.is_empty() {
-                g.clients.remove(&client);
-            }
-        }
-    }
-
-    /// Is `id` open anywhere?
-    pub fn held(&self, id: u64) -> bool {
-        self.lock().count.contains_key(&id)
-    }
-
-    /// Does `client` hold `id` open?
-    pub fn holds(&self, client: u64, id: u64) -> bool {
-        self.lock()
-            .clients
-            .get(&client)
-            .is_some_and(|h| h.ids.contains_key(&id))
-    }
-
-    /// Drops the references of clients whose lease ran out; returns how many clients.
-    fn expire(&self, now: Instant) -> usize {
-        let mut g = self.lock();
-        let gone: Vec<u64> = g
-            .clients
-            .iter()
-            .filter(|(_, h)| h.until.is_some_and(|u| u <= now))
-            .map(|(c, _)| *c)
-            .collect();
-        for c in &gone {
-            if let Some(h) = g.clients.remove(c) {
-                for (id, n) in h.ids {
-                    g.dec(id, n as u64);
-                }
-            }
-        }
-        gone.len()
-    }
-
-    /// Is orphan `a` one the last run left, within the first lease after this server started
-    /// (kept: its holders have not renewed here yet)?
-    fn in_grace(&self, a: &Attr) -> bool {
-        a.ctime < self.started_ns && self.started.elapsed() < self.lease
-    }
-
-    fn errand(&self, e: Errand) {
-        self.errands
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(e);
-        self.wake.notify_one();
-    }
-}
 
 /// The orphan record of file `a`, whose last name is going now.
 fn orphan_of(a: &Attr) -> Attr {
@@ -229,13 +41,14 @@ fn orphan_of(a: &Attr) -> Attr {
     }
 }
 
-impl Ops {
-    /// `id` was opened by `holder` through this server: counted here if this is its home
-    /// (the client tells the home server itself otherwise).
-    pub(crate) fn opened(&self, holder: u64, a: &Attr) {
+impl Server {
+    /// `id` was opened by `holder` of user `uid` through this server: counted here if this
+    /// is its home (the client tells the home server itself otherwise).
+    pub(crate) fn opened(&self, uid: u32, holder: u64, a: &Attr) -> FsResult<()> {
         if holder != 0 && a.is_file() && self.is_home(a.id) {
-            self.opens.add(holder, a.id);
+            self.opens.add((uid, holder), a.id)?;
         }
+        Ok(())
     }
 
     fn is_home(&self, id: u64) -> bool {
@@ -275,7 +88,7 @@ impl Ops {
 
     /// [`Ops::forget`] on the home server; `Ok(true)`: kept as an orphan.
     pub(crate) fn forget_here(&self, a: &Attr) -> FsResult<bool> {
-        if crate::store::is_stub(a) {
+        if madfs_store::is_stub(a) {
             // one name of several: the home server counts one fewer
             return self
                 .linked_here(a.id, madfs_proto::LinkOp::Drop)
@@ -326,9 +139,10 @@ impl Ops {
         }
     }
 
-    /// `Where`: where client `client`'s open file `id` is now.
-    pub(crate) fn where_is(&self, id: u64, client: u64) -> FsResult<Answer> {
-        if !self.opens.holds(client, id) {
+    /// `Where`: where open file `id` of client `client` of user `uid` is now (another user
+    /// naming the same number holds nothing: ENOENT).
+    pub(crate) fn where_is(&self, uid: u32, id: u64, client: u64) -> FsResult<Answer> {
+        if !self.opens.holds((uid, client), id) {
             return Err(Errno::ENOENT);
         }
         if let Some(a) = self.meta.orphan(id)? {
@@ -405,7 +219,7 @@ impl Ops {
 }
 
 /// Starts the open-files thread (errands at once, the sweep every second).
-pub fn start(ops: Arc<Ops>, stop: Arc<std::sync::atomic::AtomicBool>) -> std::io::Result<()> {
+pub fn start(ops: Arc<Server>, stop: Arc<std::sync::atomic::AtomicBool>) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("madfs-opens".into())
         .spawn(move || {
@@ -420,44 +234,77 @@ pub fn start(ops: Arc<Ops>, stop: Arc<std::sync::atomic::AtomicBool>) -> std::io
                             .unwrap_or_else(|e| e.into_inner());
                     }
                 }
-                crate::replica::forward::as_own_set(&ops, || ops.sweep());
+                ops.as_own_set(|| ops.sweep());
             }
         })
         .map(drop)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// `Open` (and `access(2)`): the entry's attributes, its open counted for `holder` (its
+/// capability is the pipeline's grant).
+pub(crate) fn open(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
+    let Request::Open { path, holder, .. } = *req else {
+        return Err(Errno::EINVAL);
+    };
+    path_ok(path)?;
+    // the lookup and the reference together: an unlink either comes first (ENOENT) or
+    // finds the file open
+    let _n = (holder != 0).then(|| s.opens.name_lock(path));
+    let a = s.get(path)?;
+    s.opened(c.who.uid, holder, &a)?;
+    Ok(Answer::Attr(a))
+}
 
-    #[test]
-    fn references_count_per_client_and_expire() {
-        let r = OpenRefs::new(Duration::from_secs(60));
-        r.add(1, 10);
-        r.hold(1, &[10], &[], &[10, 10], false);
-        r.add(2, 10);
-        r.hold(1, &[], &[10], &[], false);
-        assert!(r.held(10));
-        r.hold(2, &[], &[10], &[], false);
-        assert!(r.held(10), "client 1 still has one");
-        r.hold(1, &[], &[10], &[], false);
-        assert!(!r.held(10));
-        // an unknown client's hold adopts what it says it holds (after a restart)
-        r.hold(3, &[], &[], &[11, 12], false);
-        assert!(r.held(11) && r.held(12) && r.holds(3, 11) && !r.holds(1, 11));
-        // a known client's list is not counted again
-        r.hold(3, &[], &[], &[11, 12], false);
-        r.hold(3, &[], &[11], &[], false);
-        assert!(!r.held(11));
-        assert_eq!(r.expire(Instant::now() + Duration::from_secs(61)), 1);
-        assert!(!r.held(12));
-        // a client that goes says so
-        r.hold(5, &[6, 6], &[], &[6, 6], false);
-        r.hold(5, &[], &[], &[], true);
-        assert!(!r.held(6));
-        // a release of something never held changes nothing
-        r.hold(4, &[5], &[], &[5], false);
-        r.hold(4, &[], &[99], &[5], false);
-        assert!(!r.held(99));
+/// `Hold`: a client process's open references here (what it adds was granted to its user:
+/// checked; of what it says it holds, only what was granted to its user by this cluster
+/// counts).
+pub(crate) fn hold(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
+    let Request::Hold {
+        client,
+        ref add,
+        ref release,
+        ref held,
+        gone,
+    } = *req
+    else {
+        return Err(Errno::EINVAL);
+    };
+    let ids = |caps: &[madfs_proto::Cap]| {
+        caps.iter()
+            .filter(|cap| s.granted_to(c.who, cap))
+            .map(|cap| cap.id)
+            .collect::<Vec<u64>>()
+    };
+    s.opens
+        .hold((c.who.uid, client), &ids(add), release, &ids(held), gone)?;
+    Ok(Answer::Unit)
+}
+
+/// `Where`: where the caller's open file is now.
+pub(crate) fn where_is(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
+    let Request::Where { id, client } = *req else {
+        return Err(Errno::EINVAL);
+    };
+    s.where_is(c.who.uid, id, client)
+}
+
+/// `Forget` (servers only): the last name of file `id` (this server is its home) is gone.
+pub(crate) fn forget(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
+    let Request::Forget { id, attr } = *req else {
+        return Err(Errno::EINVAL);
+    };
+    if id != attr.id {
+        return Err(Errno::EINVAL);
     }
+    s.forget_here(&attr).map(Answer::Bool)
+}
+
+/// `Moved` (servers only): file `id` (this server is its home) was renamed to `to`.
+pub(crate) fn moved(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
+    let Request::Moved { id, to } = *req else {
+        return Err(Errno::EINVAL);
+    };
+    path_ok(to)?;
+    s.note_moved(id, to);
+    Ok(Answer::Unit)
 }

@@ -12,194 +12,19 @@
 //! neither may be seen), and a rename or any other change of that path answers `EAGAIN` (the
 //! client retries): of two concurrent renames of one source exactly one wins.
 
-use crate::ops::{now_ns, Answer, Ops};
-use crate::store::{Arrival, Intent, MetadataStore};
+use super::Call;
+use crate::clock::now_ns;
+use crate::server::{not_root, path_ok, Answer, Server};
 use madfs_placement::meta_server;
 use madfs_proto::{Attr, Errno, FsResult, Reply, Request};
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::sync::Mutex;
-
-/// Paths whose move to another server is in flight (`true`), or left pending after a crash
-/// or an unreachable target (`false`, "parked": [`Ops::finish_intents`] retries them); and
-/// paths where a file moved in from another server is pending until that server settles it
-/// (their names stay: no unlink, no rename away, nothing attached over them).
-#[derive(Default)]
-pub struct Moving {
-    paths: Mutex<HashMap<String, bool>>,
-    /// `paths.len()` + `arrivals.len()`, read without a lock on every request.
-    count: AtomicUsize,
-    /// `paths.len()`: moves out only (lookups and listings hide their sources).
-    moves: AtomicUsize,
-    arrivals: Mutex<HashMap<String, (Arrival, std::time::Instant)>>,
-    /// Directories whose rename runs here now.
-    dirs: Mutex<std::collections::HashSet<String>>,
-}
-
-impl Moving {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, bool>> {
-        self.paths.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn arrivals(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<String, (Arrival, std::time::Instant)>> {
-        self.arrivals.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn recount(&self, moves: usize) {
-        self.moves.store(moves, Relaxed);
-        self.count.store(moves + self.arrivals().len(), Relaxed);
-    }
-
-    fn set(&self, path: &str, f: impl FnOnce(Option<&mut bool>) -> Option<bool>) -> bool {
-        let mut m = self.lock();
-        let r = match m.get_mut(path) {
-            Some(v) => f(Some(v)),
-            None => f(None),
-        };
-        if let Some(active) = r {
-            m.insert(path.to_owned(), active);
-        }
-        self.recount(m.len());
-        r.is_some()
-    }
-
-    /// A file arrived at `a.path`, pending until its source's server settles it.
-    pub fn arrive(&self, a: Arrival) {
-        let m = self.lock();
-        self.arrivals()
-            .insert(a.path.clone(), (a, std::time::Instant::now()));
-        self.recount(m.len());
-    }
-
-    /// The move-in at `path` is settled.
-    pub fn settled(&self, path: &str) {
-        let m = self.lock();
-        self.arrivals().remove(path);
-        self.recount(m.len());
-    }
-
-    /// The file pending at `path` after a move in, if any. (No lock while nothing is.)
-    pub fn pending_arrival(&self, path: &str) -> Option<u64> {
-        if self.count.load(Relaxed) == 0 {
-            return None;
-        }
-        self.arrivals().get(path).map(|(a, _)| a.id)
-    }
-
-    /// Move-ins pending for longer than `age` (the mover asks their sources about them).
-    fn stale_arrivals(&self, age: std::time::Duration) -> Vec<Arrival> {
-        if self.count.load(Relaxed) == 0 {
-            return vec![];
-        }
-        self.arrivals()
-            .values()
-            .filter(|(_, t)| t.elapsed() >= age)
-            .map(|(a, _)| a.clone())
-            .collect()
-    }
-
-    /// Claims `path` for a new move; false if it is being moved or parked.
-    fn claim(&self, path: &str) -> bool {
-        self.set(path, |v| v.is_none().then_some(true))
-    }
-
-    /// Claims a parked (or unknown) `path` to finish its move; false while a move of it runs.
-    fn take_parked(&self, path: &str) -> bool {
-        self.set(path, |v| (v.copied() != Some(true)).then_some(true))
-    }
-
-    /// Is a move of `path` running now (claimed, not parked)?
-    fn running(&self, path: &str) -> bool {
-        self.lock().get(path).copied() == Some(true)
-    }
-
-    fn park(&self, path: &str) {
-        self.set(path, |_| Some(false));
-    }
-
-    /// Parks `path` unless a move of it runs.
-    fn park_idle(&self, path: &str) {
-        self.set(path, |v| (v.copied() != Some(true)).then_some(false));
-    }
-
-    /// Releases the parked paths without an intent record (finished by another primary of
-    /// their set, or dropped by a rejoin's copy); `intents` reads the records' paths under
-    /// the lock that parking takes (a move parks after its record is written). Returns them.
-    fn release_parked(
-        &self,
-        intents: impl FnOnce() -> FsResult<std::collections::HashSet<String>>,
-    ) -> FsResult<std::collections::HashSet<String>> {
-        let mut m = self.lock();
-        let left = intents()?;
-        m.retain(|p, active| *active || left.contains(p));
-        self.recount(m.len());
-        Ok(left)
-    }
-
-    /// Forgets the pinned move-ins, older than `age`, that `keep` rejects (their records are
-    /// gone).
-    fn unpin_arrivals(&self, age: std::time::Duration, keep: impl Fn(&Arrival) -> bool) {
-        let m = self.lock();
-        self.arrivals()
-            .retain(|_, (a, t)| t.elapsed() < age || keep(a));
-        self.recount(m.len());
-    }
-
-    fn release(&self, path: &str) {
-        let mut m = self.lock();
-        m.remove(path);
-        self.recount(m.len());
-    }
-
-    /// Claims directory `path` for its rename (or the rename's completion); false while
-    /// another runs.
-    fn claim_dir(&self, path: &str) -> bool {
-        let mut d = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
-        d.insert(path.to_owned())
-    }
-
-    fn release_dir(&self, path: &str) {
-        let mut d = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
-        d.remove(path);
-    }
-
-    /// Is `path` being moved, or parked? (No lock while nothing is.)
-    pub fn busy(&self, path: &str) -> bool {
-        self.moves.load(Relaxed) > 0 && self.lock().contains_key(path)
-    }
-
-    /// Is any move in flight, parked, or pending here after a move in? (One atomic load.)
-    pub fn active(&self) -> bool {
-        self.count.load(Relaxed) > 0
-    }
-
-    /// Is the entry `name` of directory `parent` the source of a move (hidden from listings
-    /// and lookups until the move ends)?
-    pub fn hides(&self, parent: &str, name: &str) -> bool {
-        if self.moves.load(Relaxed) == 0 {
-            return false;
-        }
-        let path = if parent == "/" {
-            format!("/{name}")
-        } else {
-            format!("{parent}/{name}")
-        };
-        self.busy(&path)
-    }
-
-    /// Is any move parked?
-    pub fn any_parked(&self) -> bool {
-        self.moves.load(Relaxed) > 0 && self.lock().values().any(|active| !active)
-    }
-}
+use madfs_store::{is_stub, Intent, MetadataStore};
+use std::sync::atomic::Ordering::Relaxed;
 
 /// A path claimed for a move, given back when dropped — also when serving the move panicked
 /// (the request's `catch_unwind` answers EIO): parked while its intent record is left, so the
 /// mover finishes it, released otherwise, never left claimed for good.
 struct Claimed<'a> {
-    ops: &'a Ops,
+    ops: &'a Server,
     path: &'a str,
     /// Whether the move is left pending; `None` until the move has answered.
     pending: Option<bool>,
@@ -218,8 +43,9 @@ impl Drop for Claimed<'_> {
     }
 }
 
-/// A fault injected for crash tests: `MADFS_FAULT=rename-after-intent` or
-/// `rename-after-attach` makes the server abort at that point of a move.
+/// Faults injected for tests, `MADFS_FAULT`: `rename-after-intent` or `rename-after-attach`
+/// makes the server abort at that point of a move; `ucx-stall-after-ms:N` (`net::ucx`) makes
+/// the UCX worker look stalled after N ms.
 fn fault(point: &str) {
     static FAULT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     let f = FAULT.get_or_init(|| std::env::var("MADFS_FAULT").ok());
@@ -229,79 +55,11 @@ fn fault(point: &str) {
     }
 }
 
-impl Ops {
-    /// How a request about a path whose move is in flight or pending is answered, if not as
-    /// usual: the source of a move is hidden from lookups (ENOENT) so that a reader that saw
-    /// the new name never sees the old one afterwards, and changes to it wait (EAGAIN, the
-    /// client retries) until the move has ended.
-    pub fn while_moving(&self, req: &Request<'_>) -> Option<Errno> {
-        if let Some(e) = self.while_arriving(req) {
-            return Some(e);
-        }
-        let (path, lookup) = match *req {
-            Request::Stat(p) => (p, true),
-            Request::Create { path, .. }
-            | Request::Mkdir { path, .. }
-            | Request::Symlink { path, .. }
-            | Request::Mknod { path, .. }
-            | Request::Unlink { path }
-            | Request::Rmdir { path }
-            | Request::SetSize { path, .. }
-            | Request::Append { path, .. }
-            | Request::Chmod { path, .. }
-            | Request::Utimens { path, .. }
-            | Request::Chown { path, .. }
-            | Request::Attach { path, .. }
-            | Request::Detach { path, .. }
-            // a size published to a name being moved would stay behind: the writer waits
-            | Request::Write {
-                size_of: Some(path),
-                ..
-            }
-            | Request::WriteData {
-                size_of: Some(path),
-                ..
-            }
-            | Request::Fsync {
-                size_of: Some(path),
-                ..
-            } => (path, false),
-            _ => return None,
-        };
-        if !self.moving.busy(path) {
-            return None;
-        }
-        Some(if lookup { Errno::ENOENT } else { Errno::EAGAIN })
-    }
-
-    /// A request that would remove or replace a name where a moved-in file is pending
-    /// (EAGAIN: the client retries; the source's server settles it at once unless it
-    /// crashed, and then the mover asks it within a second or two).
-    fn while_arriving(&self, req: &Request<'_>) -> Option<Errno> {
-        let (path, keeps) = match *req {
-            Request::Unlink { path } | Request::Rmdir { path } | Request::Detach { path, .. } => {
-                (path, None)
-            }
-            Request::Rename { from, to, .. } => {
-                if self.moving.pending_arrival(to).is_some() {
-                    return Some(Errno::EAGAIN);
-                }
-                (from, None)
-            }
-            // the retried move of the same file is welcome
-            Request::Attach { path, attr, .. } => (path, Some(attr.id)),
-            _ => return None,
-        };
-        match self.moving.pending_arrival(path) {
-            Some(id) if keeps != Some(id) => Some(Errno::EAGAIN),
-            _ => None,
-        }
-    }
-
+impl Server {
     /// `Rename` of a non-directory `from` (this server's) to `to`.
     pub fn rename(&self, from: &str, to: &str, noreplace: bool) -> FsResult<Answer> {
-        crate::ops::not_root(from, Errno::EBUSY)?;
-        crate::ops::not_root(to, Errno::EBUSY)?;
+        not_root(from, Errno::EBUSY)?;
+        not_root(to, Errno::EBUSY)?;
         if to.len() > from.len() && to.starts_with(from) && to.as_bytes()[from.len()] == b'/' {
             return Err(Errno::EINVAL);
         }
@@ -486,7 +244,7 @@ impl Ops {
                         after: &after,
                         max_bytes: 16 << 10,
                     };
-                    match self.execute(&req, &[], &mut [])? {
+                    match self.find_here(&req, None)? {
                         Answer::Found(paths, _, next) => (paths, next),
                         _ => return Err(Errno::EPROTO),
                     }
@@ -580,7 +338,7 @@ impl Ops {
     /// `req` done by server `server`: this one directly, another through a peer call.
     fn on(&self, server: u32, req: &Request<'_>) -> FsResult<Answer> {
         if server == self.here() {
-            return self.execute(req, &[], &mut []);
+            return self.execute(req);
         }
         Ok(match self.peers.call(server, req, &[])? {
             Reply::Attr(a) => Answer::Attr(a),
@@ -795,7 +553,7 @@ impl Ops {
 /// Starts the thread that finishes parked moves (found at start, or left by a target that
 /// could not be reached), retrying every `every` until the server stops.
 pub fn start_mover(
-    ops: std::sync::Arc<Ops>,
+    ops: std::sync::Arc<Server>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     every: std::time::Duration,
 ) -> std::io::Result<()> {
@@ -805,12 +563,12 @@ pub fn start_mover(
             while !stop.load(Relaxed) {
                 // the sets this server serves now (another's after a failover, its own
                 // again after a rejoin): their moves are its to finish
-                let sets = crate::replica::forward::primary_of(&ops);
+                let sets = ops.primary_of();
                 if let Err(e) = ops.adopt_moves(&sets) {
                     tracing::error!("pending renames: {e}");
                 }
                 for set in sets {
-                    crate::replica::forward::as_set(&ops, set, || {
+                    ops.as_set(set, || {
                         if ops.moving.any_parked() {
                             if let Err(e) = ops.finish_intents(&[set]) {
                                 tracing::error!("pending renames: {e}");
@@ -828,18 +586,138 @@ pub fn start_mover(
         .map(drop)
 }
 
+impl Server {
+    /// `Attach` here (server to server, or this server's own: a link's new name on this
+    /// server).
+    pub(crate) fn attach_here(&self, req: &Request<'_>) -> FsResult<Answer> {
+        let Request::Attach {
+            path,
+            attr,
+            replace,
+            durable,
+            from,
+            src,
+        } = *req
+        else {
+            return Err(Errno::EINVAL);
+        };
+        not_root(path, Errno::EISDIR)?;
+        let dir = attr.is_dir();
+        // a replaced file is forgotten under its name's lock (see `Unlink`)
+        let _n = self.opens.name_lock(path);
+        let old = self.meta.get(path)?;
+        match old {
+            Some(o) if !replace && o.id != attr.id => return Err(Errno::EEXIST),
+            // a new name of a file with several names (`Link`): never over one
+            Some(_) if !replace && from.is_none() && is_stub(&attr) => return Err(Errno::EEXIST),
+            // a directory replaces only an (empty: the client checked) directory
+            Some(o) if dir && !o.is_dir() => return Err(Errno::ENOTDIR),
+            Some(o) if !dir && o.is_dir() => return Err(Errno::EISDIR),
+            _ => {}
+        }
+        let attr = Attr {
+            ctime: now_ns(),
+            ..attr
+        };
+        let arrival = from.map(|from| madfs_store::Arrival {
+            path: path.to_owned(),
+            src,
+            from: from.to_owned(),
+            id: attr.id,
+        });
+        // pinned before it is visible (a failed write leaves it to the mover to settle)
+        if let Some(a) = &arrival {
+            self.moving.arrive(a.clone());
+        }
+        let attach = || self.meta.attach(path, &attr, &[], arrival.as_ref());
+        match old {
+            Some(_) => attach()?,
+            None => self.creating(path, attach)?,
+        }
+        let old = old.filter(|o| o.id != attr.id);
+        if let Some(o) = &old {
+            // the replaced file's last name is gone
+            self.forget(o)?;
+        }
+        if durable {
+            self.meta.sync(self.meta.mark())?;
+        }
+        if dir {
+            // (a server that missed it fails this step: the rename's mover does it again)
+            self.dir_changed(path, Some(&attr))?;
+        }
+        Ok(Answer::Replaced(old))
+    }
+}
+
+pub(crate) fn rename(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
+    let Request::Rename {
+        from,
+        to,
+        noreplace,
+    } = *req
+    else {
+        return Err(Errno::EINVAL);
+    };
+    let r = s.rename(from, to, noreplace)?;
+    let now = now_ns();
+    s.parent_changed(from, now);
+    s.parent_changed(to, now);
+    Ok(r)
+}
+
+pub(crate) fn attach(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
+    if !c.bulk.is_empty() {
+        return Err(Errno::EINVAL); // chunk 0 stays on the file's home server
+    }
+    s.attach_here(req)
+}
+
+pub(crate) fn detach(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
+    let Request::Detach { path, id } = *req else {
+        return Err(Errno::EINVAL);
+    };
+    not_root(path, Errno::EBUSY)?;
+    let a = s.get(path)?;
+    if a.id != id {
+        return Err(Errno::ENOENT);
+    }
+    s.meta.remove_entry(path)?;
+    if a.is_dir() {
+        // (the old name is gone whatever a server missed: it learns it when it starts)
+        let _ = s.dir_changed(path, None);
+    }
+    Ok(Answer::Unit)
+}
+
+pub(crate) fn settle(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
+    let Request::Settle { path, id } = *req else {
+        return Err(Errno::EINVAL);
+    };
+    path_ok(path)?;
+    s.settle(path, id).map(|_| Answer::Unit)
+}
+
+pub(crate) fn move_state(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
+    let Request::MoveState { from, id } = *req else {
+        return Err(Errno::EINVAL);
+    };
+    path_ok(from)?;
+    s.move_state(from, id).map(Answer::Bool)
+}
+
 #[cfg(test)]
 mod tests {
-    use crate::store::{Intent, MetadataStore};
     use madfs_proto::{Errno, Request};
+    use madfs_store::{Intent, MetadataStore};
 
     #[test]
     fn local_renames_and_intent_records() {
         let dir = tempfile::tempdir().unwrap();
-        let o = crate::ops::tests::ops(dir.path());
+        let o = crate::fixture::server(dir.path());
         let mut d = vec![0u8; 64];
-        let mut run = |r: Request<'_>| o.execute(&r, b"", &mut d).map(|_| ());
-        let create = crate::ops::tests::new_file;
+        let mut run = |r: Request<'_>| o.execute_with(&r, b"", &mut d).map(|_| ());
+        let create = crate::fixture::new_file;
         let rename = |from, to, noreplace| Request::Rename {
             from,
             to,

@@ -12,8 +12,7 @@
 
 use super::flush::SharedFlush;
 use super::sums;
-use super::ChunkStore;
-use crate::replica::forward;
+use super::{ChunkStore, Tap};
 use madfs_placement::TOKEN_FILE;
 use madfs_proto::{Errno, FsResult, ReplOp, StatFs};
 use std::collections::HashMap;
@@ -68,6 +67,8 @@ pub struct FsChunks {
     pins: Arc<Pins>,
     open: Mutex<OpenCache>,
     space: Space,
+    /// What sees every chunk change (a replicated cluster's copies): [`Tap`].
+    tap: std::sync::OnceLock<Arc<dyn Tap>>,
 }
 
 /// Free space kept for metadata (docs/operations.md, "Full disks"): writes of file data are
@@ -209,7 +210,7 @@ impl FsChunks {
     /// Opens (creating) the chunk directory `root`; with `checksums`, chunk files carry
     /// per-block checksums.
     pub fn open(root: &Path, checksums: bool) -> std::io::Result<Self> {
-        std::fs::create_dir_all(root)?;
+        crate::files::make_dir(root, 0o700)?;
         let location = publish_location(root)?;
         Ok(FsChunks {
             location,
@@ -227,6 +228,7 @@ impl FsChunks {
                 budget: std::sync::atomic::AtomicI64::new(-1),
                 meta_budget: std::sync::atomic::AtomicI64::new(-1),
             },
+            tap: std::sync::OnceLock::new(),
         })
     }
 
@@ -376,18 +378,23 @@ impl FsChunks {
         }
         let gen = self.open_cache().gen;
         let path = self.file_path(id);
+        // (never through a link: names are made of numbers, and the directory is the
+        // server's alone, but nothing planted is followed all the same)
         let open = |path: &Path, create: bool| {
+            use std::os::unix::fs::OpenOptionsExt;
             OpenOptions::new()
                 .read(true)
                 .write(true)
                 .create(create)
                 .truncate(false)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
                 .open(path)
         };
         let open_or_mkdir = |path: &Path| match open(path, create) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => {
                 if let Some(dir) = path.parent() {
-                    std::fs::create_dir_all(dir)?;
+                    crate::files::make_dir(dir, 0o700)?;
                 }
                 open(path, create)
             }
@@ -599,6 +606,19 @@ impl FsChunks {
         Ok(ids.into_iter().collect())
     }
 
+    /// Installs the tap that sees every chunk change ([`Tap`]); once.
+    pub fn set_tap(&self, tap: Arc<dyn Tap>) {
+        let _ = self.tap.set(tap);
+    }
+
+    /// Tells the tap, if one is installed and wants it, of change `op` just made.
+    fn tapped(&self, op: ReplOp, bulk: &[u8]) -> FsResult<()> {
+        match self.tap.get() {
+            Some(t) if t.active() => t.chunk(op, bulk),
+            _ => Ok(()),
+        }
+    }
+
     /// Checks every block of file `id`'s chunk file against its checksum (fsck): the
     /// damaged blocks as (byte position, what). Nothing without checksums.
     pub fn check(&self, id: u64) -> FsResult<Vec<(u64, &'static str)>> {
@@ -636,7 +656,7 @@ impl FsChunks {
             }
         }
         self.truncate_here(id, 0)?;
-        forward::chunk(ReplOp::Remove { id }, &[])?;
+        self.tapped(ReplOp::Remove { id }, &[])?;
         // a record file alone (its chunk file lost) goes too
         std::fs::remove_file(self.sums_path(id)).or_else(not_found_is_ok)?;
         Ok(bytes)
@@ -752,9 +772,12 @@ fn publish_location(root: &Path) -> std::io::Result<Location> {
         return Err(std::io::Error::last_os_error());
     }
     let token = u64::from_le_bytes(raw);
-    let tmp = root.join(format!("{TOKEN_FILE}.tmp"));
-    std::fs::write(&tmp, format!("{token}\n"))?;
-    std::fs::rename(&tmp, root.join(TOKEN_FILE))?;
+    crate::files::replace(
+        &root.join(TOKEN_FILE),
+        format!("{token}\n").as_bytes(),
+        0o644,
+        false,
+    )?;
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .map(|s| s.trim().to_string())
         .unwrap_or_default();
@@ -828,17 +851,17 @@ impl ChunkStore for FsChunks {
             };
         }
         self.mark_dirty(id);
-        forward::chunk(ReplOp::Write { id, pos }, data)
+        self.tapped(ReplOp::Write { id, pos }, data)
     }
 
     fn truncate(&self, id: u64, size: u64) -> FsResult<()> {
         self.truncate_here(id, size)?;
-        forward::chunk(ReplOp::Truncate { id, size }, &[])
+        self.tapped(ReplOp::Truncate { id, size }, &[])
     }
 
     fn punch(&self, id: u64, pos: u64, len: u64) -> FsResult<()> {
         self.punch_here(id, pos, len)?;
-        forward::chunk(ReplOp::Punch { id, pos, len }, &[])
+        self.tapped(ReplOp::Punch { id, pos, len }, &[])
     }
 
     fn sync(&self, id: u64) -> FsResult<()> {

@@ -1,14 +1,38 @@
-//! Storage back ends of a server: metadata (RocksDB) and chunk data (local files).
+//! The storage of a madfs server: metadata (RocksDB) and chunk data (local files).
 //!
-//! The [`MetadataStore`] and [`ChunkStore`] traits are what the operations layer (`ops.rs`)
-//! sees; [`rocks::RocksMeta`] and [`chunks::FsChunks`] implement them.
+//! The [`MetadataStore`] and [`ChunkStore`] traits are what the server's handlers see;
+//! [`rocks::RocksMeta`] and [`chunks::FsChunks`] implement them. The store knows nothing of
+//! what is above it: no request, permission, replica set or map. What a replicated server
+//! needs to see of its writes it sees through a [`Tap`] it installs.
 
 pub mod chunks;
+pub mod files;
 pub mod flush;
 pub mod rocks;
 mod sums;
 
-use madfs_proto::{Attr, FsResult, StatFs};
+use madfs_proto::{Attr, FsResult, ReplOp, StatFs};
+
+/// What the layer above the store sees of its writes (a replicated server's copies to its
+/// secondaries). The store calls it on the thread that makes the write, inside the store's
+/// own locks, so two writes of one key reach it in the order they were made; an error fails
+/// the write's caller (the write itself is made).
+pub trait Tap: Send + Sync {
+    /// Is a write made now on this thread wanted ([`Tap::batch`], [`Tap::chunk`])? A batch's
+    /// encoding is copied only then.
+    fn active(&self) -> bool;
+    /// A record to write in the batch being committed now on this thread, if any (the replay
+    /// record of the request being served).
+    fn extra(&self) -> Option<(Vec<u8>, Vec<u8>)>;
+    /// A metadata write batch (RocksDB's encoding) was committed, durably when `synced`.
+    fn batch(&self, data: &[u8], synced: bool) -> FsResult<()>;
+    /// A chunk change was made (`bulk`: a write's bytes).
+    fn chunk(&self, op: ReplOp, bulk: &[u8]) -> FsResult<()>;
+    /// The id space of the file ids made now on this thread: (replica set, map epoch) of a
+    /// replicated cluster's request (ids are made per set, from a counter in the set's own
+    /// records), or `None` for the server's own counter.
+    fn id_scope(&self) -> Option<(u32, u64)>;
+}
 
 /// Is `a` (an entry as stored) a name of a file with several names, whose attributes live
 /// by id on its home server (docs/consistency.md, "Hard links")? Such an entry keeps the
@@ -167,8 +191,16 @@ pub trait MetadataStore: Send + Sync {
     fn merge_size(&self, path: &str, size: u64, mtime: i64) -> FsResult<()>;
     /// Atomically (among appenders) takes the current end of file `path` (which must name
     /// file `id`, unless 0: ESTALE) as the offset of a `len`-byte append and grows the size
-    /// past it. Returns the offset.
-    fn reserve_append(&self, path: &str, id: u64, len: u64, mtime: i64) -> FsResult<u64>;
+    /// past it; `reserved` hears the offset before the growth is written (it may want it
+    /// written along: [`Tap::extra`]). Returns the offset.
+    fn reserve_append(
+        &self,
+        path: &str,
+        id: u64,
+        len: u64,
+        mtime: i64,
+        reserved: &mut dyn FnMut(u64),
+    ) -> FsResult<u64>;
     /// Entries of `dir` with hash ≥ `start`, in hash order, until about `max_bytes` of names;
     /// entries sharing a position (hash >> 1) are never split. Returns the entries and the hash to go on from.
     fn list(&self, dir: &str, start: u64, max_bytes: usize) -> FsResult<(Vec<Entry>, Option<u64>)>;

@@ -3,42 +3,11 @@
 //! requests say. The keys live beside the cluster file (`madfs_auth::key_path`,
 //! `madfs_auth::peer_key_path`); the first server of a new cluster makes them.
 
-use crate::ops::Answer;
+use crate::who::{Who, SQUASHED};
 use madfs_auth::{munge, Challenge, Key, Purpose};
 use madfs_identity::{AuthMode, ClusterIdentity, Owner};
-use madfs_proto::{Errno, FsResult, Hello, Proof, Request, Role};
+use madfs_proto::{Hello, Proof, Role};
 use std::path::{Path, PathBuf};
-
-/// The identity a connection is served as.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Who {
-    /// User id.
-    pub uid: u32,
-    /// Primary group id.
-    pub gid: u32,
-    /// Every group (primary first), from this server's group database.
-    pub groups: Vec<u32>,
-    /// A client, or another server of the cluster.
-    pub role: Role,
-    /// The replica set the connection's requests are for (its hello's; `None`: this
-    /// server's own). See docs/redundancy.md.
-    pub set: Option<u32>,
-}
-
-impl Who {
-    /// This server itself (its own user, role `Peer`): work a server does on its own behalf.
-    pub fn server() -> Who {
-        // SAFETY: plain getters.
-        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-        Who {
-            uid,
-            gid,
-            groups: vec![gid],
-            role: Role::Peer,
-            set: None,
-        }
-    }
-}
 
 /// Checks hellos and control logins.
 #[derive(Debug)]
@@ -52,9 +21,6 @@ pub struct Gate {
     /// Serve clients that prove uid 0 as `nobody` (65534:65534), as NFS's root_squash.
     pub root_squash: bool,
 }
-
-/// Who a squashed root is served as.
-pub const SQUASHED: u32 = 65534;
 
 /// Where a cluster's keys live: beside its cluster file, or in the data directory of a
 /// server started without one.
@@ -119,19 +85,30 @@ impl Gate {
         &self.peer_key
     }
 
+    /// What `hello`'s proof on connection `conn` (sent `server_nonce`) must cover: this
+    /// connection, both nonces, and what the hello states of itself.
     fn challenge(
         &self,
+        hello: &Hello<'_>,
         conn: u32,
         server_nonce: &[u8; 32],
-        client_nonce: &[u8],
     ) -> Option<Challenge> {
         Some(Challenge {
             cluster: self.cluster,
             server: self.server,
             conn,
             server_nonce: *server_nonce,
-            client_nonce: client_nonce.try_into().ok()?,
+            client_nonce: hello.nonce.try_into().ok()?,
+            stated: madfs_auth::stated(hello.role.code(), hello.uid, hello.gid, hello.set),
         })
+    }
+
+    /// A MUNGE-mode server's proof that it is one: a credential of its own user for this
+    /// connection's challenge.
+    fn munge_proof(c: &Challenge) -> Result<Vec<u8>, String> {
+        munge::encode(&c.server_payload())
+            .map(String::into_bytes)
+            .map_err(|e| format!("the server's own MUNGE credential: {e}"))
     }
 
     /// Checks `hello` on connection `conn`, which was sent `nonce`: the identity to serve it
@@ -167,7 +144,7 @@ impl Gate {
             return Err(format!("hello names connection {}, not {conn}", hello.conn));
         }
         let c = self
-            .challenge(conn, nonce, hello.nonce)
+            .challenge(hello, conn, nonce)
             .ok_or("malformed hello (nonce)")?;
         match (hello.role, &hello.proof, self.mode) {
             (_, Proof::Insecure, AuthMode::Insecure) => Ok((
@@ -206,14 +183,14 @@ impl Gate {
                 if d.uid != 0 {
                     return Err(format!("uid {} may not act for other users", d.uid));
                 }
-                Ok((self.stated(hello), Vec::new()))
+                Ok((self.stated(hello), Self::munge_proof(&c)?))
             }
             (Role::Peer, Proof::Key(p), _) => {
                 if !self.peer_key.verify(Purpose::Peer, &c, p) {
                     return Err("wrong peer key".into());
                 }
                 Ok((
-                    Who::server(),
+                    Who::server().clone(),
                     self.peer_key.prove(Purpose::Server, &c).to_vec(),
                 ))
             }
@@ -244,7 +221,7 @@ impl Gate {
                         role: Role::Client,
                         set: None,
                     },
-                    Vec::new(),
+                    Self::munge_proof(&c)?,
                 ))
             }
             (_, proof, mode) => Err(format!(
@@ -315,283 +292,6 @@ impl Gate {
     }
 }
 
-impl crate::ops::Ops {
-    /// Executes `req` for `who`: what the request says about its sender is replaced by what
-    /// the connection proved (new entries belong to `who`), and requests only servers may
-    /// send are refused to clients.
-    pub fn execute_as(
-        &self,
-        who: &Who,
-        req: &Request<'_>,
-        bulk: &[u8],
-        data: &mut [u8],
-    ) -> FsResult<Answer> {
-        // a request id matters only where a request may be sent again to another server
-        let (req, once) = match req {
-            Request::Once {
-                client,
-                seq,
-                at,
-                req: inner,
-            } => (&**inner, Some((*client, *seq, *at))),
-            r => (r, None),
-        };
-        if matches!(req, Request::Once { .. }) {
-            return Err(Errno::EINVAL);
-        }
-        let Some(rep) = &self.replica else {
-            self.admits(who, req)?;
-            return self.execute_checked(who, req, bulk, data);
-        };
-        // a replicated cluster: a copy from a primary, or a request this server must be
-        // the primary for (docs/redundancy.md)
-        if let Request::Replicate {
-            set,
-            epoch,
-            from,
-            op,
-        } = *req
-        {
-            return rep.apply(self, who, set, epoch, from, op, bulk);
-        }
-        match *req {
-            Request::Resync {
-                set,
-                epoch,
-                after,
-                max_bytes,
-                files,
-                after_id,
-            } => return rep.resync_page(self, who, set, epoch, after, max_bytes, files, after_id),
-            Request::ResyncRead { id, pos, len } => {
-                if who.role != Role::Peer {
-                    return Err(Errno::EPERM);
-                }
-                let want = (len as usize).min(data.len());
-                let n = self.chunks.read_raw(id, pos, &mut data[..want])?;
-                return Ok(Answer::Records(vec![(vec![], data[..n].to_vec())], None));
-            }
-            _ => {}
-        }
-        use crate::replica::{forward, history};
-        let admitted = history::enabled().then(history::now_ns);
-        crate::admit::check(req, who.set.unwrap_or(self.id), self.peers.servers())?;
-        let target = rep.admit(who, req)?;
-        let set = target.as_ref().map(|t| t.set());
-        let logged = target.as_ref().map(|t| (t.set(), t.epoch()));
-        let r = forward::serving(target, self, || match (once, set) {
-            (Some(id), Some(set)) => {
-                crate::replica::replay::once(self, set, id, |note| match note {
-                    None => self.execute_checked(who, req, bulk, data),
-                    Some(note) => self.replayed(who, req, note, bulk, data),
-                })
-            }
-            _ => self.execute_checked(who, req, bulk, data),
-        });
-        if let (Ok(_), Some(at), Some((set, epoch))) = (&r, admitted, logged) {
-            if forward::wrote() {
-                history::accepted(set, epoch, self.id, at);
-            }
-        }
-        r
-    }
-
-    /// The answer to `req`, sent again after it was applied (its replay record noted `note`):
-    /// what it answered then, and the notices to other servers it may not have finished
-    /// sending.
-    fn replayed(
-        &self,
-        who: &Who,
-        req: &Request<'_>,
-        note: crate::replica::replay::Note,
-        bulk: &[u8],
-        data: &mut [u8],
-    ) -> FsResult<Answer> {
-        use crate::replica::replay::Note;
-        match (note, req) {
-            // the file it made, opened as it was then (a capability, an open reference)
-            (Note::Created(_), Request::Create { .. }) => {
-                let mut again = req.clone();
-                if let Request::Create { excl, trunc, .. } = &mut again {
-                    (*excl, *trunc) = (false, false);
-                }
-                match self.execute_checked(who, &again, bulk, data)? {
-                    Answer::Created {
-                        attr,
-                        old_size,
-                        cap,
-                        ..
-                    } => Ok(Answer::Created {
-                        attr,
-                        existed: false,
-                        old_size,
-                        cap,
-                    }),
-                    a => Ok(a),
-                }
-            }
-            (Note::Created(attr), _) => Ok(Answer::Created {
-                attr,
-                existed: false,
-                old_size: 0,
-                cap: Default::default(),
-            }),
-            (Note::Attr(a), Request::Mkdir { path, .. }) => {
-                self.dir_changed(path, Some(&a));
-                Ok(Answer::Attr(a))
-            }
-            (Note::Attr(a), Request::Rmdir { path }) => {
-                self.dir_changed(path, None);
-                Ok(Answer::Attr(a))
-            }
-            (Note::Attr(a), _) => Ok(Answer::Attr(a)),
-            (Note::Offset(o), _) => Ok(Answer::Offset(o)),
-            (Note::Renamed, Request::Rename { from, .. }) => self.renamed_again(from),
-            (Note::Renamed, _) => Err(Errno::EPROTO),
-            (Note::Again, _) => self.execute_checked(who, req, bulk, data),
-        }
-    }
-
-    fn execute_checked(
-        &self,
-        who: &Who,
-        req: &Request<'_>,
-        bulk: &[u8],
-        data: &mut [u8],
-    ) -> FsResult<Answer> {
-        let (uid, gid) = (who.uid, who.gid);
-        let owned;
-        let req = match *req {
-            Request::Create {
-                path,
-                mode,
-                excl,
-                trunc,
-                access,
-                holder,
-                ..
-            } => {
-                owned = Request::Create {
-                    path,
-                    mode,
-                    uid,
-                    gid,
-                    excl,
-                    trunc,
-                    access,
-                    holder,
-                };
-                &owned
-            }
-            Request::Mkdir { path, mode, .. } => {
-                owned = Request::Mkdir {
-                    path,
-                    mode,
-                    uid,
-                    gid,
-                };
-                &owned
-            }
-            Request::Mknod {
-                path, mode, rdev, ..
-            } => {
-                owned = Request::Mknod {
-                    path,
-                    mode,
-                    rdev,
-                    uid,
-                    gid,
-                };
-                &owned
-            }
-            Request::Symlink { path, target, .. } => {
-                owned = Request::Symlink {
-                    path,
-                    target,
-                    uid,
-                    gid,
-                };
-                &owned
-            }
-            Request::Attach { .. }
-            | Request::Detach { .. }
-            | Request::Settle { .. }
-            | Request::Touch { .. }
-            | Request::Seal { .. }
-            | Request::MoveState { .. }
-            | Request::Forget { .. }
-            | Request::Moved { .. }
-            | Request::Linked { .. }
-            | Request::DirSet { .. }
-            | Request::DirList { .. }
-                if who.role != Role::Peer =>
-            {
-                return Err(Errno::EPERM);
-            }
-            _ => req,
-        };
-        if who.role == Role::Peer {
-            return self.execute(req, bulk, data);
-        }
-        let ans = match self.check(who, req)? {
-            Some(changed) => self.execute(&changed, bulk, data)?,
-            None => self.execute(req, bulk, data)?,
-        };
-        // what the request was allowed to do to a file comes back as a capability
-        let key = self.peers.key();
-        let rw = madfs_proto::ACCESS_R | madfs_proto::ACCESS_W;
-        // a symbolic link's target is read (readlink), never written through a capability
-        let granted = |a: &madfs_proto::Attr, access: u32| {
-            let access = if a.is_link() {
-                access & madfs_proto::ACCESS_R
-            } else {
-                access
-            };
-            crate::cap::grant(key, a.id, access, uid)
-        };
-        Ok(match (req, ans) {
-            (Request::Open { access, .. }, Answer::Attr(a)) => {
-                Answer::Granted(a, granted(&a, *access))
-            }
-            (
-                Request::Create { access, .. },
-                Answer::Created {
-                    attr,
-                    existed,
-                    old_size,
-                    ..
-                },
-            ) => {
-                let access = if existed { *access } else { rw };
-                Answer::Created {
-                    attr,
-                    existed,
-                    old_size,
-                    cap: granted(&attr, access),
-                }
-            }
-            // (an unlink grants nothing: the file's bytes are its home server's to drop, and
-            // another name of it stays someone else's)
-            (
-                Request::SetSize {
-                    mode: madfs_proto::SizeMode::Exact | madfs_proto::SizeMode::ExactWith(_),
-                    ..
-                },
-                Answer::Attr(a),
-            ) => Answer::Granted(a, crate::cap::grant(key, a.id, madfs_proto::ACCESS_W, uid)),
-            // a find lists only what the user could reach by listing directory by directory
-            (Request::Find { dir, .. }, Answer::Found(paths, scanned, next)) if uid != 0 => {
-                let keep = paths
-                    .into_iter()
-                    .filter(|rel| self.reachable(who, dir, rel))
-                    .collect();
-                Answer::Found(keep, scanned, next)
-            }
-            (_, ans) => ans,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -626,6 +326,7 @@ mod tests {
             gid: 0,
             groups: vec![],
             set: None,
+            ticket: 0,
         }
     }
 
@@ -635,7 +336,9 @@ mod tests {
         let key = Key::load(&madfs_auth::key_path(&d.path().join("cluster"))).unwrap();
         let sn = [3u8; 32];
         let cn = [4u8; 32];
-        let c = g.challenge(9, &sn, &cn).unwrap();
+        let c = g
+            .challenge(&hello(Role::Client, Proof::Insecure, &cn), 9, &sn)
+            .unwrap();
         let p = key.prove(Purpose::Client, &c);
         let (who, proof) = g
             .admit(&hello(Role::Client, Proof::Key(&p), &cn), 9, &sn)
@@ -663,6 +366,9 @@ mod tests {
             .admit(&hello(Role::Client, Proof::Munge("MUNGE:x"), &cn), 9, &sn)
             .is_err());
         // the peer key proves a peer
+        let c = g
+            .challenge(&hello(Role::Peer, Proof::Insecure, &cn), 9, &sn)
+            .unwrap();
         let pk = g.peer_key().prove(Purpose::Peer, &c);
         let (who, _) = g
             .admit(&hello(Role::Peer, Proof::Key(&pk), &cn), 9, &sn)
@@ -680,7 +386,9 @@ mod tests {
         munged();
         let (g, _d) = gate(AuthMode::Munge);
         let sn = [6u8; 32];
-        let c = g.challenge(9, &sn, &[0; 32]).unwrap();
+        let c = g
+            .challenge(&hello(Role::Client, Proof::Insecure, &[1; 32]), 9, &sn)
+            .unwrap();
         let cred = munge::encode(&c.munge_payload()).unwrap();
         let h = hello(Role::Client, Proof::Munge(&cred), &[1; 32]);
         // made for connection 9 with nonce `sn`: not good for another
@@ -715,11 +423,20 @@ mod tests {
         let m = munged();
         let (g, _d) = gate(AuthMode::Munge);
         let sn = [8u8; 32];
-        let c = g.challenge(9, &sn, &[0; 32]).unwrap();
         let mut h = hello(Role::Proxy, Proof::Insecure, &[1; 32]);
         h.uid = 65534;
         h.gid = 65534;
-        // root's credential: served as the user it states
+        let c = g.challenge(&h, 9, &sn).unwrap();
+        // root's credential made for a client's hello is no proxy's (what a hello states is
+        // covered: a relayed credential cannot act for another user)
+        let as_client = g
+            .challenge(&hello(Role::Client, Proof::Insecure, &[1; 32]), 9, &sn)
+            .unwrap();
+        let relayed = munge::encode(&as_client.munge_payload()).unwrap();
+        h.proof = Proof::Munge(&relayed);
+        let e = g.admit(&h, 9, &sn).unwrap_err();
+        assert!(e.contains("another connection"), "{e}");
+        // root's credential for this hello: served as the user it states
         let cred = munge::encode(&c.munge_payload()).unwrap();
         h.proof = Proof::Munge(&cred);
         let (who, _) = g.admit(&h, 9, &sn).unwrap();
@@ -752,13 +469,17 @@ mod tests {
         // the peer key may; a client proof may not
         let k = g
             .peer_key()
-            .prove(Purpose::Proxy, &g.challenge(9, &sn, &[1; 32]).unwrap());
+            .prove(Purpose::Proxy, &g.challenge(&h, 9, &sn).unwrap());
         h.proof = Proof::Key(&k);
         assert_eq!(g.admit(&h, 9, &sn).unwrap().0.uid, 65534);
         let wrong = Key::generate()
             .unwrap()
-            .prove(Purpose::Proxy, &g.challenge(9, &sn, &[1; 32]).unwrap());
+            .prove(Purpose::Proxy, &g.challenge(&h, 9, &sn).unwrap());
         h.proof = Proof::Key(&wrong);
+        assert!(g.admit(&h, 9, &sn).is_err());
+        // the peer key's proof for one user is not another's
+        h.proof = Proof::Key(&k);
+        h.uid = 0;
         assert!(g.admit(&h, 9, &sn).is_err());
     }
 

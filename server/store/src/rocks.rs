@@ -15,8 +15,7 @@
 //! removed entry leaves an empty record, which reads as "absent".
 
 use super::flush::SharedFlush;
-use super::{is_stub, Arrival, Created, Entry, Intent, MetadataStore};
-use crate::replica::{forward, replay};
+use super::{is_stub, Arrival, Created, Entry, Intent, MetadataStore, Tap};
 use madfs_placement::{name_hash, split_parent};
 use madfs_proto::{Attr, Errno, FsResult, ATTR_BYTES};
 use rocksdb::{MergeOperands, Options, WriteBatch, WriteOptions, DB};
@@ -437,6 +436,8 @@ pub struct RocksDbMeta {
     /// from where the last one reserved. Per set: the map epoch the block was taken in, the
     /// next id, the end of the reserved block.
     set_ids: Mutex<std::collections::HashMap<u32, (u64, u64, u64)>>,
+    /// What sees every committed write (a replicated cluster's copies): [`Tap`].
+    tap: std::sync::OnceLock<std::sync::Arc<dyn Tap>>,
 }
 
 /// Key of the root directory's attributes (on the metadata server of `/`).
@@ -479,17 +480,29 @@ pub fn key_set(key: &[u8], n: u32) -> Option<u32> {
         }
         b'Z' => Some(u32::from_be_bytes(key.get(1..5)?.try_into().ok()?)),
         b'R' if key == ROOT_KEY => Some(madfs_placement::meta_server("/", n)),
-        b'Y' => replay::key_set(key),
+        b'Y' => replay_key_set(key),
         _ => None,
     }
 }
 
-/// Adds the replay record of the `Request::Once` being served on this thread, if any, to
-/// batch `b`: it goes with its change (`replica::replay`).
-fn with_replay_record(b: &mut WriteBatch) {
-    if let Some((k, v)) = replay::pending() {
-        b.put(k, v);
-    }
+/// Key of the replay record of request (`client`, `seq`) of user `uid`, first sent at `at`
+/// (ms) to replica set `set` (`Y`, then those fields big-endian: a set's records sort by
+/// time, so that old ones go with one range deletion). What the value holds is the replica
+/// layer's.
+pub fn replay_key(set: u32, at: u64, client: u64, seq: u64, uid: u32) -> Vec<u8> {
+    let mut k = Vec::with_capacity(33);
+    k.push(b'Y');
+    k.extend_from_slice(&set.to_be_bytes());
+    k.extend_from_slice(&at.to_be_bytes());
+    k.extend_from_slice(&client.to_be_bytes());
+    k.extend_from_slice(&seq.to_be_bytes());
+    k.extend_from_slice(&uid.to_be_bytes());
+    k
+}
+
+/// The replica set of a replay record's key.
+pub fn replay_key_set(key: &[u8]) -> Option<u32> {
+    Some(u32::from_be_bytes(key.get(1..5)?.try_into().ok()?))
 }
 
 /// Present once every directory's entry count (`N dir`) is kept; a database without it (made
@@ -584,6 +597,7 @@ impl RocksDbMeta {
             wal: SharedFlush::new(),
             own: std::sync::OnceLock::new(),
             set_ids: Mutex::default(),
+            tap: std::sync::OnceLock::new(),
         })
     }
 
@@ -611,13 +625,37 @@ impl RocksDbMeta {
         }
     }
 
+    /// The tap installed above the store, if any ([`Tap`]).
+    fn tap(&self) -> Option<&dyn Tap> {
+        self.tap.get().map(|t| &**t)
+    }
+
+    /// Installs the tap that sees every committed write ([`Tap`]); once.
+    pub fn set_tap(&self, tap: std::sync::Arc<dyn Tap>) {
+        let _ = self.tap.set(tap);
+    }
+
+    /// Adds what the tap wants written with batch `b` (the replay record of the request
+    /// being served), and returns whether it wants the batch itself afterwards.
+    fn tapped(&self, b: &mut WriteBatch) -> bool {
+        let Some(t) = self.tap() else {
+            return false;
+        };
+        if let Some((k, v)) = t.extra() {
+            b.put(k, v);
+        }
+        t.active()
+    }
+
     fn write_synced(&self, mut b: WriteBatch) -> FsResult<()> {
-        with_replay_record(&mut b);
-        let copy = forward::active().then(|| b.data().to_vec());
+        let copy = self.tapped(&mut b).then(|| b.data().to_vec());
         let mut wo = WriteOptions::default();
         wo.set_sync(true);
         self.db.write_opt(b, &wo).map_err(io)?;
-        copy.map_or(Ok(()), |c| forward::batch(&c, true))
+        match (copy, self.tap()) {
+            (Some(c), Some(t)) => t.batch(&c, true),
+            _ => Ok(()),
+        }
     }
 
     /// Writes `b`; in a replicated cluster, the request being served has it copied to its
@@ -626,13 +664,15 @@ impl RocksDbMeta {
     /// the count marker are this server's own).
     fn commit(&self, mut b: WriteBatch) -> FsResult<()> {
         // (also where no secondary is up to copy it to)
-        with_replay_record(&mut b);
-        if !forward::active() {
+        if !self.tapped(&mut b) {
             return self.db.write(b).map_err(io);
         }
         let copy = b.data().to_vec();
         self.db.write(b).map_err(io)?;
-        forward::batch(&copy, false)
+        match self.tap() {
+            Some(t) => t.batch(&copy, false),
+            None => Ok(()),
+        }
     }
 
     /// A new file id of replica set `set` (replicated clusters), served in map `epoch`: a
@@ -1111,7 +1151,14 @@ impl MetadataStore for RocksDbMeta {
         self.records(b'D', "directory intent", false, decode_intent)
     }
 
-    fn reserve_append(&self, path: &str, id: u64, len: u64, mtime: i64) -> FsResult<u64> {
+    fn reserve_append(
+        &self,
+        path: &str,
+        id: u64,
+        len: u64,
+        mtime: i64,
+        reserved: &mut dyn FnMut(u64),
+    ) -> FsResult<u64> {
         // appenders to one path serialise on its lock; concurrent size publications are
         // merges (max), so they can only move the end further, never back
         let _p = self.path_stripe(path);
@@ -1124,7 +1171,7 @@ impl MetadataStore for RocksDbMeta {
             .checked_add(len)
             .filter(|e| *e <= i64::MAX as u64)
             .ok_or(Errno::EFBIG)?;
-        replay::note(replay::Note::Offset(a.size));
+        reserved(a.size);
         self.merge_size(path, end, mtime)?;
         Ok(a.size)
     }
@@ -1312,7 +1359,7 @@ impl MetadataStore for RocksDbMeta {
     }
 
     fn next_id(&self) -> FsResult<u64> {
-        if let Some((set, epoch)) = forward::serving_in() {
+        if let Some((set, epoch)) = self.tap().and_then(|t| t.id_scope()) {
             return self.next_id_of_set(set, epoch);
         }
         let n = self.next.fetch_add(1, Ordering::Relaxed);

@@ -1,0 +1,101 @@
+//! What servers say to each other and to anyone about themselves: a ping, a goodbye, the
+//! cluster map, and a replicated cluster's copies and catch-ups (`crate::replica`).
+
+use super::Call;
+use crate::server::{Answer, Server};
+use madfs_proto::{Errno, FsResult, Request};
+
+impl Server {
+    /// The cluster map as this server knows it (`Request::Map`).
+    fn map_answer(&self) -> Answer {
+        let n = self.peers.servers();
+        match &self.replica {
+            None => Answer::Map(0, vec![0; n as usize], 1),
+            Some(rep) => {
+                let (epoch, states) = rep.map_states(n);
+                Answer::Map(epoch, states, rep.r)
+            }
+        }
+    }
+}
+
+pub(crate) fn ping(_: &Server, _: &mut Call<'_>, _: &Request<'_>) -> FsResult<Answer> {
+    Ok(Answer::Unit)
+}
+
+/// `Bye` (the transports close the connection; nothing else to do).
+pub(crate) fn bye(_: &Server, _: &mut Call<'_>, _: &Request<'_>) -> FsResult<Answer> {
+    Ok(Answer::Unit)
+}
+
+pub(crate) fn map(s: &Server, _: &mut Call<'_>, _: &Request<'_>) -> FsResult<Answer> {
+    Ok(s.map_answer())
+}
+
+/// `Once` is unwrapped by the pipeline (one level only).
+pub(crate) fn once(_: &Server, _: &mut Call<'_>, _: &Request<'_>) -> FsResult<Answer> {
+    Err(Errno::EINVAL)
+}
+
+/// A primary's copy, applied on this secondary.
+pub(crate) fn replicate(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
+    let (
+        Request::Replicate {
+            set,
+            epoch,
+            from,
+            op,
+        },
+        Some(rep),
+    ) = (req, &s.replica)
+    else {
+        return Err(Errno::EINVAL);
+    };
+    rep.apply(&s.meta, &s.chunks, c.who, *set, *epoch, *from, *op, c.bulk)
+        .map(|()| Answer::Unit)
+}
+
+/// A rejoining server's page of a replica set this server is the primary of.
+pub(crate) fn resync(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
+    let (
+        Request::Resync {
+            set,
+            epoch,
+            after,
+            max_bytes,
+            files,
+            after_id,
+        },
+        Some(rep),
+    ) = (req, &s.replica)
+    else {
+        return Err(Errno::EINVAL);
+    };
+    let page = crate::replica::forward::Page {
+        set: *set,
+        epoch: *epoch,
+        after,
+        max_bytes: *max_bytes,
+        files: *files,
+        after_id: *after_id,
+    };
+    let stores = crate::replica::forward::Stores {
+        meta: &s.meta,
+        chunks: &s.chunks,
+        servers: s.peers.servers(),
+        chunk_size: s.chunk_size,
+        max_bytes: s.max_list_bytes,
+    };
+    let (records, next) = rep.resync_page(&stores, c.who, &page)?;
+    Ok(Answer::Records(records, next))
+}
+
+/// Bytes of a chunk file for a rejoining server's copy (servers only).
+pub(crate) fn resync_read(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
+    let Request::ResyncRead { id, pos, len } = *req else {
+        return Err(Errno::EINVAL);
+    };
+    let want = (len as usize).min(c.data.len());
+    let n = s.chunks.read_raw(id, pos, &mut c.data[..want])?;
+    Ok(Answer::Records(vec![(vec![], c.data[..n].to_vec())], None))
+}

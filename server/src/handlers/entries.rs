@@ -1,0 +1,354 @@
+//! Entries: what makes, finds and removes a name (`stat`, `open(O_CREAT)`, `mkdir`,
+//! `mknod`, `symlink`, `unlink`, `rmdir`). A new entry belongs to the connection's user, with
+//! the group a set-group-ID directory gives (`crate::authorize::init_owner`); whatever a
+//! request says of its owner is never read.
+//!
+//! `rmdir` against concurrent creates (docs/consistency.md, "rmdir"): a directory's entries
+//! are spread over every server, so its server first **seals** it on every server (`Seal`,
+//! answered with whether that server holds entries in it), then removes it and tells every
+//! server it is gone, or unseals it (ENOTEMPTY). A create in a sealed directory waits
+//! (EAGAIN, the client retries) and one in a directory the server's table knows was removed
+//! is ENOENT; the seal and a create's check-and-insert exclude each other, so a create racing
+//! an rmdir of its parent either lands before the seal (and the rmdir says ENOTEMPTY) or
+//! after the removal (ENOENT): never an entry in a removed directory.
+
+use super::Call;
+use crate::clock::now_ns;
+use crate::server::{not_root, path_ok, Answer, Server};
+use crate::who::Who;
+use madfs_placement::split_parent;
+use madfs_proto::{Attr, Errno, FsResult, Reply, Request, S_IFDIR, S_IFREG};
+use madfs_store::rocks::Change;
+use madfs_store::{is_stub, Created, MetadataStore};
+
+impl Server {
+    /// Attributes of a new entry (a fresh id, all times now).
+    pub(crate) fn new_attr(
+        &self,
+        mode: u32,
+        nlink: u32,
+        uid: u32,
+        gid: u32,
+        size: u64,
+    ) -> FsResult<Attr> {
+        let now = now_ns();
+        Ok(Attr {
+            id: self.meta.next_id()?,
+            mode,
+            nlink,
+            uid,
+            gid,
+            size,
+            chunk_size: self.chunk_size,
+            rdev: 0,
+            atime: now,
+            mtime: now,
+            ctime: now,
+        })
+    }
+
+    /// A new entry `a` at `path` with inline data `data` (a symlink's target, or nothing):
+    /// inserted unless its directory is sealed or gone, its parent's times touched.
+    fn add_entry(&self, path: &str, a: Attr, data: &[u8]) -> FsResult<Answer> {
+        crate::replica::replay::note(crate::replica::replay::Note::Created(a));
+        self.creating(path, || self.meta.insert(path, &a, data))?;
+        self.parent_changed(path, a.ctime);
+        Ok(Answer::Created {
+            attr: a,
+            existed: false,
+            old_size: 0,
+            cap: Default::default(),
+        })
+    }
+
+    /// Who owns a new entry of mode `mode` at `path` made by `who`, and its mode: the
+    /// connection's user, and the group (and S_ISGID) a set-group-ID directory gives.
+    fn new_owner(&self, who: &Who, path: &str, mode: u32) -> (u32, (u32, u32)) {
+        let parent = split_parent(path).and_then(|(p, _)| self.dirs.get(p));
+        (
+            who.uid,
+            crate::authorize::init_owner(who, parent.as_ref(), mode),
+        )
+    }
+}
+
+impl Server {
+    /// Runs `make` (which adds the entry `path`) unless `path`'s directory is sealed (EAGAIN)
+    /// or known to be gone (ENOENT); a seal waits for it.
+    pub fn creating<T>(&self, path: &str, make: impl FnOnce() -> FsResult<T>) -> FsResult<T> {
+        let Some((dir, _)) = split_parent(path) else {
+            return make();
+        };
+        let sealed = self.sealed.set.read().unwrap_or_else(|e| e.into_inner());
+        if !sealed.is_empty() && sealed.contains(dir) {
+            return Err(Errno::EAGAIN);
+        }
+        if self.dirs.removed(dir) {
+            return Err(Errno::ENOENT);
+        }
+        make()
+    }
+
+    /// Forgets a seal of `dir` (a directory of that name exists again).
+    pub fn unsealed(&self, dir: &str) {
+        let sealed = self.sealed.set.read().unwrap_or_else(|e| e.into_inner());
+        if sealed.is_empty() || !sealed.contains(dir) {
+            return;
+        }
+        drop(sealed);
+        let mut sealed = self.sealed.set.write().unwrap_or_else(|e| e.into_inner());
+        sealed.remove(dir);
+    }
+
+    /// `Seal`: seals `dir` here and answers whether this server holds entries in it, or
+    /// unseals it.
+    pub fn seal(&self, dir: &str, seal: bool) -> FsResult<Answer> {
+        let mut sealed = self.sealed.set.write().unwrap_or_else(|e| e.into_inner());
+        if !seal {
+            sealed.remove(dir);
+            return Ok(Answer::Bool(false));
+        }
+        sealed.insert(dir.to_owned());
+        let busy = self.meta.has_children(dir);
+        if !matches!(busy, Ok(false)) {
+            sealed.remove(dir);
+        }
+        busy.map(Answer::Bool)
+    }
+
+    /// `Rmdir` of `path` (this server's directory).
+    pub fn rmdir(&self, path: &str) -> FsResult<Answer> {
+        not_root(path, Errno::EBUSY)?;
+        let a = self.get(path)?;
+        if !a.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        let others: Vec<u32> = (0..self.peers.servers())
+            .filter(|s| *s != self.here())
+            .collect();
+        let unseal = |upto: &[u32]| {
+            let _ = self.seal(path, false);
+            let req = Request::Seal {
+                dir: path,
+                sealed: false,
+            };
+            for s in upto {
+                if let Err(e) = self.peers.call(*s, &req, &[]) {
+                    tracing::warn!("rmdir {path}: server {s} not unsealed ({e})");
+                }
+            }
+        };
+        match self.seal(path, true)? {
+            Answer::Bool(false) => {}
+            _ => {
+                unseal(&[]);
+                return Err(Errno::ENOTEMPTY);
+            }
+        }
+        let req = Request::Seal {
+            dir: path,
+            sealed: true,
+        };
+        for (i, s) in others.iter().enumerate() {
+            let r = match self.peers.call(*s, &req, &[]) {
+                Ok(Reply::Bool(false)) => Ok(()),
+                Ok(Reply::Bool(true)) => Err(Errno::ENOTEMPTY),
+                Ok(_) => Err(Errno::EPROTO),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = r {
+                unseal(&others[..=i]);
+                return Err(e);
+            }
+        }
+        crate::replica::replay::note(crate::replica::replay::Note::Attr(a));
+        let removed = self.meta.remove(path, a.id, None);
+        if removed.is_ok() {
+            self.parent_changed(path, now_ns());
+            // every server learns it is gone (creates in it are ENOENT from then on; one that
+            // missed it learns it when it starts: the removal itself is done)
+            let _ = self.dir_changed(path, None);
+        }
+        unseal(&others);
+        removed.map(|_| Answer::Attr(a))
+    }
+}
+
+pub(crate) fn stat(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
+    let Request::Stat(path) = *req else {
+        return Err(Errno::EINVAL);
+    };
+    path_ok(path)?;
+    s.get(path).map(Answer::Attr)
+}
+
+pub(crate) fn create(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
+    let Request::Create {
+        path,
+        mode,
+        excl,
+        trunc,
+        holder,
+        ..
+    } = *req
+    else {
+        return Err(Errno::EINVAL);
+    };
+    not_root(path, Errno::EISDIR)?;
+    let (uid, (mode, gid)) = s.new_owner(c.who, path, S_IFREG | (mode & 0o7777));
+    // the entry and its open reference together (see `Open`)
+    let _n = (holder != 0).then(|| s.opens.name_lock(path));
+    // only a new entry needs room (opening an existing file never)
+    let make = &mut || {
+        s.chunks.admit_entry()?;
+        s.new_attr(mode, 1, uid, gid, 0)
+    };
+    // O_EXCL: the insert itself answers EEXIST; else one lookup under the
+    // path's lock finds the entry or creates it
+    let found = s.creating(path, || {
+        if excl {
+            let a = make()?;
+            crate::replica::replay::note(crate::replica::replay::Note::Created(a));
+            s.meta.insert(path, &a, &[])?;
+            Ok(Created::New(a))
+        } else {
+            s.meta.get_or_insert(path, make)
+        }
+    })?;
+    let found = match found {
+        Created::Existed(a) => Created::Existed(s.resolved(a)?),
+        f => f,
+    };
+    let (Created::New(a) | Created::Existed(a)) = &found;
+    s.opened(c.who.uid, holder, a)?;
+    match found {
+        Created::New(attr) => {
+            s.parent_changed(path, attr.ctime);
+            Ok(Answer::Created {
+                attr,
+                existed: false,
+                old_size: 0,
+                cap: Default::default(),
+            })
+        }
+        Created::Existed(a) if a.is_dir() => Err(Errno::EISDIR),
+        // a link: the client follows it (never truncate its target string); a
+        // special file has no data to truncate (the kernel ignores O_TRUNC there)
+        Created::Existed(a) if a.is_link() || a.is_special() => Ok(Answer::Created {
+            attr: a,
+            existed: true,
+            old_size: a.size,
+            cap: Default::default(),
+        }),
+        Created::Existed(mut a) => {
+            let old_size = a.size;
+            if trunc && a.size > 0 {
+                let ch = Change::Size {
+                    size: 0,
+                    time: now_ns(),
+                };
+                ch.apply(&mut a);
+                s.meta.truncate_inline(a.id, 0)?;
+                s.drop_local_chunks(a.id, 0)?;
+                s.change_file(path, a.id, ch)?;
+            }
+            Ok(Answer::Created {
+                attr: a,
+                existed: true,
+                old_size,
+                cap: Default::default(),
+            })
+        }
+    }
+}
+
+pub(crate) fn symlink(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
+    let Request::Symlink { path, target, .. } = *req else {
+        return Err(Errno::EINVAL);
+    };
+    not_root(path, Errno::EEXIST)?;
+    s.chunks.admit_entry()?;
+    if target.is_empty() {
+        return Err(Errno::ENOENT);
+    }
+    if target.len() >= libc::PATH_MAX as usize {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    let (uid, (mode, gid)) = s.new_owner(c.who, path, libc::S_IFLNK | 0o777);
+    let a = s.new_attr(mode, 1, uid, gid, target.len() as u64)?;
+    // entry and target in one batch
+    s.add_entry(path, a, target.as_bytes())
+}
+
+pub(crate) fn mknod(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
+    let Request::Mknod {
+        path, mode, rdev, ..
+    } = *req
+    else {
+        return Err(Errno::EINVAL);
+    };
+    not_root(path, Errno::EEXIST)?;
+    if !madfs_proto::is_special(mode) {
+        return Err(Errno::EINVAL);
+    }
+    s.chunks.admit_entry()?;
+    let dev = matches!(mode & libc::S_IFMT, libc::S_IFCHR | libc::S_IFBLK);
+    let (uid, (mode, gid)) = s.new_owner(c.who, path, mode & (libc::S_IFMT | 0o7777));
+    let a = Attr {
+        rdev: if dev { rdev } else { 0 },
+        ..s.new_attr(mode, 1, uid, gid, 0)?
+    };
+    s.add_entry(path, a, &[])
+}
+
+pub(crate) fn mkdir(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
+    let Request::Mkdir { path, mode, .. } = *req else {
+        return Err(Errno::EINVAL);
+    };
+    not_root(path, Errno::EEXIST)?;
+    s.chunks.admit_entry()?;
+    let (uid, (mode, gid)) = s.new_owner(c.who, path, S_IFDIR | (mode & 0o7777));
+    let a = s.new_attr(mode, 2, uid, gid, 0)?;
+    crate::replica::replay::note(crate::replica::replay::Note::Attr(a));
+    s.creating(path, || s.meta.insert(path, &a, &[]))?;
+    s.parent_changed(path, a.ctime);
+    s.dir_changed(path, Some(&a))?;
+    Ok(Answer::Attr(a))
+}
+
+pub(crate) fn unlink(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
+    let Request::Unlink { path } = *req else {
+        return Err(Errno::EINVAL);
+    };
+    not_root(path, Errno::EISDIR)?;
+    let _n = s.opens.name_lock(path);
+    let raw = s.meta.get(path)?.ok_or(Errno::ENOENT)?;
+    if raw.is_dir() {
+        return Err(Errno::EISDIR);
+    }
+    if is_stub(&raw) {
+        let a = s.unlink_stub(path, &raw)?;
+        s.parent_changed(path, now_ns());
+        return Ok(Answer::Attr(a));
+    }
+    let a = raw;
+    crate::replica::replay::note(crate::replica::replay::Note::Attr(a));
+    s.unlink_file(path, &a)?;
+    s.parent_changed(path, now_ns());
+    Ok(Answer::Attr(a))
+}
+
+pub(crate) fn rmdir(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
+    let Request::Rmdir { path } = *req else {
+        return Err(Errno::EINVAL);
+    };
+    s.rmdir(path)
+}
+
+pub(crate) fn seal(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
+    let Request::Seal { dir, sealed } = *req else {
+        return Err(Errno::EINVAL);
+    };
+    path_ok(dir)?;
+    s.seal(dir, sealed)
+}

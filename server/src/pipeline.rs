@@ -1,0 +1,214 @@
+//! The one door (docs/architecture.md, "One door"): every request a server serves, from any
+//! transport (UCX, plain TCP, the fsync tag), passes these steps in this order, here and
+//! nowhere else:
+//!
+//! 1. **authenticate**: the connection's identity was proved at its hello
+//!    ([`crate::gate`]); the transport hands it over with the request ([`Call::who`]);
+//! 2. **admit**: this server holds every key the request names (a path's server, a file's
+//!    home, a chunk's server), or, on a replicated cluster, is the primary of their replica
+//!    set in a current map ([`crate::admit`]); else `EREMCHG`;
+//! 3. **authorize**: who may send it (clients, or servers only) and the permission its row
+//!    names, as the kernel decides it ([`crate::authorize`]);
+//! 4. **replay**: a request sent again after a failover is answered from its replay record,
+//!    kept per replica set, user and client ([`crate::replica::replay`]);
+//! 5. **execute**: its handler ([`crate::handlers`]), once no rename moves what it touches;
+//! 6. **replicate**: what it writes is copied to the replica set's secondaries as the store
+//!    writes it ([`crate::replica::forward`]) before the answer goes;
+//! 7. **invalidate**: the cached state it makes stale ([`invalidate`]);
+//! 8. **reply**: with the capability its row grants.
+//!
+//! What each request needs at each step is its row of the table ([`crate::table`]).
+
+use crate::handlers::Call;
+use crate::replica::{forward, history, replay};
+use crate::server::{Answer, Server};
+use crate::table::{self, Grant, Row, Senders};
+use crate::touches::Touches;
+use crate::who::Who;
+use madfs_proto::{
+    privs_of, Attr, Errno, FsResult, Request, Role, ACCESS_PRIVS, ACCESS_R, ACCESS_W,
+};
+
+/// Serves `req` from `c.who` (see the module documentation).
+pub fn serve(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
+    // a request id matters only where a request may be sent again to another server
+    let (req, once) = match req {
+        Request::Once {
+            client,
+            seq,
+            at,
+            req: inner,
+        } => (&**inner, Some((*client, *seq, *at))),
+        r => (r, None),
+    };
+    let row = table::row(req);
+    let who = c.who;
+    let (target, rewritten) = checked(s, who, req, &row)?;
+    let req = rewritten.as_ref().unwrap_or(req);
+    if let Some(e) = s.moving.guard(&row.touches) {
+        return Err(e);
+    }
+    let admitted = history::enabled().then(history::now_ns);
+    let logged = target.as_ref().map(|t| (t.set(), t.epoch()));
+    let set = logged.map(|(set, _)| set);
+    let answer = forward::serving(target, s.replica.as_ref(), &s.peers, || match (once, set) {
+        (Some(id), Some(set)) => replay::once(&s.meta, set, who.uid, id, |note| match note {
+            None => (row.handler)(s, c, req),
+            Some(note) => replayed(s, c, req, &row, note),
+        }),
+        _ => (row.handler)(s, c, req),
+    });
+    if let (Ok(_), Some(at), Some((set, epoch))) = (&answer, admitted, logged) {
+        if forward::wrote() {
+            history::accepted(set, epoch, s.id, at);
+        }
+    }
+    let answer = answer?;
+    invalidate(s, &row.touches);
+    Ok(match who.role {
+        Role::Peer => answer,
+        _ => grant(s, who, row.grant, answer),
+    })
+}
+
+/// Steps 1 to 3 alone, for a read a transport answers itself (from the page cache or a
+/// mapping of the chunk file, `crate::net::ucx`): may this server serve `req` from `who`?
+pub fn check(s: &Server, who: &Who, req: &Request<'_>) -> FsResult<()> {
+    checked(s, who, req, &table::row(req)).map(drop)
+}
+
+/// Who may send it, admission, authorization: the copies' target (replicated), and the
+/// request to run instead when the permission check rewrote it.
+fn checked<'r>(
+    s: &Server,
+    who: &Who,
+    req: &Request<'r>,
+    row: &Row<'r>,
+) -> FsResult<(Option<forward::Target>, Option<Request<'r>>)> {
+    if row.senders == Senders::Servers && who.role != Role::Peer {
+        return Err(Errno::EPERM);
+    }
+    let target = admit(s, who, req, row)?;
+    let rewritten = match who.role {
+        Role::Peer => None,
+        _ => s.authorize(who, &row.perm, req)?,
+    };
+    Ok((target, rewritten))
+}
+
+/// Admission: does this server hold every key of `row` (unreplicated: itself; replicated:
+/// the connection's replica set, whose primary it must be in a current map)? The copies'
+/// target when it is a replicated request that may write.
+fn admit(
+    s: &Server,
+    who: &Who,
+    req: &Request<'_>,
+    row: &Row<'_>,
+) -> FsResult<Option<forward::Target>> {
+    let n = s.peers.servers();
+    match &s.replica {
+        None => crate::admit::check(&row.admit, s.id, n).map(|()| None),
+        Some(rep) => {
+            crate::admit::check(&row.admit, who.set.unwrap_or(s.id), n)?;
+            rep.admit(who, req)
+        }
+    }
+}
+
+/// Where a change's cached state is made stale. No client keeps any yet: the client cache's
+/// callbacks (leases revoked before a change is acknowledged) start here, from what the
+/// request touches.
+fn invalidate(_: &Server, _: &Touches<'_>) {}
+
+/// What the answer grants, as the request's row says: a capability for the file it names.
+/// A write capability of a set-id file given to anyone but root says so
+/// ([`ACCESS_PRIVS`]): its holder clears the bits before it writes (`DropPrivs`), as the
+/// kernel does before a write.
+fn grant(s: &Server, who: &Who, g: Grant, answer: Answer) -> Answer {
+    let key = s.peers.key();
+    let cap = |a: &Attr, access: u32| {
+        // a symbolic link's data is its target: reading at most
+        let mut access = if a.is_link() { access & ACCESS_R } else { access };
+        if who.uid != 0 && access & ACCESS_W != 0 && privs_of(a.mode) != 0 {
+            access |= ACCESS_PRIVS;
+        }
+        crate::cap::grant(key, a.id, access, who.uid)
+    };
+    match (g, answer) {
+        (Grant::Open(access), Answer::Attr(a)) => Answer::Granted(a, cap(&a, access)),
+        (
+            Grant::Create(access),
+            Answer::Created {
+                attr,
+                existed,
+                old_size,
+                ..
+            },
+        ) => Answer::Created {
+            attr,
+            existed,
+            old_size,
+            cap: cap(&attr, if existed { access } else { ACCESS_R | ACCESS_W }),
+        },
+        // (with its set-id bits cleared, or a truncate's: the bytes past the size on the
+        // other servers go with it)
+        (Grant::Write, Answer::Attr(a)) => {
+            Answer::Granted(a, crate::cap::grant(key, a.id, ACCESS_W, who.uid))
+        }
+        (_, answer) => answer,
+    }
+}
+
+/// The answer to `req`, sent again after it was applied (its replay record noted `note`):
+/// what it answered then, and the notices to other servers it may not have finished sending.
+fn replayed(
+    s: &Server,
+    c: &mut Call<'_>,
+    req: &Request<'_>,
+    row: &Row<'_>,
+    note: replay::Note,
+) -> FsResult<Answer> {
+    use replay::Note;
+    match (note, req) {
+        // the file it made, opened as it was then (a capability, an open reference)
+        (Note::Created(_), Request::Create { .. }) => {
+            let mut again = req.clone();
+            if let Request::Create { excl, trunc, .. } = &mut again {
+                (*excl, *trunc) = (false, false);
+            }
+            match (row.handler)(s, c, &again)? {
+                Answer::Created {
+                    attr,
+                    old_size,
+                    cap,
+                    ..
+                } => Ok(Answer::Created {
+                    attr,
+                    existed: false,
+                    old_size,
+                    cap,
+                }),
+                a => Ok(a),
+            }
+        }
+        (Note::Created(attr), _) => Ok(Answer::Created {
+            attr,
+            existed: false,
+            old_size: 0,
+            cap: Default::default(),
+        }),
+        (Note::Attr(a), Request::Mkdir { path, .. }) => {
+            s.dir_changed(path, Some(&a))?;
+            Ok(Answer::Attr(a))
+        }
+        (Note::Attr(a), Request::Rmdir { path }) => {
+            let _ = s.dir_changed(path, None);
+            Ok(Answer::Attr(a))
+        }
+        (Note::Attr(a), _) => Ok(Answer::Attr(a)),
+        (Note::Offset(o), _) => Ok(Answer::Offset(o)),
+        (Note::Renamed, Request::Rename { from, .. }) => s.renamed_again(from),
+        (Note::Renamed, _) => Err(Errno::EPROTO),
+        (Note::Again, _) => (row.handler)(s, c, req),
+    }
+}
