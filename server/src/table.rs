@@ -391,6 +391,16 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
             Runs::Io,
             rename::rename,
         ),
+        // (by id: a server asking a link's home for its target)
+        Request::Readlink { path, id } => row(
+            if path.is_empty() { Servers } else { Anyone },
+            [path_or_id(path, *id), Any, Any],
+            Perm::Lookup(path),
+            Grant::Nothing,
+            Touches::Looks(path),
+            Runs::Local,
+            entries::readlink,
+        ),
         Request::Link { from, to } => row(
             Anyone,
             [Path(from), Any, Any],

@@ -637,6 +637,11 @@ pub enum Request<'a> {
     /// `id` at `path` (empty: its orphan record at its home server; ESTALE when `path` names
     /// another file), `cap` its open's capability. Reply: `Attr` after.
     DropPrivs { path: &'a str, id: u64, cap: Cap },
+    /// The target of the symbolic link at `path` (`readlink`): a link is never opened for its
+    /// data. With an empty `path` (servers only), of link `id` at its home server, which
+    /// keeps its target when its entry moved elsewhere. EINVAL for anything but a link.
+    /// Reply: `Named(target)`.
+    Readlink { path: &'a str, id: u64 },
     /// Servers only: `op` on the attributes of file `id`, which has (had) several names and
     /// is kept by id on its home server (docs/consistency.md, "Hard links"). Reply: `Attr`
     /// after the change.
@@ -821,6 +826,7 @@ impl Request<'_> {
                 | Request::Open { .. }
                 | Request::DirList { .. }
                 | Request::MoveState { .. }
+                | Request::Readlink { .. }
         )
     }
 
@@ -867,6 +873,7 @@ impl Request<'_> {
             Request::Forget { .. } => "forget",
             Request::Moved { .. } => "moved",
             Request::Link { .. } => "link",
+            Request::Readlink { .. } => "readlink",
             Request::Linked { .. } => "linked",
             Request::DropPrivs { .. } => "drop_privs",
             Request::Replicate { .. } => "replicate",

@@ -338,6 +338,43 @@ pub(crate) fn unlink(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -> FsResul
     Ok(Answer::Attr(a))
 }
 
+/// `Readlink`: the target of the symbolic link at `path` (or, from another server, of link
+/// `id`, whose target this server keeps: its home).
+pub(crate) fn readlink(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
+    let Request::Readlink { path, id } = *req else {
+        return Err(Errno::EINVAL);
+    };
+    let (id, len) = if path.is_empty() {
+        (id, libc::PATH_MAX as usize)
+    } else {
+        path_ok(path)?;
+        let a = s.get(path)?;
+        if !a.is_link() {
+            return Err(Errno::EINVAL);
+        }
+        let home = madfs_placement::home_server(a.id, s.peers.servers());
+        if home != s.here() {
+            // its target stayed with its home server when its entry moved here
+            let req = Request::Readlink { path: "", id: a.id };
+            let take = |r: Reply<'_>| match r {
+                Reply::Named(t) => Ok(t.to_owned()),
+                _ => Err(Errno::EPROTO),
+            };
+            return s
+                .peers
+                .call_with(home, &req, &[], 8192, take)
+                .map(Answer::Named);
+        }
+        (a.id, a.size as usize)
+    };
+    let mut target = vec![0u8; len.min(libc::PATH_MAX as usize)];
+    let n = s.read_chunk0(id, 0, &mut target)?;
+    target.truncate(n);
+    String::from_utf8(target)
+        .map(Answer::Named)
+        .map_err(|_| Errno::EIO)
+}
+
 pub(crate) fn rmdir(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
     let Request::Rmdir { path } = *req else {
         return Err(Errno::EINVAL);
@@ -351,4 +388,29 @@ pub(crate) fn seal(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -> FsResult<
     };
     path_ok(dir)?;
     s.seal(dir, sealed)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::fixture::{new_file, server};
+    use crate::server::Answer;
+    use madfs_proto::{Errno, Request};
+
+    #[test]
+    fn readlink_answers_a_links_target_and_einval_for_anything_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = server(dir.path());
+        let link = Request::Symlink {
+            path: "/l",
+            target: "some/where",
+            uid: 0,
+            gid: 0,
+        };
+        s.execute(&link).unwrap();
+        s.execute(&new_file("/f")).unwrap();
+        let of = |path| s.execute(&Request::Readlink { path, id: 0 });
+        assert!(matches!(of("/l"), Ok(Answer::Named(t)) if t == "some/where"));
+        assert_eq!(of("/f").err(), Some(Errno::EINVAL));
+        assert_eq!(of("/none").err(), Some(Errno::ENOENT));
+    }
 }
