@@ -127,8 +127,11 @@ fn invalidate(_: &Server, _: &Touches<'_>) {}
 fn grant(s: &Server, who: &Who, g: Grant, answer: Answer) -> Answer {
     let key = s.peers.key();
     let cap = |a: &Attr, access: u32| {
-        // a symbolic link's data is its target: reading at most
-        let mut access = if a.is_link() { access & ACCESS_R } else { access };
+        // a symbolic link is never opened for its data (its target: `Readlink`)
+        if a.is_link() {
+            return madfs_proto::Cap::default();
+        }
+        let mut access = access;
         if who.uid != 0 && access & ACCESS_W != 0 && privs_of(a.mode) != 0 {
             access |= ACCESS_PRIVS;
         }

@@ -30,7 +30,7 @@ pub enum Senders {
 pub enum Grant {
     /// Nothing.
     Nothing,
-    /// What an open wanted (a symbolic link: reading at most).
+    /// What an open wanted (a symbolic link: nothing; its target is read with `Readlink`).
     Open(u32),
     /// What a create wanted of an existing file; reading and writing of a new one.
     Create(u32),
