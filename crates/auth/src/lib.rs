@@ -120,20 +120,53 @@ impl Key {
         Key(b, mac)
     }
 
-    /// Reads a key file (64 hex digits). A file that others may read or write is refused:
-    /// the key would not be a secret.
+    /// Reads a key file (64 hex digits). Refused: a symbolic link (the file is opened with
+    /// `O_NOFOLLOW`), anything but a regular file, a file that group or others may read or
+    /// write (the key would not be a secret), and a file of another user than this process's
+    /// (effective uid) or root's — another user may have put it there, with a key of its
+    /// own. Root may use any user's key (a root-run tool for a job's cluster, whose key is the
+    /// job user's).
     pub fn load(path: &Path) -> io::Result<Key> {
-        let mut f = std::fs::File::open(path)?;
-        let meta = f.metadata()?;
-        if meta.mode() & 0o077 != 0 {
-            return Err(io::Error::new(
+        let me = euid();
+        Key::load_owned(path, (me != 0).then_some(&[me, 0]))
+    }
+
+    /// [`Key::load`] of a file owned by one of `owners` (`None`: anyone).
+    fn load_owned(path: &Path, owners: Option<&[u32]>) -> io::Result<Key> {
+        let refused = |why: String| {
+            io::Error::new(
                 io::ErrorKind::PermissionDenied,
-                format!(
-                    "key file {} has mode {:o}: it must be readable by its owner only (chmod 600)",
-                    path.display(),
-                    meta.mode() & 0o777
-                ),
-            ));
+                format!("key file {} {why}", path.display()),
+            )
+        };
+        // O_NONBLOCK: a FIFO put in its place neither blocks the open nor passes for a key
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ELOOP) => refused("is a symbolic link: refused".into()),
+                _ => e,
+            })?;
+        let meta = f.metadata()?;
+        if !meta.file_type().is_file() {
+            return Err(refused("is not a regular file: refused".into()));
+        }
+        if meta.mode() & 0o077 != 0 {
+            return Err(refused(format!(
+                "has mode {:o}: it must be readable by its owner only (chmod 600)",
+                meta.mode() & 0o777
+            )));
+        }
+        if let Some(owners) = owners.filter(|o| !o.contains(&meta.uid())) {
+            let mut names: Vec<String> = owners.iter().map(|u| format!("uid {u}")).collect();
+            names.dedup();
+            return Err(refused(format!(
+                "belongs to uid {}, not to {}: another user may have put it there; refused \
+                 (remove it, or give it to the key's user)",
+                meta.uid(),
+                names.join(" or ")
+            )));
         }
         let mut text = String::new();
         f.read_to_string(&mut text)?;
@@ -145,37 +178,62 @@ impl Key {
         })
     }
 
-    /// Writes a new key file (0600; an existing file is an error, `AlreadyExists`) and gives
-    /// it to `owner` (uid, gid) when set. The file appears whole: it is written under a
-    /// temporary name and linked into place, so a server starting beside this one never reads
-    /// half a key. Returns the key.
+    /// Writes a new key file (0600; an existing file, or a link, at `path` is an error,
+    /// `AlreadyExists`) and gives it to `owner` (uid, gid) when set. The file appears whole:
+    /// it is written under a temporary name of its own (random, created with `O_EXCL`: a link
+    /// there fails the create, it is never written through) and linked into place (`link(2)`
+    /// replaces nothing); a file that took the temporary name's place meanwhile (another user
+    /// who may write in the directory) is found out and is an error, so the key at `path` is
+    /// the one returned or none. A server starting beside this one never reads half a key.
     pub fn create(path: &Path, owner: Option<(u32, u32)>) -> io::Result<Key> {
         let key = Key::generate()?;
-        let tmp = with_suffix(path, &format!(".tmp{}", std::process::id()));
-        let _ = std::fs::remove_file(&tmp);
+        let tag: String = random::<8>()?.iter().map(|b| format!("{b:02x}")).collect();
+        let tmp = with_suffix(path, &format!(".tmp-{tag}"));
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)
+            .map_err(|e| {
+                // (not `AlreadyExists`: that would say the key exists)
+                io::Error::other(format!("temporary key file {}: {e}", tmp.display()))
+            })?;
         let written = (|| {
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&tmp)?;
             let hex: String = key.0.iter().map(|b| format!("{b:02x}")).collect();
             writeln!(f, "{hex}")?;
             f.sync_all()?;
             if let Some((uid, gid)) = owner {
                 std::os::unix::fs::fchown(&f, Some(uid), Some(gid))?;
             }
-            std::fs::hard_link(&tmp, path)
+            std::fs::hard_link(&tmp, path)?;
+            let (ours, there) = (f.metadata()?, std::fs::symlink_metadata(path)?);
+            if (ours.dev(), ours.ino()) != (there.dev(), there.ino()) {
+                return Err(io::Error::other(format!(
+                    "key file {}: another file took the place of its temporary file {} while it \
+                     was written (does another user write in that directory?)",
+                    path.display(),
+                    tmp.display()
+                )));
+            }
+            Ok(())
         })();
         let _ = std::fs::remove_file(&tmp);
         written.map(|_| key)
     }
 
     /// The key at `path`, made there first if there is none (`owner` as in [`Key::create`]).
+    /// An existing key is taken only if it belongs to the user it would have been given to
+    /// (`owner`, else this process's), to this process's user or to root ([`Key::load`]'s
+    /// other checks too): a key another user put there first is refused, not served with.
     pub fn load_or_create(path: &Path, owner: Option<(u32, u32)>) -> io::Result<Key> {
         match Key::create(path, owner) {
             Ok(k) => Ok(k),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Key::load(path),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                let me = euid();
+                let want = owner.map_or(me, |(uid, _)| uid);
+                Key::load_owned(path, Some(&[want, me, 0]))
+            }
             Err(e) => Err(e),
         }
     }
@@ -236,6 +294,12 @@ pub fn key_path(cluster_file: &Path) -> PathBuf {
 /// The peer key of the cluster whose cluster file is `cluster_file`.
 pub fn peer_key_path(cluster_file: &Path) -> PathBuf {
     with_suffix(cluster_file, ".peer-key")
+}
+
+/// This process's effective uid.
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
 }
 
 fn with_suffix(p: &Path, s: &str) -> PathBuf {
@@ -405,6 +469,107 @@ mod tests {
             peer_key_path(Path::new("/a/cluster")),
             PathBuf::from("/a/cluster.peer-key")
         );
+    }
+
+    /// A key in a file of its own, readable by its owner only.
+    fn key_file(p: &Path) -> Key {
+        let k = Key::create(p, None).unwrap();
+        assert_eq!(std::fs::metadata(p).unwrap().mode() & 0o777, 0o600);
+        k
+    }
+
+    #[test]
+    fn a_key_is_never_read_through_a_link_or_from_a_fifo() {
+        let d = tempfile::tempdir().unwrap();
+        let real = d.path().join("real.key");
+        key_file(&real);
+        let link = d.path().join("c.peer-key");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let e = Key::load(&link).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        // a link where a server would make its key: not followed, not loaded
+        let e = Key::load_or_create(&link, None).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert!(std::fs::symlink_metadata(&link).unwrap().is_symlink());
+        // a link to a missing file: nothing is made through it
+        let dangling = d.path().join("d.key");
+        let target = d.path().join("made-through-a-link");
+        std::os::unix::fs::symlink(&target, &dangling).unwrap();
+        assert!(Key::load_or_create(&dangling, None).is_err());
+        assert!(!target.exists());
+        // a FIFO answers at once (a plain open would wait for a writer forever)
+        let fifo = d.path().join("f.key");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let f2 = fifo.clone();
+        std::thread::spawn(move || tx.send(Key::load(&f2).map(drop)));
+        let r = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("loading a FIFO as a key blocked");
+        assert!(r.unwrap_err().to_string().contains("not a regular file"));
+    }
+
+    #[test]
+    fn a_key_of_another_user_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("c.peer-key");
+        let k = key_file(&p);
+        if euid() != 0 {
+            eprintln!("the owners part needs root (chown)");
+            return;
+        }
+        std::os::unix::fs::chown(&p, Some(65534), Some(65534)).unwrap();
+        // a server (root) making or taking its own key: not one another user put there
+        let e = Key::load_or_create(&p, None).unwrap_err();
+        assert!(e.to_string().contains("belongs to uid 65534"), "{e}");
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+        // the key of a job's user, given to that user (`--owner`): taken
+        assert_eq!(
+            Key::load_or_create(&p, Some((65534, 65534))).unwrap().0,
+            k.0
+        );
+        // root may use any user's key (a root-run tool for a job's cluster)
+        assert_eq!(Key::load(&p).unwrap().0, k.0);
+        // a process of another user may not: it reads only its own or root's
+        let e = Key::load_owned(&p, Some(&[1234, 0])).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("belongs to uid 65534, not to uid 1234 or uid 0"),
+            "{e}"
+        );
+        // a key made for a user is that user's, 0600
+        let q = d.path().join("c.key");
+        Key::create(&q, Some((65534, 65534))).unwrap();
+        let m = std::fs::metadata(&q).unwrap();
+        assert_eq!((m.uid(), m.gid(), m.mode() & 0o777), (65534, 65534, 0o600));
+    }
+
+    #[test]
+    fn a_new_key_leaves_no_temporary_file_and_replaces_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("c.key");
+        // what an older madfs's predictable temporary name would have been: left alone
+        let old_tmp = with_suffix(&p, &format!(".tmp{}", std::process::id()));
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        std::os::unix::fs::symlink(&victim, &old_tmp).unwrap();
+        let k = key_file(&p);
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        let mut names: Vec<String> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        let tmp_name = old_tmp.file_name().unwrap().to_string_lossy().into_owned();
+        assert_eq!(names, ["c.key", tmp_name.as_str(), "victim"]);
+        // a second create finds the key there (AlreadyExists) and changes nothing
+        assert_eq!(
+            Key::create(&p, None).unwrap_err().kind(),
+            io::ErrorKind::AlreadyExists
+        );
+        assert_eq!(Key::load(&p).unwrap().0, k.0);
     }
 
     #[test]
