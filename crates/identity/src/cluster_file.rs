@@ -15,6 +15,7 @@
 //! file without an identity or with another number of servers than the identity says.
 
 use crate::ClusterIdentity;
+use std::fs::File;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::os::unix::io::AsRawFd;
@@ -157,26 +158,109 @@ fn render(f: &ClusterFile) -> String {
     s
 }
 
+/// This process's effective uid.
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
+/// Opens `path` with `opts` and `O_NOFOLLOW | O_NONBLOCK` (a FIFO neither blocks nor
+/// passes), and refuses what is not a regular file of this process's user or root: the servers write beside a
+/// cluster file that may lie in a directory other users can write (a job's directory), where
+/// a link or a file of theirs must never be written through or believed.
+fn open_own(path: &Path, what: &str, opts: &mut std::fs::OpenOptions) -> std::io::Result<File> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let refused = |why: String| {
+        std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("{what} {} {why}; refused", path.display()),
+        )
+    };
+    let f = opts
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => refused("is a symbolic link".into()),
+            _ => std::io::Error::new(e.kind(), format!("{what} {}: {e}", path.display())),
+        })?;
+    let m = f.metadata()?;
+    if !m.file_type().is_file() {
+        return Err(refused("is not a regular file".into()));
+    }
+    if m.uid() != euid() && m.uid() != 0 {
+        return Err(refused(format!(
+            "belongs to uid {}, not to the servers' user (uid {}) or root: another user may \
+             have put it there (remove it)",
+            m.uid(),
+            euid()
+        )));
+    }
+    Ok(f)
+}
+
+/// Writes `text` to `path` whole: into a new file of a random name beside it (`O_EXCL`,
+/// `O_NOFOLLOW`: a link there fails the create, it is never written through), mode `mode`
+/// whatever the umask, then renamed over `path` (a link at `path` is replaced, not followed).
+fn replace(path: &Path, text: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let tag: String = madfs_auth::random::<8>()?
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let mut name = path.as_os_str().to_os_string();
+    name.push(format!(".tmp-{tag}"));
+    let tmp = std::path::PathBuf::from(name);
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        f.write_all(text)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cluster file {}: {e}", path.display())))
+}
+
 /// Runs `change` on the cluster file at `path` (created if missing) under an exclusive lock
 /// and writes the result by rename. Lines that do not parse are dropped; an identity line
-/// that does not parse is an error (never overwritten).
+/// that does not parse is an error (never overwritten). The lock file (`PATH.lock`, 0600)
+/// and the cluster file must be regular files of this process's user or root, never links
+/// ([`open_own`]); the cluster file is written 0644 (clients read it) under a temporary name
+/// of its own ([`replace`]).
 fn update<T>(
     path: &Path,
     change: impl FnOnce(&mut ClusterFile) -> std::io::Result<T>,
 ) -> std::io::Result<T> {
+    use std::os::unix::fs::OpenOptionsExt;
     let lock_path = path.with_extension("lock");
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)?;
+    let lock = open_own(
+        &lock_path,
+        "cluster file lock",
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600),
+    )?;
     // SAFETY: flock on an fd we own; released when `lock` is closed.
     if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
     let mut text = String::new();
-    if let Ok(mut f) = std::fs::File::open(path) {
-        f.read_to_string(&mut text)?;
+    match open_own(path, "cluster file", std::fs::OpenOptions::new().read(true)) {
+        Ok(mut f) => {
+            f.read_to_string(&mut text)?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
     }
     // keep other servers' lines even if the set is still incomplete
     let mut file = ClusterFile {
@@ -198,13 +282,7 @@ fn update<T>(
     }
     let out = change(&mut file)?;
     file.servers.sort_by_key(|e| e.id);
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(render(&file).as_bytes())?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)?;
+    replace(path, render(&file).as_bytes(), 0o644)?;
     Ok(out)
 }
 
@@ -278,6 +356,107 @@ mod tests {
         register(&p, e(0, 1)).unwrap();
         register(&p, e(1, 3)).unwrap();
         assert_eq!(read(&p).unwrap(), (id, vec![e(0, 1), e(1, 3)]));
+    }
+
+    fn entry(id: u32) -> ServerEntry {
+        parse_line(&format!("{id} 127.0.0.1:1 127.0.0.1:2")).unwrap()
+    }
+
+    fn mode(p: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    #[test]
+    fn the_cluster_file_is_0644_its_lock_0600_and_no_temporary_file_is_left() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("cluster");
+        register(&p, entry(0)).unwrap();
+        register(&p, entry(1)).unwrap();
+        assert_eq!(mode(&p), 0o644);
+        assert_eq!(mode(&p.with_extension("lock")), 0o600);
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["cluster", "cluster.lock"]);
+    }
+
+    #[test]
+    fn nothing_is_written_through_a_planted_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious\n").unwrap();
+        let missing = dir.path().join("made-through-a-link");
+        let link = |to: &Path, at: &Path| std::os::unix::fs::symlink(to, at).unwrap();
+
+        // the lock: a link to a missing file (made through it) or to a file (locked and
+        // kept open through it) is refused
+        for to in [&missing, &victim] {
+            let p = dir.path().join("a");
+            link(to, &p.with_extension("lock"));
+            let e = register(&p, entry(0)).unwrap_err().to_string();
+            assert!(e.contains("lock") && e.contains("symbolic link"), "{e}");
+            assert!(!p.exists());
+            std::fs::remove_file(p.with_extension("lock")).unwrap();
+        }
+        // the temporary file's name an older madfs used (`PATH.tmpPID`): never written to
+        let p = dir.path().join("b");
+        link(
+            &victim,
+            &p.with_extension(format!("tmp{}", std::process::id())),
+        );
+        register(&p, entry(0)).unwrap();
+        // the cluster file itself: a link is neither read nor replaced
+        let p = dir.path().join("c");
+        link(&victim, &p);
+        let e = register(&p, entry(0)).unwrap_err().to_string();
+        assert!(
+            e.contains("cluster file") && e.contains("symbolic link"),
+            "{e}"
+        );
+        assert!(std::fs::symlink_metadata(&p).unwrap().is_symlink());
+        assert!(settle(&p, &ClusterIdentity::new(1, 4096, 1024).unwrap()).is_err());
+
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+        assert!(!missing.exists());
+    }
+
+    #[test]
+    fn a_cluster_file_or_lock_of_another_user_is_refused() {
+        if euid() != 0 {
+            eprintln!("needs root (chown)");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("cluster");
+        let mut id = ClusterIdentity::new(1, 4096, 1024).unwrap();
+        id.owner = Some(crate::Owner {
+            uid: 65534,
+            gid: 65534,
+        });
+        // another user's cluster file, whose identity would make it the cluster's owner
+        std::fs::write(&p, format!("{}\n", id.to_line())).unwrap();
+        std::os::unix::fs::chown(&p, Some(65534), Some(65534)).unwrap();
+        let e = settle(&p, &ClusterIdentity::new(1, 4096, 1024).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("belongs to uid 65534"), "{e}");
+        assert!(register(&p, entry(0)).is_err());
+        assert_eq!(read_partial(&p).unwrap().servers, vec![]);
+        // another user's lock
+        std::fs::remove_file(&p).unwrap();
+        std::os::unix::fs::chown(p.with_extension("lock"), Some(65534), Some(65534)).unwrap();
+        let e = register(&p, entry(0)).unwrap_err().to_string();
+        assert!(
+            e.contains("lock") && e.contains("belongs to uid 65534"),
+            "{e}"
+        );
+        assert!(!p.exists());
+        // root's own are fine
+        std::os::unix::fs::chown(p.with_extension("lock"), Some(0), Some(0)).unwrap();
+        register(&p, entry(0)).unwrap();
     }
 
     #[test]
