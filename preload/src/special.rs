@@ -1,8 +1,11 @@
 //! Special files under the mount (docs/consistency.md, "Special files"): `mknod`/`mkfifo`
 //! make entries with a type (FIFO, socket, character or block device with its `rdev`) on the
 //! servers, seen by every node; what *using* one does is node-local, as on NFS:
-//! - opening a FIFO opens a host FIFO private to the file (`/tmp/madfs-fifo/CLUSTER-ID`,
-//!   made on first use): processes of one node that open the same madfs FIFO talk through it;
+//! - opening a FIFO opens a host FIFO private to the file and to the user
+//!   (`/tmp/madfs-fifo-EUID/CLUSTER-ID`, 0600 in a 0700 directory, made on first use):
+//!   processes of one user and one node that open the same madfs FIFO talk through it (the
+//!   directory is refused, EACCES, unless it is the user's own and closed to others: no one
+//!   else can make it first or plant anything in it);
 //! - `bind` of a unix socket at a madfs path makes the socket entry and binds the socket to a
 //!   host path private to it (`/tmp/madfs-sock/CLUSTER-ID`); `connect` to that madfs path
 //!   connects there (so, from the same node);
@@ -19,8 +22,9 @@ use std::sync::atomic::Ordering::Relaxed;
 
 type Ret = Option<isize>;
 
-/// Host directory of the FIFOs behind madfs FIFOs.
-const FIFO_DIR: &str = "/tmp/madfs-fifo";
+/// Host directory of the FIFOs behind madfs FIFOs, less the effective uid that ends its name
+/// ([`private_dir`]).
+const FIFO_DIR: &str = "/tmp/madfs-fifo-";
 /// Host directory of the sockets behind madfs sockets.
 const SOCK_DIR: &str = "/tmp/madfs-sock";
 
@@ -64,9 +68,14 @@ pub fn sys_mknodat(dirfd: i64, path: isize, mode: i64, dev: i64) -> Ret {
     ))
 }
 
-/// The host file behind special file `a` (FIFO or socket) of this cluster.
+/// The name of the host file behind special file `a` (FIFO or socket) of this cluster.
+fn host_name(a: &Attr) -> FsResult<String> {
+    Ok(format!("{:016x}-{:016x}", conn::cluster_id()?, a.id))
+}
+
+/// The host file behind special file `a` in directory `dir`.
 fn host_path(dir: &str, a: &Attr) -> FsResult<String> {
-    Ok(format!("{dir}/{:016x}-{:016x}", conn::cluster_id()?, a.id))
+    Ok(format!("{dir}/{}", host_name(a)?))
 }
 
 /// Makes `dir` (world-writable, sticky, like /tmp) if it is missing.
@@ -83,33 +92,93 @@ fn host_dir(dir: &str) -> FsResult<()> {
     Ok(())
 }
 
+/// A kernel fd this module opened, closed when dropped.
+struct Fd(i32);
+
+impl Drop for Fd {
+    fn drop(&mut self) {
+        // SAFETY: an fd of ours, closed once.
+        unsafe { raw!(libc::SYS_close, self.0) };
+    }
+}
+
+/// The directory `PREFIX<euid>` of this process's user, made 0700 if it is missing, opened
+/// without following a link. Refused (EACCES) unless what is there is a directory of the
+/// effective user that no one else may enter (no group or other bits): one another user made
+/// first, or a link put there, gets nothing made in it or through it.
+fn private_dir(prefix: &str) -> FsResult<Fd> {
+    // SAFETY: geteuid takes nothing.
+    let euid = unsafe { raw!(libc::SYS_geteuid) } as u32;
+    let c = CString::new(format!("{prefix}{euid}")).map_err(|_| Errno::EINVAL)?;
+    // SAFETY: a NUL-terminated path.
+    let made = unsafe { raw!(libc::SYS_mkdirat, libc::AT_FDCWD, c.as_ptr(), 0o700) };
+    if made != 0 && made != -(libc::EEXIST as isize) {
+        return Err(Errno::new(-made as i32));
+    }
+    let how = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: as above.
+    let fd = match raw_res(unsafe { raw!(libc::SYS_openat, libc::AT_FDCWD, c.as_ptr(), how, 0) }) {
+        Ok(fd) => Fd(fd as i32),
+        // a link (ELOOP) or another kind of file (ENOTDIR) in its place
+        Err(Errno::ELOOP | Errno::ENOTDIR) => return Err(Errno::EACCES),
+        Err(e) => return Err(e),
+    };
+    // SAFETY: plain data; zero is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: our fd and a stat buffer on the stack.
+    raw_res(unsafe { raw!(libc::SYS_fstat, fd.0, &mut st as *mut libc::stat) })?;
+    if made == 0 && st.st_mode & 0o7777 != 0o700 {
+        // ours, just made: the umask cut the mode
+        // SAFETY: our fd.
+        raw_res(unsafe { raw!(libc::SYS_fchmod, fd.0, 0o700) })?;
+        st.st_mode = (st.st_mode & !0o7777) | 0o700;
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFDIR || st.st_uid != euid || st.st_mode & 0o077 != 0 {
+        return Err(Errno::EACCES);
+    }
+    Ok(fd)
+}
+
+/// The host FIFO behind madfs FIFO `a`, made (0600) in this user's FIFO directory if it is
+/// missing, opened with `flags` (never through a link).
+fn open_fifo(a: &Attr, flags: i32) -> FsResult<i32> {
+    let dir = private_dir(FIFO_DIR)?;
+    let c = CString::new(host_name(a)?).map_err(|_| Errno::EINVAL)?;
+    // SAFETY: our directory's fd and a NUL-terminated name.
+    let r = unsafe {
+        raw!(
+            libc::SYS_mknodat,
+            dir.0,
+            c.as_ptr(),
+            libc::S_IFIFO | 0o600,
+            0
+        )
+    };
+    if r == 0 {
+        // SAFETY: as above (the umask cut the mode).
+        unsafe { raw!(libc::SYS_fchmodat, dir.0, c.as_ptr(), 0o600) };
+    } else if r != -(libc::EEXIST as isize) {
+        return Err(Errno::new(-r as i32));
+    }
+    // SAFETY: as above, the caller's flags.
+    let r = unsafe {
+        raw!(
+            libc::SYS_openat,
+            dir.0,
+            c.as_ptr(),
+            flags | libc::O_NOFOLLOW,
+            0
+        )
+    };
+    raw_res(r).map(|fd| fd as i32)
+}
+
 /// `open` of special file `a` (its madfs path's lookup already checked the caller's access):
 /// a kernel fd of the host object behind it, per the rules in the module doc.
 pub fn open(a: &Attr, flags: i32) -> FsResult<i32> {
     let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
     let path = match a.mode & libc::S_IFMT {
-        libc::S_IFIFO => {
-            host_dir(FIFO_DIR)?;
-            let p = host_path(FIFO_DIR, a)?;
-            let c = CString::new(p.clone()).map_err(|_| Errno::EINVAL)?;
-            // SAFETY: a NUL-terminated path.
-            let r = unsafe {
-                raw!(
-                    libc::SYS_mknodat,
-                    libc::AT_FDCWD,
-                    c.as_ptr(),
-                    libc::S_IFIFO | 0o666,
-                    0
-                )
-            };
-            if r == 0 {
-                // SAFETY: as above (the umask cut the mode).
-                unsafe { raw!(libc::SYS_fchmodat, libc::AT_FDCWD, c.as_ptr(), 0o666) };
-            } else if r != -(libc::EEXIST as isize) {
-                return Err(Errno::new(-r as i32));
-            }
-            p
-        }
+        libc::S_IFIFO => return open_fifo(a, flags),
         kind @ (libc::S_IFCHR | libc::S_IFBLK) => device(kind, madfs_proto::decode_dev(a.rdev))?,
         _ => return Err(Errno::ENXIO),
     };
