@@ -12,6 +12,9 @@
 # RocksDB shutdown), and kills (SIGKILL) a server of a pid file that has not ended after 10 s
 # only while that pid still runs madfs-server with DIR's cluster file. Binaries come from
 # $MADFS_BIN_DIR or target/release (built if missing).
+# DIR must be this user's own: start makes it (0700) when it is missing, and every command
+# refuses, in one line and before writing anything, a DIR that is a symbolic link, belongs to
+# another user, or that others may write in or replace (docs/security.md, "Files and paths").
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 cmd="${1:-}"; shift || true
@@ -26,9 +29,26 @@ while [ $# -gt 0 ]; do
     *) echo "cluster.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-root="$(realpath -m "$root")"
 bin="${MADFS_BIN_DIR:-$repo/target/release}"
 export UCX_NET_DEVICES="${UCX_NET_DEVICES:-lo}"
+. "$repo/scripts/launch-common.sh"
+root="$(abs_path "$root")"
+cluster="$root/cluster"   # (what launch-common.sh's functions read)
+
+# Refuses (exit 1, one line) a root that is not this user's own (private_dir_ok); `start`
+# makes a missing one first.
+check_root() {
+  local why
+  if [ "$cmd" = start ]; then
+    why="$(make_private_dir "$root" 2>&1)" && return 0
+  elif [ ! -e "$root" ] && [ ! -L "$root" ]; then
+    return 0
+  else
+    why="$(private_dir_ok "$root" 2>&1)" && return 0
+  fi
+  echo "cluster.sh: $why" >&2
+  exit 1
+}
 
 need_bins() {
   if [ ! -x "$bin/madfs-server" ] || [ ! -x "$bin/madfs-ctl" ]; then
@@ -37,17 +57,7 @@ need_bins() {
   fi
 }
 
-# True if PID (from a pid file) still runs madfs-server with this root's cluster file.
-is_our_server() {
-  local args i
-  [[ "$1" =~ ^[0-9]+$ ]] || return 1
-  mapfile -d "" -t args 2>/dev/null <"/proc/$1/cmdline" || return 1
-  [ "${#args[@]}" -gt 0 ] && [ "$(basename "${args[0]}")" = madfs-server ] || return 1
-  for ((i = 1; i + 1 < ${#args[@]}; i++)); do
-    [ "${args[$i]}" = --cluster-file ] && [ "${args[$((i + 1))]}" = "$root/cluster" ] && return 0
-  done
-  return 1
-}
+case "$cmd" in start | status | stop) check_root ;; esac
 
 case "$cmd" in
   start)
@@ -55,7 +65,6 @@ case "$cmd" in
     if [ -f "$root/cluster" ] && "$bin/madfs-ctl" status --cluster "$root/cluster" >/dev/null 2>&1; then
       echo "cluster.sh: a cluster is already running in $root (stop it first)" >&2; exit 1
     fi
-    mkdir -p "$root"
     rm -f "$root/cluster"
     started=()
     for ((i = 0; i < n; i++)); do
@@ -121,5 +130,5 @@ case "$cmd" in
     echo "cluster.sh: stopped (data kept in $root)" >&2
     ;;
   *)
-    sed -n '2,14p' "$0" >&2; exit 2 ;;
+    sed -n '2,17p' "$0" >&2; exit 2 ;;
 esac

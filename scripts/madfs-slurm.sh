@@ -6,7 +6,7 @@
 #                          [--owner UID:GID] [--srun-arg ARG]... [--wait SECS] [-- SERVER_ARGS...]
 #   scripts/madfs-slurm.sh status --cluster /shared/path/cluster
 #   scripts/madfs-slurm.sh stop   --cluster /shared/path/cluster
-#   scripts/madfs-slurm.sh clean  --data /local/madfs [--cluster /shared/path/cluster] [--this-node]
+#   scripts/madfs-slurm.sh clean  [--data /local/madfs] [--cluster /shared/path/cluster] [--this-node]
 #
 # Run it inside an allocation (a job script, salloc, or a shell with SLURM_JOB_ID of a running
 # job set). `start` runs one srun step in the background (srun --overlap, so the job's own
@@ -14,8 +14,8 @@
 # every server) with N tasks, by default one per node of the allocation (-n N: N servers,
 # spread over min(N, nodes) nodes, several per node where N is larger; --ntasks-per-node K
 # and --srun-arg ARG go to srun). Each task runs one madfs-server with id = SLURM_PROCID (and
-# --servers N), data in DATA/server{id} on its node's local disk (default /tmp/madfs-data),
-# listening on its node's address: the first IPv4 address of interface IF (--iface IF), what
+# --servers N), data in DATA/server{id} on its node's local disk (default
+# /tmp/madfs-data-UID-JOBID: this user's and this job's), listening on its node's address: the first IPv4 address of interface IF (--iface IF), what
 # --ip-of-host CMD prints on that node, or by default the first address `hostname -I` prints;
 # --local uses 127.0.0.1 for every task (one node). Servers register themselves in the
 # cluster file, which must be on a file system every node and client sees. `start` returns
@@ -31,6 +31,13 @@
 # (a clean stop, as through the control port) and SIGKILL after KillWait. `clean` removes the data
 # directories (DATA/server*) with one srun task per node (refused while the cluster answers);
 # --this-node removes them on this node only, without srun (a per-node epilog).
+# DATA must be the launching user's own on every node: a task makes it (0700) when it is
+# missing and refuses (the start fails) one that is a symbolic link, belongs to another user,
+# or that others may write in or replace; `clean` refuses such a DATA too (root may clean any
+# user's). What start writes beside the cluster file (the servers' log, CLUSTER.srun,
+# CLUSTER.step) is written as a new file and renamed into place, so that a link another user
+# planted there (the job's user, when root runs this) is replaced, never written through
+# (docs/security.md, "Files and paths").
 # Run as root for a job's user (SLURM_JOB_ID of the user's running job and SLURM_JOB_UID set,
 # as in a prolog's or epilog's environment): the servers run as root, and the cluster key
 # beside the cluster file goes to the job's user (--owner UID:GID, by default
@@ -44,7 +51,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${MADFS_BIN_DIR:-$repo/target/release}"
 cmd="${1:-}"; shift || true
-n=""; per_node=""; cluster=""; data="/tmp/madfs-data"; local_only=0
+n=""; per_node=""; cluster=""; data=""; local_only=0
 ipcmd="hostname -I | cut -d' ' -f1"; iface=""; owner=""; this_node=0
 wait_s=120
 extra=()
@@ -66,21 +73,30 @@ while [ $# -gt 0 ]; do
     *) echo "madfs-slurm.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-usage() { sed -n '2,42p' "$0" >&2; exit 2; }
+usage() { sed -n '2,49p' "$0" >&2; exit 2; }
 case "$cmd" in start|status|stop|clean) ;; *) usage ;; esac
 if [ "$cmd" != clean ] || [ -n "$cluster" ]; then
   [ -n "$cluster" ] || { echo "madfs-slurm.sh: --cluster FILE is required" >&2; exit 2; }
-  cluster="$(realpath -m "$cluster")"
 fi
-data="$(realpath -m "$data")"   # the same path on every node, whatever srun's working directory
+. "$repo/scripts/launch-common.sh"
+# (a link at the cluster file's own name is not resolved: it is removed and replaced, never
+# followed, as everything beside it)
+[ -z "$cluster" ] || cluster="$(abs_path "$cluster")"
+if [ -z "$data" ]; then
+  [ -n "${SLURM_JOB_ID:-}" ] || [ "$cmd" != clean ] || {
+    echo "madfs-slurm.sh: clean: --data DIR is needed outside a job (the default is per job)" >&2; exit 2; }
+  data="/tmp/madfs-data-$(id -u)-${SLURM_JOB_ID:-}"
+fi
+# the same path on every node, whatever srun's working directory (a link at its last
+# component is not resolved: the nodes refuse it)
+data="$(abs_path "$data")"
 runfile="$cluster.srun"   # "PID STARTTIME STEP" of the srun that `start` ran on this machine
 stepfile="$cluster.step"  # JOBID.STEPID of the servers' step, written by its task 0
-. "$repo/scripts/launch-common.sh"
 
 # The servers' step (JOBID.STEPID) as its task 0 wrote it, if it looks like one.
 step_id() {
   local s=""
-  if [ -f "$stepfile" ]; then read -r s _ <"$stepfile" || true; fi
+  if regular_file "$stepfile"; then read -r s _ <"$stepfile" || true; fi
   [[ "$s" =~ ^[0-9]+(_[0-9]+)?\.[0-9]+$ ]] && echo "$s"
   return 0
 }
@@ -176,18 +192,23 @@ case "$cmd" in
       ip_expr="\$($ipcmd)"
     fi
     log="$(dirname "$cluster")/madfs-servers.log"
-    # the inner shell runs on each node: task 0 notes the step (for scancel), every task finds
-    # its node's address, then becomes the server
+    open_log "$log" || { echo "madfs-slurm.sh: cannot make the servers' log $log" >&2; exit 1; }
+    # the inner shell runs on each node: task 0 notes the step (for scancel), every task makes
+    # (or checks) the data directory and finds its node's address, then becomes the server
+    node_fns="$(declare -f private_dir_ok make_private_dir put_file)"
     nohup srun "${srun_opts[@]}" \
-      bash -c "if [ \"\$SLURM_PROCID\" = 0 ]; then echo \"\$SLURM_JOB_ID.\$SLURM_STEP_ID\" >\"$stepfile\"; fi
+      bash -c "$node_fns
+        if [ \"\$SLURM_PROCID\" = 0 ]; then echo \"\$SLURM_JOB_ID.\$SLURM_STEP_ID\" | put_file \"$stepfile\"; fi
+        why=\$(make_private_dir \"$data\" 2>&1) || { echo \"madfs-slurm.sh: \$(hostname): \$why\" >&2; exit 1; }
         ip=$ip_expr
         [ -n \"\$ip\" ] || { echo \"madfs-slurm.sh: no address on \$(hostname)\" >&2; exit 1; }
         exec \"$bin/madfs-server\" --listen \"\$ip:0\" --control \"\$ip:0\" --tcp \"\$ip:0\" \
         --data-dir \"$data/server{id}\" --cluster-file \"$cluster\" --servers $n $owner_arg ${extra[*]:-}" \
-      >"$log" 2>&1 </dev/null &
+      >&"$logfd" 2>&1 {logfd}>&- </dev/null &
     srunpid=$!
     start="$(starttime "$srunpid")"
-    echo "$srunpid $start" >"$runfile"
+    echo "$srunpid $start" | put_file "$runfile" ||
+      echo "madfs-slurm.sh: cannot record srun's pid in $runfile (stop will use the control ports only)" >&2
     if ! wait_servers "$srunpid" "$n"; then
       if kill -0 "$srunpid" 2>/dev/null; then
         echo "madfs-slurm.sh: servers did not come up within ${wait_s}s; stopping what started" >&2
@@ -196,14 +217,13 @@ case "$cmd" in
       fi
       teardown "$srunpid" "$start" 3 || true
       wait "$srunpid" 2>/dev/null || true
-      rm -f "$runfile" "$stepfile" "$cluster.status"
+      rm -f "$runfile" "$stepfile"
       echo "madfs-slurm.sh: log $log:" >&2
-      tail -n 30 "$log" >&2 || true
+      tail -n 30 "/proc/$$/fd/$logfd" >&2 || true
       exit 1
     fi
-    echo "$srunpid $start $(step_id)" >"$runfile"
-    cat "$cluster.status" >&2
-    rm -f "$cluster.status"
+    echo "$srunpid $start $(step_id)" | put_file "$runfile" || true
+    printf '%s\n' "$status_text" >&2
     echo "export MADFS_CLUSTER=$cluster"
     ;;
   status)
@@ -214,7 +234,7 @@ case "$cmd" in
       echo "madfs-slurm.sh: no cluster file $cluster" >&2; exit 0
     fi
     srunpid=""; start=""; step=""
-    if [ -f "$runfile" ]; then read -r srunpid start step _ <"$runfile" || true; fi
+    if regular_file "$runfile"; then read -r srunpid start step _ <"$runfile" || true; fi
     rc=0
     teardown "$srunpid" "$start" 10 "$step" || rc=1
     rm -f "$runfile" "$stepfile"
@@ -225,8 +245,14 @@ case "$cmd" in
     if [ -n "$(control_addrs)" ] && timeout 10 "$bin/madfs-ctl" status --cluster "$cluster" >/dev/null 2>&1; then
       echo "madfs-slurm.sh: the cluster on $cluster still answers (stop it first)" >&2; exit 1
     fi
-    # DATA/server<id> of every server of this node, then DATA itself if that left it empty
-    rm_cmd="rm -rf \"$data\"/server[0-9]*; rmdir \"$data\" 2>/dev/null; true"
+    # DATA/server<id> of every server of this node, then DATA itself if that left it empty;
+    # a DATA that is a link, or that others could change, is refused (root: of any owner)
+    rm_cmd="$(declare -f private_dir_ok)
+      if [ -e \"$data\" ] || [ -L \"$data\" ]; then
+        why=\$(private_dir_ok \"$data\" any-owner 2>&1) || { echo \"madfs-slurm.sh: \$(hostname): \$why\" >&2; exit 1; }
+        rm -rf \"$data\"/server[0-9]*; rmdir \"$data\" 2>/dev/null
+      fi
+      true"
     if [ "$this_node" = 1 ]; then
       bash -c "$rm_cmd"
     else

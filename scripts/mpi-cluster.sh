@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # madfs servers on many nodes, launched with mpirun (Open MPI).
 #
-#   scripts/mpi-cluster.sh start  -n N --cluster /shared/path/cluster --data /local/madfs
+#   scripts/mpi-cluster.sh start  -n N --cluster /shared/path/cluster [--data /local/madfs]
 #                          [--hostfile H] [--rsh-agent CMD] [--ip-of-host CMD | --local]
 #                          [--allow-run-as-root] [--oversubscribe] [--mpirun-arg ARG]...
 #                          [--wait SECS] [-- SERVER_ARGS...]
@@ -9,7 +9,8 @@
 #   scripts/mpi-cluster.sh stop   --cluster /shared/path/cluster
 #
 # Each rank runs one madfs-server with id = its MPI rank (and --servers N), data in
-# DATA/server{id} on its node, listening on its node's address (the first address `hostname -I`
+# DATA/server{id} on its node (default /tmp/madfs-data-UID-CKSUM: this user's, for this
+# cluster file, CKSUM being the cksum of its path), listening on its node's address (the first address `hostname -I`
 # prints, or what --ip-of-host CMD prints on that node), and registers itself in the cluster
 # file, which must be on a file system every node and client sees. `start` returns once all N
 # servers answer on their control ports (at most --wait SECS, default 120) and prints the line
@@ -24,11 +25,17 @@
 # signalled only where this machine proves it is that server (the pid its control port reported
 # runs madfs-server with this cluster file), and mpirun only where the pid recorded at start
 # still runs the mpirun of this cluster file, started at the recorded time.
+# DATA must be the launching user's own on every node: a rank makes it (0700) when it is
+# missing and refuses (the start fails) one that is a symbolic link, belongs to another user,
+# or that others may write in or replace. What start writes beside the cluster file (the
+# servers' log, CLUSTER.mpirun) is written as a new file and renamed into place, so that a
+# link another user planted there is replaced, never written through (docs/security.md,
+# "Files and paths").
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${MADFS_BIN_DIR:-$repo/target/release}"
 cmd="${1:-}"; shift || true
-n=""; hostfile=""; cluster=""; data="/tmp/madfs-data"; local_only=0; ipcmd="hostname -I | cut -d' ' -f1"
+n=""; hostfile=""; cluster=""; data=""; local_only=0; ipcmd="hostname -I | cut -d' ' -f1"
 wait_s=120
 extra=()
 mpi_opts=()
@@ -49,12 +56,16 @@ while [ $# -gt 0 ]; do
     *) echo "mpi-cluster.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-usage() { sed -n '2,26p' "$0" >&2; exit 2; }
+usage() { sed -n '2,33p' "$0" >&2; exit 2; }
 case "$cmd" in start|status|stop) ;; *) usage ;; esac
 [ -n "$cluster" ] || { echo "mpi-cluster.sh: --cluster FILE is required" >&2; exit 2; }
-cluster="$(realpath -m "$cluster")"
-runfile="$cluster.mpirun"   # "PID STARTTIME" of the mpirun that `start` ran on this machine
 . "$repo/scripts/launch-common.sh"
+# (a link at the cluster file's own name is not resolved: it is removed and replaced, never
+# followed, as everything beside it)
+cluster="$(abs_path "$cluster")"
+runfile="$cluster.mpirun"   # "PID STARTTIME" of the mpirun that `start` ran on this machine
+[ -n "$data" ] || data="/tmp/madfs-data-$(id -u)-$(printf %s "$cluster" | cksum | cut -d' ' -f1)"
+data="$(abs_path "$data")"   # the same path on every node (a link at its end: refused there)
 
 # Stops everything of this cluster: control-port stop, then the proven local servers that did
 # not stop, then our mpirun. MPIPID/START: the mpirun to wait for, at most GRACE seconds, and
@@ -105,14 +116,20 @@ case "$cmd" in
     fi
     for v in $(compgen -e | grep -E '^(UCX|MADFS)_' || true); do mpi_opts+=(-x "$v"); done
     log="$(dirname "$cluster")/madfs-servers.log"
-    # the inner shell runs on each node: it finds the node's address, then becomes the server
+    open_log "$log" || { echo "mpi-cluster.sh: cannot make the servers' log $log" >&2; exit 1; }
+    # the inner shell runs on each node: it makes (or checks) the data directory and finds the
+    # node's address, then becomes the server
+    node_fns="$(declare -f private_dir_ok make_private_dir)"
     nohup mpirun "${mpi_opts[@]}" -np "$n" \
-      bash -c "ip=$ip_expr; exec \"$bin/madfs-server\" --listen \"\$ip:0\" --control \"\$ip:0\" --tcp \"\$ip:0\" \
+      bash -c "$node_fns
+        why=\$(make_private_dir \"$data\" 2>&1) || { echo \"mpi-cluster.sh: \$(hostname): \$why\" >&2; exit 1; }
+        ip=$ip_expr; exec \"$bin/madfs-server\" --listen \"\$ip:0\" --control \"\$ip:0\" --tcp \"\$ip:0\" \
         --data-dir \"$data/server{id}\" --cluster-file \"$cluster\" --servers $n ${extra[*]:-}" \
-      >"$log" 2>&1 </dev/null &
+      >&"$logfd" 2>&1 {logfd}>&- </dev/null &
     mpipid=$!
     start="$(starttime "$mpipid")"
-    echo "$mpipid $start" >"$runfile"
+    echo "$mpipid $start" | put_file "$runfile" ||
+      echo "mpi-cluster.sh: cannot record mpirun's pid in $runfile (stop will use the control ports only)" >&2
     if ! wait_servers "$mpipid" "$n"; then
       if kill -0 "$mpipid" 2>/dev/null; then
         echo "mpi-cluster.sh: servers did not come up within ${wait_s}s; stopping what started" >&2
@@ -121,13 +138,12 @@ case "$cmd" in
       fi
       teardown "$mpipid" "$start" 3 || true
       wait "$mpipid" 2>/dev/null || true
-      rm -f "$runfile" "$cluster.status"
+      rm -f "$runfile"
       echo "mpi-cluster.sh: log $log:" >&2
-      tail -n 30 "$log" >&2 || true
+      tail -n 30 "/proc/$$/fd/$logfd" >&2 || true
       exit 1
     fi
-    cat "$cluster.status" >&2
-    rm -f "$cluster.status"
+    printf '%s\n' "$status_text" >&2
     echo "export MADFS_CLUSTER=$cluster"
     ;;
   status)
@@ -138,7 +154,7 @@ case "$cmd" in
       echo "mpi-cluster.sh: no cluster file $cluster" >&2; exit 0
     fi
     mpipid=""; start=""
-    [ -f "$runfile" ] && read -r mpipid start _ <"$runfile" || true
+    regular_file "$runfile" && read -r mpipid start _ <"$runfile" || true
     rc=0
     teardown "$mpipid" "$start" 10 || rc=1
     rm -f "$runfile"
