@@ -15,8 +15,9 @@
 # spread over min(N, nodes) nodes, several per node where N is larger; --ntasks-per-node K
 # and --srun-arg ARG go to srun). Each task runs one madfs-server with id = SLURM_PROCID (and
 # --servers N), data in DATA/server{id} on its node's local disk (default
-# /tmp/madfs-data-UID-JOBID: this user's and this job's), listening on its node's address: the first IPv4 address of interface IF (--iface IF), what
-# --ip-of-host CMD prints on that node, or by default the first address `hostname -I` prints;
+# /tmp/madfs-data-UID-JOBID: this user's and this job's), listening on its node's address:
+# the first IPv4 address of interface IF (--iface IF), what --ip-of-host CMD prints on that
+# node, or by default the first address `hostname -I` prints;
 # --local uses 127.0.0.1 for every task (one node). Servers register themselves in the
 # cluster file, which must be on a file system every node and client sees. `start` returns
 # once all N servers answer on their control ports (at most --wait SECS, default 120) and
@@ -73,7 +74,7 @@ while [ $# -gt 0 ]; do
     *) echo "madfs-slurm.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-usage() { sed -n '2,49p' "$0" >&2; exit 2; }
+usage() { sed -n '2,50p' "$0" >&2; exit 2; }
 case "$cmd" in start|status|stop|clean) ;; *) usage ;; esac
 if [ "$cmd" != clean ] || [ -n "$cluster" ]; then
   [ -n "$cluster" ] || { echo "madfs-slurm.sh: --cluster FILE is required" >&2; exit 2; }

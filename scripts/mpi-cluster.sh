@@ -10,13 +10,14 @@
 #
 # Each rank runs one madfs-server with id = its MPI rank (and --servers N), data in
 # DATA/server{id} on its node (default /tmp/madfs-data-UID-CKSUM: this user's, for this
-# cluster file, CKSUM being the cksum of its path), listening on its node's address (the first address `hostname -I`
-# prints, or what --ip-of-host CMD prints on that node), and registers itself in the cluster
-# file, which must be on a file system every node and client sees. `start` returns once all N
-# servers answer on their control ports (at most --wait SECS, default 120) and prints the line
-# clients need: export MADFS_CLUSTER=...; if they do not, or mpirun ends first, it stops what
-# it started (control-port stop, then mpirun is ended) and exits 1. Every UCX_* and MADFS_*
-# variable set at start goes to every rank. --local uses 127.0.0.1 for every rank (one machine).
+# cluster file, CKSUM being the cksum of its path), listening on its node's address (the
+# first address `hostname -I` prints, or what --ip-of-host CMD prints on that node), and
+# registers itself in the cluster file, which must be on a file system every node and
+# client sees. `start` returns once all N servers answer on their control ports (at most
+# --wait SECS, default 120) and prints the line clients need: export MADFS_CLUSTER=...; if
+# they do not, or mpirun ends first, it stops what it started (control-port stop, then
+# mpirun is ended) and exits 1. Every UCX_* and MADFS_* variable set at start goes to every
+# rank. --local uses 127.0.0.1 for every rank (one machine).
 # --rsh-agent CMD is Open MPI's plm_rsh_agent (e.g. scripts/netns-rsh.sh for the hosts of
 # scripts/netns.sh); --mpirun-arg passes one more argument to mpirun. --allow-run-as-root and
 # --oversubscribe go to mpirun only when given (Open MPI also honours OMPI_ALLOW_RUN_AS_ROOT=1
@@ -56,7 +57,7 @@ while [ $# -gt 0 ]; do
     *) echo "mpi-cluster.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-usage() { sed -n '2,33p' "$0" >&2; exit 2; }
+usage() { sed -n '2,34p' "$0" >&2; exit 2; }
 case "$cmd" in start|status|stop) ;; *) usage ;; esac
 [ -n "$cluster" ] || { echo "mpi-cluster.sh: --cluster FILE is required" >&2; exit 2; }
 . "$repo/scripts/launch-common.sh"
