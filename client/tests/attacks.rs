@@ -1469,8 +1469,8 @@ fn a_chmod_a_server_missed_is_an_error() {
 }
 
 /// Hole 6, the server's part: a data directory another user made before the server started
-/// (or a link in its place) is refused, and nothing is written there; one of the server's
-/// own that others could reach is closed to them.
+/// (or a link in its place, or one inside another user's directory) is refused, and nothing
+/// is written there; one of the server's own that others could reach is closed to them.
 #[test]
 fn a_data_directory_of_another_user_is_refused() {
     use std::os::unix::fs::PermissionsExt;
@@ -1488,10 +1488,14 @@ fn a_data_directory_of_another_user_is_refused() {
     assert!(made.success());
     let link = d.path().join("link");
     std::os::unix::fs::symlink(&planted, &link).unwrap();
+    // one the server would make inside nobody's directory: nobody could move it away and
+    // put one of theirs in its place
+    let below = planted.join("server0");
     let mut f = Findings::default();
     for (dir, says) in [
         (&planted, "belongs to uid 65534"),
         (&link, "not a directory"),
+        (&below, "another user could replace"),
     ] {
         let (status, out) = cl
             .try_server(

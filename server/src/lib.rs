@@ -117,6 +117,36 @@ pub fn raise_fd_limit() -> u64 {
     r.rlim_cur
 }
 
+/// Checks that no other user may replace `dir` or what is below it: the directory itself (or,
+/// not made yet, the nearest one above it that is) and every directory above it belong to
+/// this server's user or root and are writable by no one else, unless sticky (as /tmp).
+/// (A shared /tmp/madfs-data another user made first: they could move our directory away
+/// and put one of theirs in its place.)
+fn safe_above(dir: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: plain getter.
+    let me = unsafe { libc::geteuid() };
+    let Some(there) = dir.ancestors().skip(1).find(|a| a.exists()) else {
+        return Ok(());
+    };
+    let real = std::fs::canonicalize(there)?;
+    for up in real.ancestors() {
+        let u = std::fs::metadata(up)?;
+        let others_write = u.mode() & 0o022 != 0 && u.mode() & 0o1000 == 0;
+        if (u.uid() != me && u.uid() != 0) || others_write {
+            anyhow::bail!(
+                "data directory {}: {} belongs to uid {} with mode {:o}: another user could \
+                 replace what is in it; refused (use a directory of this server's user)",
+                dir.display(),
+                up.display(),
+                u.uid(),
+                u.mode() & 0o7777
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Checks that the data directory is this server's alone: a real directory (not a link),
 /// owned by the user the server runs as (an existing directory another user made is refused:
 /// the server would write its keys, its chunks and its records where that user can reach
@@ -162,6 +192,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     }
     let files = raise_fd_limit();
     tracing::debug!("open-file limit {files}");
+    safe_above(&cfg.data_dir)?;
     madfs_store::files::make_dir(&cfg.data_dir, 0o700)
         .map_err(|e| anyhow::anyhow!("data directory {}: {e}", cfg.data_dir.display()))?;
     own_data_dir(&cfg.data_dir)?;
