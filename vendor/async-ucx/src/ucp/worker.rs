@@ -184,6 +184,22 @@ impl Worker {
         unsafe { ucp_worker_progress(self.handle) }
     }
 
+    /// madfs: is a message matching `tag`/`tag_mask` waiting in the unexpected queue (its
+    /// length, and its tag)? Nothing is taken off the queue (`ucp_tag_probe_nb` with
+    /// `remove = 0`): a receive posted next with the same tag and mask takes it at once.
+    pub fn tag_probe(&self, tag: u64, tag_mask: u64) -> Option<(u64, usize)> {
+        let mut info = MaybeUninit::<ucp_tag_recv_info_t>::uninit();
+        // SAFETY: the worker handle is valid while `self` lives; UCX writes `info` only when
+        // it returns a message handle.
+        let msg = unsafe { ucp_tag_probe_nb(self.handle, tag, tag_mask, 0, info.as_mut_ptr()) };
+        if msg.is_null() {
+            return None;
+        }
+        // SAFETY: a non-null handle means `info` was filled.
+        let info = unsafe { info.assume_init() };
+        Some((info.sender_tag, info.length as usize))
+    }
+
     /// Returns a valid file descriptor for polling functions.
     pub fn event_fd(&self) -> Result<i32, Error> {
         let mut fd = MaybeUninit::uninit();
