@@ -155,6 +155,8 @@ static ONCE_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::ne
 
 /// The madfs client of one thread.
 pub struct Client {
+    /// The cluster's id (what this process's cache keeps answers under).
+    cluster: u64,
     close_sync: bool,
     t: Transport,
     n: u32,
@@ -291,6 +293,10 @@ impl Client {
         let mut with_size = !f.orphan && chunk_server(id, 0, self.n) == f.meta;
         let path = f.path.clone();
         mutated();
+        // (a write that publishes the size changes the entry: see `Client::call`)
+        if with_size {
+            crate::cache::forget(self.cluster, &path);
+        }
         for group in calls.chunks(WINDOW) {
             let involved: Vec<u32> = group.iter().map(|g| g.0).collect();
             // a server short of room for writes whose data is slow to come answers EAGAIN
@@ -352,6 +358,9 @@ impl Client {
                 }
             }
         }
+        if with_size {
+            crate::cache::forget(self.cluster, &path);
+        }
         f.written = f.written.max(end);
         if all_inline && with_size {
             f.attr.size = f.attr.size.max(end);
@@ -395,11 +404,20 @@ impl Client {
                 size: f.written,
                 cap: f.cap,
             };
+            // (a publication changes the entry: see `Client::call`)
+            let published = f.dirty.then(|| f.whereabouts().to_owned());
+            published
+                .iter()
+                .for_each(|p| crate::cache::forget(self.cluster, p));
             let futs = involved.iter().map(|s| {
                 let req = if *s == f.meta { &publishing } else { &plain };
                 self.t.call(*s, tag::FSYNC, req, &[], SMALL_REPLY)
             });
-            let results = self.t.wait(&involved, async { Ok(join_all(futs).await) })?;
+            let results = self.t.wait(&involved, async { Ok(join_all(futs).await) });
+            published
+                .iter()
+                .for_each(|p| crate::cache::forget(self.cluster, p));
+            let results = results?;
             let failed = results
                 .into_iter()
                 .map(|r| r.and_then(|raw| raw.decode().map(drop)))
@@ -458,9 +476,14 @@ impl Client {
             cfg.identity.replication,
         );
         t.set_credentials(cfg.credentials.clone());
+        // this process keeps answers under leases, called back through this transport
+        if crate::cache::enabled() {
+            t.set_holder(crate::hold::holder(), crate::cache::on_callback);
+        }
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         Ok(Client {
+            cluster: cfg.identity.id.0,
             close_sync: cfg.close_sync,
             local: LocalReads::new(
                 cfg.local_reads,
@@ -492,6 +515,7 @@ impl Client {
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         Ok(Client {
+            cluster: cfg.identity.id.0,
             close_sync: cfg.close_sync,
             local: LocalReads::new(
                 cfg.local_reads,
@@ -575,6 +599,22 @@ impl Client {
     /// answered `EIO`.
     fn call(&self, server: u32, req: &Request<'_>) -> FsResult<Reply<'static>> {
         mutating(req);
+        // what this process kept of what it changes is forgotten before the change is sent
+        // and again once it is answered (a lookup of another thread may have been answered
+        // in between: the server does not call back the process that makes the change)
+        let changed = req.paths_changed();
+        changed
+            .iter()
+            .for_each(|p| crate::cache::forget(self.cluster, p));
+        let r = self.call_retrying(server, req);
+        changed
+            .iter()
+            .for_each(|p| crate::cache::forget(self.cluster, p));
+        r
+    }
+
+    /// [`Client::call`] without the cache's part.
+    fn call_retrying(&self, server: u32, req: &Request<'_>) -> FsResult<Reply<'static>> {
         // a change that must not be applied twice goes with a request id where a failover
         // may send it again (the servers' replay cache, docs/redundancy.md)
         let once;
@@ -880,7 +920,45 @@ impl Client {
     /// `stat` of a path already in normal form (skips normalisation; the preload library has
     /// normalised while resolving).
     pub fn stat_normalized(&self, path: &str) -> FsResult<Attr> {
-        attr_of(self.call_on(path, &Request::Stat(path))?)
+        if !crate::cache::enabled() {
+            return attr_of(self.call_on(path, &Request::Stat(path))?);
+        }
+        match self.look(path)? {
+            Some(a) => Ok(a),
+            None => Err(Errno::ENOENT),
+        }
+    }
+
+    /// Takes the cache's callbacks waiting for this thread's connections (what every call
+    /// does first): a process that waits for something else than madfs may call it now and
+    /// then, so that writers elsewhere do not wait for its leases to end. Returns how many.
+    pub fn take_callbacks(&self) -> usize {
+        self.t.take_callbacks()
+    }
+
+    /// The entry at normalised `path` (`None`: none, its parent a directory), from this
+    /// process's cache (`crate::cache`) or from its server, which may let the answer be
+    /// kept. Callbacks waiting for this thread are taken first.
+    fn look(&self, path: &str) -> FsResult<Option<Attr>> {
+        self.t.take_callbacks();
+        if let Some(kept) = crate::cache::get(self.cluster, path, self.uid) {
+            return Ok(kept);
+        }
+        let gen = crate::cache::generation();
+        let sent = std::time::Instant::now();
+        match self.call_on(path, &Request::Look(path))? {
+            Reply::Looked { attr, lease_ms } => {
+                let a = crate::cache::Answer {
+                    cluster: self.cluster,
+                    path,
+                    uid: self.uid,
+                    attr,
+                };
+                crate::cache::put(a, sent, lease_ms, gen);
+                Ok(attr)
+            }
+            _ => Err(Errno::EPROTO),
+        }
     }
 
     /// A request about `path` to its metadata server, with a server's ENOENT refined (a
@@ -1325,6 +1403,9 @@ impl Client {
     }
 
     fn stat_norm(&self, path: &str) -> FsResult<Attr> {
+        if crate::cache::enabled() {
+            return self.look(path)?.ok_or(Errno::ENOENT);
+        }
         attr_of(self.call(self.meta_of(path), &Request::Stat(path))?)
     }
 
@@ -1639,6 +1720,7 @@ fn small_reply(raw: RawReply) -> FsResult<Reply<'static>> {
         Reply::StatFs(s) => Reply::StatFs(s),
         Reply::Replaced(a) => Reply::Replaced(a),
         Reply::Granted { attr, cap } => Reply::Granted { attr, cap },
+        Reply::Looked { attr, lease_ms } => Reply::Looked { attr, lease_ms },
         Reply::Dirents { .. }
         | Reply::Named(_)
         | Reply::Found { .. }

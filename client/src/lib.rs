@@ -10,6 +10,7 @@
 //! A `Client` belongs to one thread (UCX workers are `!Send`); every call has a deadline, so a
 //! dead server gives `EIO`, never a hang.
 
+pub mod cache;
 mod client;
 mod config;
 mod fs;

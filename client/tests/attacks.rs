@@ -1290,7 +1290,9 @@ fn a_hello_proves_what_it_says() {
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let welcome: madfs_proto::Welcome = flexbuffers::from_slice(&tcp_read(&mut s)).unwrap();
     let creds = madfs_rpc::Credentials::Munge;
-    let pending = creds.hello(welcome.cluster, 0, &welcome, Some(0)).unwrap();
+    let pending = creds
+        .hello(welcome.cluster, 0, &welcome, Some(0), 0)
+        .unwrap();
     let mut hello: madfs_proto::Hello<'_> = flexbuffers::from_slice(pending.bytes()).unwrap();
     hello.role = madfs_proto::Role::Proxy;
     hello.uid = 1234;
@@ -1319,7 +1321,7 @@ fn a_hello_proves_what_it_says() {
         replication: 1,
         ticket: 0,
     };
-    let pending = creds.hello(7, 0, &welcome, Some(0)).unwrap();
+    let pending = creds.hello(7, 0, &welcome, Some(0), 0).unwrap();
     let payload = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(payload.path(), b"anything").unwrap();
     std::fs::set_permissions(

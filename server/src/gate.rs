@@ -327,6 +327,7 @@ mod tests {
             groups: vec![],
             set: None,
             ticket: 0,
+            holder: 0,
         }
     }
 

@@ -84,6 +84,11 @@ pub struct Config {
     pub limits: net::Limits,
     /// Open-file holders one user may have on this server (`--holders-per-user`).
     pub holders_per_user: usize,
+    /// How long a lease of a client cache lasts (`--cache-lease-ms`; zero: no leases, no
+    /// client keeps anything). Replicated clusters grant none.
+    pub cache_lease: Duration,
+    /// Most leases this server keeps (`--leases-max`).
+    pub leases_max: usize,
     /// Timing of the cluster map's Raft group (replicated clusters).
     pub map: replica::Settings,
     /// Address of the Prometheus endpoint (`None`: none).
@@ -245,6 +250,17 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         sealed: Default::default(),
         opens: state::opens::OpenRefs::new(cfg.limits.open_lease, cfg.holders_per_user),
         root: server::root_attr(ident.auth, ident.owner),
+        // (a replicated cluster grants none: a new primary would have to wait out the old
+        // one's, docs/consistency.md)
+        leases: state::leases::Leases::new(
+            if ident.replication >= 2 {
+                Duration::ZERO
+            } else {
+                cfg.cache_lease
+            },
+            cfg.leases_max,
+            cfg.id,
+        ),
         replica: (ident.replication >= 2).then(|| {
             Arc::new(replica::forward::Replication::new(
                 ident.replication,

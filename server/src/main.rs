@@ -141,6 +141,16 @@ struct Args {
     /// that one user cannot make a server keep references without bound.
     #[arg(long, default_value_t = madfs_server::state::opens::HOLDERS_PER_USER)]
     holders_per_user: usize,
+    /// Milliseconds a client process may keep an answer of this server in its cache (a
+    /// lease, called back before a change that makes it stale is acknowledged; a client that
+    /// does not answer a callback delays that change by at most this). 0: no client caches
+    /// anything. Replicated clusters grant no leases.
+    #[arg(long, default_value_t = 1000)]
+    cache_lease_ms: u64,
+    /// Most leases of client caches this server keeps (each about 100 bytes); beyond, it
+    /// grants none until some end.
+    #[arg(long, default_value_t = madfs_server::state::leases::LEASES_MAX)]
+    leases_max: usize,
     /// Milliseconds a TCP connection may stay idle between requests. 0: never.
     #[arg(long, default_value_t = 60_000)]
     tcp_idle_ms: u64,
@@ -317,6 +327,8 @@ fn main() {
             ..Default::default()
         },
         holders_per_user: a.holders_per_user,
+        cache_lease: Duration::from_millis(a.cache_lease_ms.min(60_000)),
+        leases_max: a.leases_max,
         metrics: a.metrics,
         map: madfs_server::replica::Settings {
             heartbeat: Duration::from_millis(a.heartbeat_ms),

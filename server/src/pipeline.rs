@@ -11,10 +11,12 @@
 //!    names, as the kernel decides it ([`crate::authorize`]);
 //! 4. **replay**: a request sent again after a failover is answered from its replay record,
 //!    kept per replica set, user and client ([`crate::replica::replay`]);
-//! 5. **execute**: its handler ([`crate::handlers`]), once no rename moves what it touches;
-//! 6. **replicate**: what it writes is copied to the replica set's secondaries as the store
+//! 5. **invalidate**: the leases of client caches on what it changes are called back, and
+//!    it waits for their holders ([`crate::state::leases`], [`invalidates`]); no lease is
+//!    granted there until it is over;
+//! 6. **execute**: its handler ([`crate::handlers`]), once no rename moves what it touches;
+//! 7. **replicate**: what it writes is copied to the replica set's secondaries as the store
 //!    writes it ([`crate::replica::forward`]) before the answer goes;
-//! 7. **invalidate**: the cached state it makes stale ([`invalidate`]);
 //! 8. **reply**: with the capability its row grants.
 //!
 //! What each request needs at each step is its row of the table ([`crate::table`]).
@@ -22,6 +24,7 @@
 use crate::handlers::Call;
 use crate::replica::{forward, history, replay};
 use crate::server::{Answer, Server};
+use crate::state::leases::Change;
 use crate::table::{self, Grant, Row, Senders};
 use crate::touches::Touches;
 use crate::who::Who;
@@ -48,6 +51,19 @@ pub fn serve(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer
     if let Some(e) = s.moving.guard(&row.touches) {
         return Err(e);
     }
+    let changes = invalidates(req, &row.touches);
+    let changes = changes.as_slice();
+    // a change that must wait for callbacks never waits on the net thread (which takes the
+    // acknowledgements): the transport runs it again on an IO thread
+    if on_net_thread() && s.leases.would_call_back(changes, c.holder) {
+        RERUN.with(|r| r.set(true));
+        return Err(Errno::EAGAIN);
+    }
+    let mut revocation = s.leases.revoke(changes, c.holder);
+    if let Some(r) = revocation.as_mut().filter(|r| r.must_wait()) {
+        let waited = r.wait();
+        s.stats.revoked(waited);
+    }
     let admitted = history::enabled().then(history::now_ns);
     let logged = target.as_ref().map(|t| (t.set(), t.epoch()));
     let set = logged.map(|(set, _)| set);
@@ -63,8 +79,8 @@ pub fn serve(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer
             history::accepted(set, epoch, s.id, at);
         }
     }
+    drop(revocation);
     let answer = answer?;
-    invalidate(s, &row.touches);
     Ok(match who.role {
         Role::Peer => answer,
         _ => grant(s, who, row.grant, answer),
@@ -115,10 +131,85 @@ fn admit(
     }
 }
 
-/// Where a change's cached state is made stale. No client keeps any yet: the client cache's
-/// callbacks (leases revoked before a change is acknowledged) start here, from what the
-/// request touches.
-fn invalidate(_: &Server, _: &Touches<'_>) {}
+/// What a request makes stale in client caches: the entries it touches, and everything
+/// below those whose mode, owner, name or existence as a directory it may change (also
+/// what another server tells of a directory: `DirSet`).
+fn invalidates<'r>(req: &Request<'r>, touches: &Touches<'r>) -> Changes<'r> {
+    let entry = |path| Change { path, below: false };
+    let dir = |path| Change { path, below: true };
+    let mut out = Changes::default();
+    match (*touches, req) {
+        (Touches::Nothing | Touches::Looks(_), Request::DirSet { path, .. }) => out.push(dir(path)),
+        // a directory's times (its entries changed on other servers)
+        (Touches::Nothing, Request::Touch { dir: d, .. }) => out.push(entry(d)),
+        (Touches::Nothing | Touches::Looks(_), _) => {}
+        (Touches::Changes(p), Request::Chmod { .. } | Request::Chown { .. }) => out.push(dir(p)),
+        (Touches::Changes(p), _) => out.push(entry(p)),
+        (Touches::Removes(p), Request::Unlink { .. }) => out.push(entry(p)),
+        (Touches::Removes(p), _) => out.push(dir(p)),
+        (Touches::Moves { from, to }, _) => {
+            out.push(dir(from));
+            out.push(dir(to));
+        }
+        (Touches::Arrives { path, .. }, _) => out.push(dir(path)),
+        (Touches::Links { from, to }, _) => {
+            out.push(entry(from));
+            out.push(entry(to));
+        }
+    }
+    out
+}
+
+/// At most two paths (a rename's, a link's), no allocation.
+struct Changes<'r> {
+    v: [Change<'r>; 2],
+    n: usize,
+}
+
+impl Default for Changes<'_> {
+    fn default() -> Self {
+        let none = Change {
+            path: "",
+            below: false,
+        };
+        Changes { v: [none; 2], n: 0 }
+    }
+}
+
+impl<'r> Changes<'r> {
+    fn push(&mut self, c: Change<'r>) {
+        if self.n < 2 && !c.path.is_empty() {
+            self.v[self.n] = c;
+            self.n += 1;
+        }
+    }
+
+    fn as_slice(&self) -> &[Change<'r>] {
+        &self.v[..self.n]
+    }
+}
+
+thread_local! {
+    /// This thread is the net thread (it must not wait for callbacks).
+    static ON_NET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The last request served on this thread must run again on an IO thread.
+    static RERUN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the calling thread as the net thread.
+pub fn mark_net_thread() {
+    ON_NET.with(|c| c.set(true));
+}
+
+fn on_net_thread() -> bool {
+    ON_NET.with(|c| c.get())
+}
+
+/// Must the request just served on this thread (answered `EAGAIN`) run again on an IO
+/// thread, where it may wait for callbacks? Clears the mark.
+pub fn take_rerun() -> bool {
+    RERUN.with(|r| r.replace(false))
+}
 
 /// What the answer grants, as the request's row says: a capability for the file it names.
 /// A write capability of a set-id file given to anyone but root says so

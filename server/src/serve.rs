@@ -5,6 +5,7 @@
 
 use crate::handlers::Call;
 use crate::server::{Answer, Server};
+use crate::state::leases::Holder;
 use crate::sync::SyncSender;
 use crate::who::Who;
 use madfs_proto::frame::{self, Encoder, CONN_WORD, PREFIX};
@@ -81,9 +82,15 @@ pub fn frame_of(msg: &[u8]) -> &[u8] {
 /// Returns the reply prefix and the length of read data in `b.data`. `data`: the length of
 /// the data of a `WriteData` request, already received into `b.data`. A panic while serving
 /// becomes an `EIO` reply (logged, counted as an error): the transport's handler lives on.
-pub fn frame(s: &Server, b: &mut Bufs, data: Option<usize>, who: &Who) -> ([u8; PREFIX], usize) {
+pub fn frame(
+    s: &Server,
+    b: &mut Bufs,
+    data: Option<usize>,
+    who: &Who,
+    holder: Option<Holder>,
+) -> ([u8; PREFIX], usize) {
     let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let result = serve(s, b, data, who);
+        let result = serve(s, b, data, who, holder);
         encode(s, b, result)
     }));
     served.unwrap_or_else(|_| {
@@ -95,7 +102,13 @@ pub fn frame(s: &Server, b: &mut Bufs, data: Option<usize>, who: &Who) -> ([u8; 
 }
 
 /// The pipeline's answer to the frame in `b.recv`.
-fn serve(s: &Server, b: &mut Bufs, data: Option<usize>, who: &Who) -> FsResult<Answer> {
+fn serve(
+    s: &Server,
+    b: &mut Bufs,
+    data: Option<usize>,
+    who: &Who,
+    holder: Option<Holder>,
+) -> FsResult<Answer> {
     let (req, bulk) = match frame::decode_request(frame_of(&b.recv)) {
         Ok(v) => v,
         Err(e) => {
@@ -139,6 +152,7 @@ fn serve(s: &Server, b: &mut Bufs, data: Option<usize>, who: &Who) -> FsResult<A
         bulk,
         data: read_into,
         sync: None,
+        holder,
     };
     let r = crate::pipeline::serve(s, &mut c, &req);
     s.stats.latency.done(req.name(), started);
@@ -153,6 +167,7 @@ pub fn fsync(
     s: &Arc<Server>,
     sync: &SyncSender,
     who: &Arc<Who>,
+    holder: Option<Holder>,
     msg: &[u8],
 ) -> tokio::sync::oneshot::Receiver<FsResult<()>> {
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -175,18 +190,26 @@ pub fn fsync(
             bulk: &[],
             data: &mut [],
             sync: Some(sync),
+            holder,
         };
         let r = match crate::pipeline::serve(s, &mut c, &req) {
             Ok(Answer::Queued(q)) => return q,
             r => r.map(drop),
         };
-        let _ = tx.send(r);
-        return rx;
+        // (one that must wait for callbacks goes on as one that runs on an IO thread)
+        if !crate::pipeline::take_rerun() {
+            let _ = tx.send(r);
+            return rx;
+        }
     }
     let (s, who, msg) = (s.clone(), who.clone(), msg.to_vec());
     tokio::task::spawn_blocking(move || {
         let r = match frame::decode_request(frame_of(&msg)) {
-            Ok((req, _)) => crate::pipeline::serve(&s, &mut Call::own(&who), &req).map(drop),
+            Ok((req, _)) => {
+                let mut c = Call::own(&who);
+                c.holder = holder;
+                crate::pipeline::serve(&s, &mut c, &req).map(drop)
+            }
             Err(e) => Err(e),
         };
         let _ = tx.send(r);
@@ -293,6 +316,10 @@ fn encode(s: &Server, b: &mut Bufs, result: FsResult<Answer>) -> ([u8; PREFIX], 
                         next: *next,
                     }
                 }
+                Answer::Looked(attr, lease_ms) => Reply::Looked {
+                    attr: *attr,
+                    lease_ms: *lease_ms,
+                },
                 Answer::Data(_) => unreachable!(),
                 // (an fsync's queue answers through `fsync`, never here)
                 Answer::Queued(_) => Reply::Unit,

@@ -65,6 +65,8 @@ pub enum Answer {
     Map(u64, Vec<u8>, u32),
     /// An fsync queued for the group-commit sync threads: its result comes later.
     Queued(tokio::sync::oneshot::Receiver<FsResult<()>>),
+    /// A lookup's answer (`None`: no such entry) and the lease granted with it, ms.
+    Looked(Option<Attr>, u32),
 }
 
 /// The stores of one server and its settings.
@@ -101,6 +103,8 @@ pub struct Server {
     pub replica: Option<Arc<Replication>>,
     /// The root directory's attributes until a change of them is stored ([`root_attr`]).
     pub root: Attr,
+    /// Leases of client caches on this server's answers ([`crate::state::leases`]).
+    pub leases: crate::state::leases::Leases,
 }
 
 impl Server {

@@ -54,7 +54,14 @@ pub struct ServerStats {
     pub latency: crate::latency::Latency,
     /// While this server catches up (`replica::rejoin`): records and chunk bytes copied.
     resync: Mutex<Option<(u64, u64)>>,
+    /// Changes that waited for callbacks, per power of two of microseconds waited.
+    revoke_waits: [AtomicU64; REVOKE_BUCKETS],
+    /// Leases held (updated by the lease clock and `snapshot`'s caller).
+    pub leases_held: AtomicU64,
 }
+
+/// Buckets of [`ServerStats::revoked`]: up to 2^31 µs.
+const REVOKE_BUCKETS: usize = 32;
 
 impl ServerStats {
     /// Counts one request of kind `name`.
@@ -65,6 +72,13 @@ impl ServerStats {
             .unwrap_or_else(|e| e.into_inner())
             .entry(name)
             .or_default() += 1;
+    }
+
+    /// A change waited `d` for the client cache's callbacks.
+    pub fn revoked(&self, d: std::time::Duration) {
+        let us = d.as_micros().max(1) as u64;
+        let k = (64 - us.leading_zeros() as usize).min(REVOKE_BUCKETS - 1);
+        self.revoke_waits[k].fetch_add(1, Relaxed);
     }
 
     /// Catching up: `records` and `bytes` copied so far.
@@ -113,6 +127,8 @@ impl ServerStats {
             sync_batches: self.sync_batches.load(Relaxed),
             sync_requests: self.sync_requests.load(Relaxed),
             rss_bytes: rss_bytes(),
+            revoke_waits: self.revoke_waits.iter().map(|c| c.load(Relaxed)).collect(),
+            leases_held: self.leases_held.load(Relaxed),
         }
     }
 }

@@ -193,6 +193,15 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
             Runs::Net,
             entries::stat,
         ),
+        Request::Look(path) => row(
+            Anyone,
+            [Path(path), Any, Any],
+            Perm::Lookup(path),
+            Grant::Nothing,
+            Touches::Looks(path),
+            Runs::Net,
+            entries::look,
+        ),
         Request::Open { path, access, .. } => row(
             Anyone,
             [Path(path), Any, Any],

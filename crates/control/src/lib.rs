@@ -134,6 +134,13 @@ pub struct Stats {
     pub sync_requests: u64,
     /// Resident set size of the server process, bytes.
     pub rss_bytes: u64,
+    /// Changes that waited for the client cache's callbacks, by how long they waited: count
+    /// per power of two of microseconds (index k: less than 2^k µs).
+    #[serde(default)]
+    pub revoke_waits: Vec<u64>,
+    /// Leases of client caches held now.
+    #[serde(default)]
+    pub leases_held: u64,
 }
 
 /// What a control port says first: the challenge a login proves itself against.

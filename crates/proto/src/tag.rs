@@ -41,11 +41,22 @@ pub const ADMIT: u64 = 8 << 60;
 /// kind of its own, received by handlers of its own, so that copies are taken even while
 /// every request handler waits for copies of its own (servers copying to each other).
 pub const REPLICATE: u64 = 9 << 60;
+/// A server's call back of leases ([`crate::Callback`]) to a client, on the connection that
+/// took them: `callback(server, id)`.
+pub const CALLBACK: u64 = 10 << 60;
+/// A client's acknowledgement of a callback: `request(RELEASED, conn, 0)`, the frame the
+/// connection's secret and the callback's id (two little-endian u64).
+pub const RELEASED: u64 = 11 << 60;
 /// A server's stall probe to its own worker (taken and dropped by its drain; see
 /// `madfs_rpc::probe`).
 pub const PROBE: u64 = 15 << 60;
 /// Largest connection id.
 pub const MAX_CONN: u32 = (1 << 28) - 1;
+
+/// Tag of a callback from `server` (low bits of its id in the sequence field).
+pub fn callback(server: u32, id: u64) -> u64 {
+    CALLBACK | ((server as u64 & MAX_CONN as u64) << 32) | (id & 0xFFFF_FFFF)
+}
 
 /// Tag of a request (`kind` is [`REQUEST`] or [`FSYNC`]).
 pub fn request(kind: u64, conn: u32, seq: u32) -> u64 {

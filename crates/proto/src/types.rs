@@ -692,6 +692,24 @@ pub enum Request<'a> {
         #[serde(borrow)]
         req: Box<Request<'a>>,
     },
+    /// `stat` of a normalised path that asks to keep the answer (docs/consistency.md, "The
+    /// client cache"): a positive or negative entry, under a lease of the connection's holder
+    /// (its hello's `holder`) that the server calls back before it acknowledges a change
+    /// that makes the answer stale. A server that grants none (no holder, a TCP connection,
+    /// a replicated cluster, its table full) answers with a lease of 0 ms. Reply: `Looked`.
+    Look(&'a str),
+}
+
+/// A server's call back of leases it granted (tag kind [`crate::tag::CALLBACK`], on the
+/// connection that took them): the holder forgets `paths` (every entry it holds, when
+/// `all`) and acknowledges `id` (tag kind [`crate::tag::RELEASED`]) before the change waits
+/// no more.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Callback<'a> {
+    pub id: u64,
+    #[serde(borrow)]
+    pub paths: Vec<&'a str>,
+    pub all: bool,
 }
 
 impl Request<'_> {
@@ -827,7 +845,37 @@ impl Request<'_> {
                 | Request::DirList { .. }
                 | Request::MoveState { .. }
                 | Request::Readlink { .. }
+                | Request::Look(_)
         )
+    }
+
+    /// The paths whose entries a change names (what a client that keeps entries forgets,
+    /// with everything below them, before it sends the change): empty for reads and for
+    /// changes by file id only.
+    pub fn paths_changed(&self) -> [&str; 2] {
+        if !self.mutates() {
+            return ["", ""];
+        }
+        match self {
+            Request::Create { path, .. }
+            | Request::Mkdir { path, .. }
+            | Request::Mknod { path, .. }
+            | Request::Symlink { path, .. }
+            | Request::Unlink { path }
+            | Request::Rmdir { path }
+            | Request::SetSize { path, .. }
+            | Request::Append { path, .. }
+            | Request::Chmod { path, .. }
+            | Request::Utimens { path, .. }
+            | Request::Chown { path, .. }
+            | Request::DropPrivs { path, .. } => [path, ""],
+            Request::Rename { from, to, .. } | Request::Link { from, to } => [from, to],
+            Request::Write { size_of, .. } | Request::WriteData { size_of, .. } => {
+                [size_of.unwrap_or(""), ""]
+            }
+            Request::Once { req, .. } => req.paths_changed(),
+            _ => ["", ""],
+        }
     }
 
     /// Short name for stats and logs.
@@ -881,6 +929,7 @@ impl Request<'_> {
             Request::Resync { .. } => "resync",
             Request::ResyncRead { .. } => "resync_read",
             Request::Once { req, .. } => req.name(),
+            Request::Look(_) => "look",
         }
     }
 }
@@ -929,7 +978,7 @@ pub struct Refusal {
 
 /// Version of the wire protocol: bumped whenever a request, reply, frame or tag changes
 /// meaning. A client refuses a server whose welcome names another version.
-pub const PROTOCOL_VERSION: u32 = 10;
+pub const PROTOCOL_VERSION: u32 = 11;
 
 /// What a server says to a client right after accepting its connection.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
@@ -1034,6 +1083,10 @@ pub struct Hello<'a> {
     /// The welcome's ticket, echoed.
     #[serde(default)]
     pub ticket: u64,
+    /// The client process's holder number (its leases and open references); 0: it keeps
+    /// nothing and gets no callbacks.
+    #[serde(default)]
+    pub holder: u64,
 }
 
 /// The server's answer to a [`Hello`], on `tag::admit(server)`.
@@ -1137,6 +1190,10 @@ pub enum Reply<'a> {
         states: Vec<u8>,
         replication: u32,
     },
+    /// Answer to `Look`: the entry's attributes (`None`: no such entry, its parent a
+    /// directory) and how long the answer may be kept, counted from when the request was
+    /// sent (0: not at all).
+    Looked { attr: Option<Attr>, lease_ms: u32 },
 }
 
 #[cfg(test)]

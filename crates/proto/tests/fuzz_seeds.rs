@@ -296,6 +296,7 @@ fn write_fuzz_seeds() {
             groups: vec![1000, 27],
             set: None,
             ticket: 0x1234_5678_9abc_def0,
+            holder: 0,
         };
         std::fs::write(
             dir.join(format!("hello-{name}")),

@@ -69,13 +69,15 @@ impl Credentials {
         Key::load(&madfs_auth::peer_key_path(cluster_file)).map(Credentials::Peer)
     }
 
-    /// The hello answering `w` (from server `server`), for replica set `set`.
+    /// The hello answering `w` (from server `server`), for replica set `set`, from lease
+    /// holder `holder` (0: none).
     pub fn hello(
         &self,
         cluster: u64,
         server: u32,
         w: &Welcome,
         set: Option<u32>,
+        holder: u64,
     ) -> Result<Pending, Errno> {
         let role = match self {
             Credentials::Peer(_) => Role::Peer,
@@ -132,6 +134,7 @@ impl Credentials {
             groups,
             set,
             ticket: w.ticket,
+            holder,
         };
         let bytes = flexbuffers::to_vec(&hello).map_err(|_| Errno::EIO)?;
         Ok(Pending { challenge, bytes })

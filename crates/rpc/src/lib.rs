@@ -9,6 +9,7 @@
 //!   servers of a cluster, and the identity record it starts with.
 
 pub use madfs_identity::{cluster_file, ClusterId, ClusterIdentity};
+pub mod callbacks;
 mod credentials;
 pub mod probe;
 pub mod progress;

@@ -6,6 +6,7 @@
 //! goes through [`Transport::wait`], which has a deadline: a dead server gives `EIO`, never a
 //! hang, and the connection is dropped so the next call reconnects.
 
+use crate::callbacks::{Callbacks, Route};
 use crate::cluster_file;
 use crate::credentials::Credentials;
 use crate::progress::block_on;
@@ -114,6 +115,8 @@ pub struct Transport {
     /// endpoint of this worker that never completes, and destroying the worker would abort
     /// the process ("pending request … should have been flushed"): it is left to the exit.
     tainted: Cell<bool>,
+    /// The client cache's callbacks (UCX only).
+    callbacks: Callbacks,
 }
 
 /// Closes `ep` with force (error mode `peer` only: in mode `none` that is undefined
@@ -300,7 +303,44 @@ impl Transport {
             fixed: Cell::new(false),
             tainted: Cell::new(false),
             kind: Cell::new(tag::REQUEST),
+            callbacks: Callbacks::default(),
         }
+    }
+
+    /// This process keeps answers as lease holder `holder` (told in each hello from now on;
+    /// UCX only: a TCP connection gets no leases), `handler` forgetting what a server's
+    /// callback names.
+    pub fn set_holder(&self, holder: u64, handler: crate::callbacks::Handler) {
+        if !self.is_tcp() {
+            let cluster = self.cluster.get().map_or(0, |(id, _)| id);
+            self.callbacks.set(holder, cluster, handler);
+        }
+    }
+
+    /// Takes the callbacks waiting for this transport (the worker progressed once first)
+    /// and acknowledges them. Returns how many were taken.
+    pub fn take_callbacks(&self) -> usize {
+        self.callbacks_now(true)
+    }
+
+    /// Callbacks this transport took so far.
+    pub fn callbacks_taken(&self) -> u64 {
+        self.callbacks.taken()
+    }
+
+    fn callbacks_now(&self, progress: bool) -> usize {
+        let Net::Ucx { worker, conns, .. } = &self.net else {
+            return 0;
+        };
+        self.callbacks.take(worker, progress, |server| {
+            // (the set a server's connection is kept under: unreplicated, its own id)
+            let c = conns.borrow().get(server as usize)?.clone()?;
+            Some(Route {
+                ep: c.ep.clone(),
+                conn: c.welcome.conn,
+                secret: c.secret,
+            })
+        })
     }
 
     /// What to prove to each server when connecting (default: nothing, which only an
@@ -640,7 +680,8 @@ impl Transport {
             flexbuffers::from_slice(&buf[..n.min(buf.len())]).map_err(|_| Errno::EPROTO)?;
         self.check_welcome(server, &welcome)?;
         let creds = self.creds.borrow().clone();
-        let pending = creds.hello(welcome.cluster, server, &welcome, Some(set))?;
+        // (no leases over TCP: a server cannot call a TCP client back)
+        let pending = creds.hello(welcome.cluster, server, &welcome, Some(set), 0)?;
         self.learn_replication(&welcome);
         tcp_send(&mut s, TCP_HELLO, &[pending.bytes()]).map_err(|_| Errno::EIO)?;
         let n = tcp_recv(&mut s, &mut buf).map_err(|_| Errno::EIO)?;
@@ -730,7 +771,13 @@ impl Transport {
         self.check_welcome(server, &conn.welcome)?;
         // prove who we are; the server answers with the connection's secret
         let creds = self.creds.borrow().clone();
-        let pending = creds.hello(conn.welcome.cluster, server, &conn.welcome, Some(set))?;
+        let pending = creds.hello(
+            conn.welcome.cluster,
+            server,
+            &conn.welcome,
+            Some(set),
+            self.callbacks.holder(),
+        )?;
         self.learn_replication(&conn.welcome);
         let (ep, w) = (conn.ep.clone(), conn.welcome);
         let worker2 = worker_ref(&self.net);
@@ -861,7 +908,19 @@ impl Transport {
                 });
                 block_on(worker, both, self.settings.spin, deadline)
             }
-            Net::Ucx { worker, .. } => block_on(worker, fut, self.settings.spin, deadline),
+            // callbacks that come while the call waits are taken (a server may wait for
+            // this process's acknowledgement before it answers anyone, this call included)
+            Net::Ucx { worker, .. } => {
+                let mut fut = pin!(fut);
+                let both = std::future::poll_fn(|cx| {
+                    if let Poll::Ready(v) = fut.as_mut().poll(cx) {
+                        return Poll::Ready(v);
+                    }
+                    self.callbacks_now(false);
+                    Poll::Pending
+                });
+                block_on(worker, both, self.settings.spin, deadline)
+            }
             // TCP calls do their (blocking, time-limited) IO inside their first poll
             Net::Tcp { .. } => poll_to_end(fut),
         };

@@ -17,7 +17,7 @@ use crate::clock::now_ns;
 use crate::server::{not_root, path_ok, Answer, Server};
 use crate::who::Who;
 use madfs_placement::split_parent;
-use madfs_proto::{Attr, Errno, FsResult, Reply, Request, S_IFDIR, S_IFREG};
+use madfs_proto::{Attr, Errno, FsResult, Reply, Request, S_IFDIR, S_IFMT, S_IFREG};
 use madfs_store::rocks::Change;
 use madfs_store::{is_stub, Created, MetadataStore};
 
@@ -180,6 +180,30 @@ pub(crate) fn stat(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -> FsResult<
     };
     path_ok(path)?;
     s.get(path).map(Answer::Attr)
+}
+
+/// `Look`: a stat whose answer the client may keep, under a lease of its process
+/// (`crate::state::leases`): the entry, or its absence from a directory (the pipeline
+/// checked that the parent is one). A file with several names gets none: its attributes are
+/// kept by id, and other servers' names of it change them.
+pub(crate) fn look(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
+    let Request::Look(path) = *req else {
+        return Err(Errno::EINVAL);
+    };
+    path_ok(path)?;
+    match s.get(path) {
+        Ok(a) => {
+            let several = a.mode & S_IFMT != S_IFDIR && a.nlink > 1;
+            let ms = if several {
+                0
+            } else {
+                s.leases.grant(path, c.holder)
+            };
+            Ok(Answer::Looked(Some(a), ms))
+        }
+        Err(Errno::ENOENT) => Ok(Answer::Looked(None, s.leases.grant(path, c.holder))),
+        Err(e) => Err(e),
+    }
 }
 
 pub(crate) fn create(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {

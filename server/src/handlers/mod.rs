@@ -26,6 +26,9 @@ pub struct Call<'a> {
     pub data: &'a mut [u8],
     /// The group-commit sync threads (an fsync on an unreplicated cluster queues there).
     pub sync: Option<&'a SyncSender>,
+    /// The client process the connection serves, if it may be given leases (a UCX
+    /// connection whose hello named a holder): `crate::state::leases`.
+    pub holder: Option<crate::state::leases::Holder>,
 }
 
 impl<'a> Call<'a> {
@@ -36,6 +39,7 @@ impl<'a> Call<'a> {
             bulk: &[],
             data: &mut [],
             sync: None,
+            holder: None,
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The UCX connections of a server: welcomed and waiting for their hello, or admitted.
 
+use crate::state::leases::Holder;
 use crate::who::Who;
 use madfs_proto::tag;
 use madfs_rpc::Endpoint;
@@ -27,6 +28,9 @@ pub struct Conn {
     pub parked_bytes: Cell<usize>,
     /// Closed (said goodbye, lease ran out, stalled, over its limits): nothing more is sent.
     pub dead: Cell<bool>,
+    /// The client process it serves, when its hello named one: its leases' callbacks come
+    /// here (`crate::state::leases`).
+    pub holder: Option<Holder>,
 }
 
 /// A connection welcomed but not admitted yet.
@@ -83,7 +87,10 @@ impl Conns {
     }
 
     /// Admits waiting connection `id`.
-    pub fn admit(&self, id: u32, ep: Rc<Endpoint>, secret: u64, who: Who) {
+    pub fn admit(&self, id: u32, ep: Rc<Endpoint>, secret: u64, who: Who, holder: u64) {
+        // (a server's connection keeps nothing)
+        let holder = (holder != 0 && who.role != madfs_proto::Role::Peer)
+            .then_some(Holder { holder, conn: id });
         let mut map = self.map.borrow_mut();
         map.insert(
             id,
@@ -96,6 +103,7 @@ impl Conns {
                 parked: Cell::new(0),
                 parked_bytes: Cell::new(0),
                 dead: Cell::new(false),
+                holder,
             }),
         );
         self.stats.live_connections.store(map.len() as u64, Relaxed);

@@ -98,6 +98,15 @@ pub async fn run(
         ops.clone(),
     )));
     tasks.push(tokio::task::spawn_local(ucx::lease_loop(net.clone())));
+    // the client cache's callbacks out, and their acknowledgements in
+    crate::pipeline::mark_net_thread();
+    let (callbacks, outbox) = tokio::sync::mpsc::unbounded_channel();
+    ops.leases.set_outbox(callbacks);
+    tasks.push(tokio::task::spawn_local(ucx::callback_loop(
+        net.clone(),
+        outbox,
+    )));
+    tasks.push(tokio::task::spawn_local(ucx::released_loop(net.clone())));
     for _ in 0..cfg.handlers {
         tasks.push(tokio::task::spawn_local(ucx::handler(
             net.clone(),

@@ -517,10 +517,10 @@ impl Net {
             enc: Encoder::default(),
             out: Out::boxed(),
         };
-        let (ops, who) = (self.ops.clone(), c.who.clone());
+        let (ops, who, holder) = (self.ops.clone(), c.who.clone(), c.holder);
         let served = tokio::task::spawn_blocking(move || {
             let mut b = b;
-            let (p, n) = crate::serve::frame(&ops, &mut b, got, &who);
+            let (p, n) = crate::serve::frame(&ops, &mut b, got, &who, holder);
             (b, p, n)
         })
         .await;

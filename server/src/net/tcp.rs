@@ -185,7 +185,7 @@ async fn tcp_conn(
             return Ok(());
         }
         let (b, prefix, n) = if kind == 2 {
-            let result = crate::serve::fsync(ops, sync_tx, &who, &b.recv)
+            let result = crate::serve::fsync(ops, sync_tx, &who, None, &b.recv)
                 .await
                 .unwrap_or(Err(Errno::EIO));
             let mut b = b;
@@ -207,19 +207,22 @@ async fn tcp_conn(
                     .inline(ops.replica.is_some(), cfg.meta_inline),
                 Err(_) => true,
             };
-            if inline {
-                let mut b = b;
-                let (p, n) = crate::serve::frame(ops, &mut b, None, &who);
-                (b, p, n)
-            } else {
-                let (ops2, who) = (ops.clone(), who.clone());
-                let mut b = b;
-                tokio::task::spawn_blocking(move || {
-                    let (p, n) = crate::serve::frame(&ops2, &mut b, None, &who);
-                    (b, p, n)
-                })
-                .await
-                .map_err(std::io::Error::other)?
+            let mut b = b;
+            // (a change that must wait for callbacks runs again on an IO thread)
+            let done = inline
+                .then(|| crate::serve::frame(ops, &mut b, None, &who, None))
+                .filter(|_| !crate::pipeline::take_rerun());
+            match done {
+                Some((p, n)) => (b, p, n),
+                None => {
+                    let (ops2, who) = (ops.clone(), who.clone());
+                    tokio::task::spawn_blocking(move || {
+                        let (p, n) = crate::serve::frame(&ops2, &mut b, None, &who, None);
+                        (b, p, n)
+                    })
+                    .await
+                    .map_err(std::io::Error::other)?
+                }
             }
         };
         let total = ((PREFIX + b.hdr.len() + n) as u32).to_le_bytes();

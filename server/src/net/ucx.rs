@@ -49,15 +49,15 @@ pub fn stall_fault() -> Option<std::time::Instant> {
     tracing::warn!("MADFS_FAULT={f}: the UCX worker will look stalled after {ms} ms");
     Some(std::time::Instant::now() + Duration::from_millis(ms))
 }
-/// Tag kinds no server receives (everything but `REQUEST`, `FSYNC`, `REQUEST_DATA`, `HELLO`
-/// and `REPLICATE`), as (kind, mask) receives over the kind bits: 0 and 4 (`0x00`); 3 and 7
-/// (`0x11`); 8 (`1000`); 10 and 11 (`101x`); 12–15 (`11xx`). A message of such a kind would
-/// otherwise wait in UCX's unexpected queue for ever, holding its memory.
+/// Tag kinds no server receives (everything but `REQUEST`, `FSYNC`, `REQUEST_DATA`, `HELLO`,
+/// `REPLICATE` and `RELEASED`), as (kind, mask) receives over the kind bits: 0 and 4
+/// (`0x00`); 3 and 7 (`0x11`); 8 (`1000`); 10 (`1010`); 12–15 (`11xx`). A message of such a
+/// kind would otherwise wait in UCX's unexpected queue for ever, holding its memory.
 pub const DRAINED_KINDS: [(u64, u64); 5] = [
     (0, 0b1011 << 60),
     (0b0011 << 60, 0b1011 << 60),
     (0b1000 << 60, 0b1111 << 60),
-    (0b1010 << 60, 0b1110 << 60),
+    (0b1010 << 60, 0b1111 << 60),
     (0b1100 << 60, 0b1100 << 60),
 ];
 
@@ -187,7 +187,12 @@ pub async fn hello_loop(
         let bytes = flexbuffers::to_vec(&answer).unwrap_or_default();
         let ep = w.ep.clone();
         if let Some((secret, who)) = admitted {
-            conns.admit(conn, w.ep, secret, who);
+            // the client process whose cache the connection's leases are for
+            let holder = std::panic::catch_unwind(|| {
+                flexbuffers::from_slice::<madfs_proto::Hello<'_>>(&buf).map_or(0, |h| h.holder)
+            })
+            .unwrap_or(0);
+            conns.admit(conn, w.ep, secret, who, holder);
         }
         let (conns, cfg) = (conns.clone(), cfg.clone());
         tokio::task::spawn_local(async move {
@@ -205,6 +210,55 @@ pub async fn hello_loop(
         });
     }
 }
+/// Sends the client cache's callbacks (`crate::state::leases`) on the connections they are
+/// for; one whose connection is gone is waited out by its change (its lease's end).
+pub async fn callback_loop(
+    net: Rc<Net>,
+    mut outbox: tokio::sync::mpsc::UnboundedReceiver<crate::state::leases::Outgoing>,
+) {
+    while let Some(o) = outbox.recv().await {
+        let Some(c) = net.conns.map.borrow().get(&o.conn).cloned() else {
+            continue;
+        };
+        if c.dead.get() {
+            continue;
+        }
+        let timeout = net.cfg.send_timeout;
+        tokio::task::spawn_local(async move {
+            let _ = tokio::time::timeout(timeout, c.ep.tag_send(o.tag, &o.bytes)).await;
+        });
+    }
+}
+
+/// Takes the acknowledgements of callbacks (`tag::RELEASED`: the connection's secret and the
+/// callback's id).
+pub async fn released_loop(net: Rc<Net>) {
+    let mut buf = [MaybeUninit::<u8>::uninit(); 16];
+    loop {
+        let Ok((t, len)) = net
+            .worker
+            .tag_recv_mask(tag::RELEASED, tag::KIND_MASK, &mut buf)
+            .await
+        else {
+            net.ops.stats.bad_frames.fetch_add(1, Relaxed);
+            continue;
+        };
+        if len != 16 {
+            net.ops.stats.bad_frames.fetch_add(1, Relaxed);
+            continue;
+        }
+        // SAFETY: UCX wrote all 16 bytes.
+        let b: [u8; 16] = unsafe { std::mem::transmute(buf) };
+        let (word, id) = b.split_at(8);
+        let word = u64::from_le_bytes(word.try_into().unwrap_or_default());
+        let id = u64::from_le_bytes(id.try_into().unwrap_or_default());
+        let (_, conn, _) = tag::split(t);
+        if net.conns.check(conn, word).is_some() {
+            net.ops.leases.released(conn, id);
+        }
+    }
+}
+
 /// Advances the lease clock every quarter lease and closes connections that sent nothing for
 /// a lease and have nothing in flight.
 pub async fn lease_loop(net: Rc<Net>) {
@@ -215,6 +269,9 @@ pub async fn lease_loop(net: Rc<Net>) {
     let step = lease / 4;
     loop {
         tokio::time::sleep(step).await;
+        net.ops.leases.expire();
+        let held = net.ops.leases.counts().held as u64;
+        net.ops.stats.leases_held.store(held, Relaxed);
         let conns = &net.conns;
         let now = conns.tick.get().wrapping_add(1);
         conns.tick.set(now);
@@ -377,15 +434,23 @@ pub async fn handler(net: Rc<Net>, kind: u64) {
                 }
             }
         }
+        let holder = c.holder;
         let nowait = span.and_then(|sp| crate::serve::read_nowait(ops, &mut b, sp));
-        let (b, prefix, n) = if let Some((p, n)) = nowait {
-            (b, p, n)
-        } else if inline {
-            let started = small_write.then(std::time::Instant::now);
-            let (p, n) = crate::serve::frame(ops, &mut b, data, &who);
-            if let Some(t) = started {
-                small_write_took(t.elapsed());
+        // served on the net thread; a change that must wait for callbacks runs again on an
+        // IO thread
+        let inline = match nowait {
+            Some(v) => Some(v),
+            None if inline => {
+                let started = small_write.then(std::time::Instant::now);
+                let (p, n) = crate::serve::frame(ops, &mut b, data, &who, holder);
+                if let Some(t) = started {
+                    small_write_took(t.elapsed());
+                }
+                (!crate::pipeline::take_rerun()).then_some((p, n))
             }
+            None => None,
+        };
+        let (b, prefix, n) = if let Some((p, n)) = inline {
             (b, p, n)
         } else if kind == tag::REPLICATE {
             // a copy's sync: never on the IO threads (`crate::table`, `Replicate`)
@@ -394,7 +459,7 @@ pub async fn handler(net: Rc<Net>, kind: u64) {
             let spawned = std::thread::Builder::new()
                 .name("madfs-copy-sync".into())
                 .spawn(move || {
-                    let (p, n) = crate::serve::frame(&ops2, &mut b, data, &who);
+                    let (p, n) = crate::serve::frame(&ops2, &mut b, data, &who, holder);
                     crate::peer::release_thread();
                     let _ = tx.send((b, p, n));
                 });
@@ -409,7 +474,7 @@ pub async fn handler(net: Rc<Net>, kind: u64) {
         } else {
             let ops2 = ops.clone();
             match tokio::task::spawn_blocking(move || {
-                let (p, n) = crate::serve::frame(&ops2, &mut b, data, &who);
+                let (p, n) = crate::serve::frame(&ops2, &mut b, data, &who, holder);
                 (b, p, n)
             })
             .await
@@ -493,7 +558,7 @@ pub async fn fsync_handler(
             continue;
         };
         c.seen.set(conns.tick.get());
-        let waiter = crate::serve::fsync(&ops, &sync_tx, &c.who, &recv);
+        let waiter = crate::serve::fsync(&ops, &sync_tx, &c.who, c.holder, &recv);
         let Ok(permit) = pending.clone().acquire_owned().await else {
             return;
         };

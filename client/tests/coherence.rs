@@ -1,0 +1,412 @@
+//! The client cache stays true (docs/consistency.md, "The client cache"): process A keeps
+//! stating the names of a directory (and so holds leases on them, present and absent), while
+//! process B (this binary run again: another client process, another lease holder) creates,
+//! unlinks, renames, chmods, chowns, retargets symbolic links, appends and closes, makes and
+//! removes directories. After each of B's changes is acknowledged, A's next stat of every
+//! name must give what the change left: a history check against a model of the directory.
+//! The checker is shown to catch stale answers: with the servers' callbacks turned off
+//! (`MADFS_FAULT=no-callbacks`) it finds them. A frozen A (SIGSTOP) delays B's change by at
+//! most one lease.
+//!
+//! `MADFS_COHERENCE_ROUNDS` sets the number of rounds (CI: the default, 300).
+
+mod common;
+
+use madfs_client::{Client, Errno, FileSystem, OpenFlags};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const DIR: &str = "/co";
+/// Every this many rounds A waits for B without calling madfs (`MADFS_COHERENCE_IDLE`).
+static IDLE_EVERY: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+const NAMES: [&str; 6] = ["f0", "f1", "f2", "d0", "l0", "l1"];
+
+/// What a name should be, as A's model has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Want {
+    Absent,
+    File { mode: u32, uid: u32, size: u64 },
+    Dir { mode: u32 },
+    Link { target: String },
+}
+
+fn seen(c: &Client, path: &str) -> Want {
+    match c.stat(path) {
+        Err(Errno::ENOENT) => Want::Absent,
+        Err(e) => panic!("stat {path}: {e:?}"),
+        Ok(a) if a.is_dir() => Want::Dir {
+            mode: a.mode & 0o7777,
+        },
+        Ok(a) if a.is_link() => Want::Link {
+            target: c.readlink(path).unwrap_or_default(),
+        },
+        Ok(a) => Want::File {
+            mode: a.mode & 0o7777,
+            uid: a.uid,
+            size: a.size,
+        },
+    }
+}
+
+/// Process B: applies the changes read from stdin, one per line, and answers each with
+/// `ok` or the errno once it is acknowledged.
+#[test]
+fn writer() {
+    let Ok(cluster) = std::env::var("MADFS_COHERENCE_WRITER") else {
+        return;
+    };
+    common::setup();
+    let mut cfg = madfs_client::ClientConfig::from_cluster_file(cluster).unwrap();
+    cfg.ucx.err_mode = madfs_rpc::UcxSettings::parse_err_mode("peer").unwrap();
+    let c = Client::new(&cfg).unwrap();
+    let mut out = std::io::stdout().lock();
+    for line in std::io::stdin().lock().lines() {
+        let line = line.unwrap();
+        let w: Vec<&str> = line.split(' ').collect();
+        let p = |i: usize| format!("{DIR}/{}", w[i]);
+        let r = match w[0] {
+            "create" => c
+                .open(&p(1), OpenFlags::create_trunc())
+                .and_then(|f| c.close(f)),
+            "unlink" => c.unlink(&p(1)),
+            "rename" => c.rename(&p(1), &p(2), false),
+            "chmod" => c.chmod(&p(1), u32::from_str_radix(w[2], 8).unwrap()),
+            "chown" => c.chown(&p(1), w[2].parse().unwrap(), u32::MAX),
+            "symlink" => c.symlink(w[2], &p(1)),
+            "append" => c.open(&p(1), OpenFlags::default()).and_then(|mut f| {
+                c.append(&mut f, &vec![7u8; w[2].parse().unwrap()])?;
+                c.close(f)
+            }),
+            "mkdir" => c.mkdir(&p(1), 0o755),
+            "rmdir" => c.rmdir(&p(1)),
+            // a stat of an absolute path (what gives this process a lease)
+            "stat" => c.stat(w[1]).map(drop),
+            "quit" => break,
+            op => panic!("unknown change {op}"),
+        };
+        match r {
+            Ok(()) => writeln!(out, "ok").unwrap(),
+            Err(e) => writeln!(out, "{}", e.raw()).unwrap(),
+        }
+        out.flush().unwrap();
+    }
+}
+
+struct Writer {
+    child: Child,
+    to: ChildStdin,
+    answers: std::sync::mpsc::Receiver<String>,
+}
+
+impl Writer {
+    fn start(cluster: &std::path::Path) -> Writer {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["writer", "--exact", "--nocapture", "--test-threads=1", "-q"])
+            .env("MADFS_COHERENCE_WRITER", cluster)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let to = child.stdin.take().unwrap();
+        let from: BufReader<ChildStdout> = BufReader::new(child.stdout.take().unwrap());
+        let (tx, answers) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in from.lines().map_while(Result::ok) {
+                let a = line.trim().to_string();
+                // (the test harness's own lines are not answers)
+                if (a == "ok" || a.parse::<i32>().is_ok()) && tx.send(a).is_err() {
+                    break;
+                }
+            }
+        });
+        Writer { child, to, answers }
+    }
+
+    /// Sends one change and waits for its answer (`None`: ok; the errno else); `reader`
+    /// (a client of the waiting process, if any) takes its callbacks meanwhile, as a process
+    /// that keeps calling madfs does.
+    fn change_with(&mut self, line: &str, reader: Option<&Client>) -> Option<i32> {
+        writeln!(self.to, "{line}").unwrap();
+        self.to.flush().unwrap();
+        loop {
+            match self.answers.recv_timeout(Duration::from_micros(100)) {
+                Ok(a) if a == "ok" => return None,
+                Ok(a) => return a.parse().ok(),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    if let Some(r) = reader {
+                        r.take_callbacks();
+                    }
+                }
+                Err(e) => panic!("writer gone: {e}"),
+            }
+        }
+    }
+
+    fn change(&mut self, line: &str) -> Option<i32> {
+        self.change_with(line, None)
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let _ = writeln!(self.to, "quit");
+        let _ = self.child.wait();
+    }
+}
+
+/// A random change of the model's names that the kernel would accept, and what it leaves.
+fn next_change(
+    rng: &mut u64,
+    model: &BTreeMap<&'static str, Want>,
+) -> (String, Vec<(&'static str, Want)>) {
+    let mut r = || {
+        *rng ^= *rng << 13;
+        *rng ^= *rng >> 7;
+        *rng ^= *rng << 17;
+        *rng
+    };
+    loop {
+        let name = NAMES[(r() % NAMES.len() as u64) as usize];
+        let other = NAMES[(r() % NAMES.len() as u64) as usize];
+        let want = model[name].clone();
+        let kind = &name[..1];
+        let choice = r() % 4;
+        match (&want, kind) {
+            (Want::Absent, "f") => {
+                return (
+                    format!("create {name}"),
+                    vec![(
+                        name,
+                        Want::File {
+                            mode: 0o644,
+                            uid: 0,
+                            size: 0,
+                        },
+                    )],
+                )
+            }
+            (Want::Absent, "d") => {
+                return (
+                    format!("mkdir {name}"),
+                    vec![(name, Want::Dir { mode: 0o755 })],
+                )
+            }
+            (Want::Absent, "l") => {
+                let target = format!("t{}", r() % 1000);
+                return (
+                    format!("symlink {name} {target}"),
+                    vec![(name, Want::Link { target })],
+                );
+            }
+            (Want::File { mode, uid, size }, _) => match choice {
+                0 => return (format!("unlink {name}"), vec![(name, Want::Absent)]),
+                1 => {
+                    let m = 0o600 | (r() % 0o100) as u32;
+                    return (
+                        format!("chmod {name} {m:o}"),
+                        vec![(
+                            name,
+                            Want::File {
+                                mode: m,
+                                uid: *uid,
+                                size: *size,
+                            },
+                        )],
+                    );
+                }
+                2 => {
+                    let u = (r() % 3) as u32;
+                    return (
+                        format!("chown {name} {u}"),
+                        vec![(
+                            name,
+                            Want::File {
+                                mode: *mode,
+                                uid: u,
+                                size: *size,
+                            },
+                        )],
+                    );
+                }
+                _ if other.starts_with('f') && other != name => {
+                    return (
+                        format!("rename {name} {other}"),
+                        vec![(name, Want::Absent), (other, want.clone())],
+                    )
+                }
+                _ => {
+                    let n = 1 + r() % 5000;
+                    return (
+                        format!("append {name} {n}"),
+                        vec![(
+                            name,
+                            Want::File {
+                                mode: *mode,
+                                uid: *uid,
+                                size: size + n,
+                            },
+                        )],
+                    );
+                }
+            },
+            (Want::Dir { .. }, _) => match choice {
+                0 | 1 => return (format!("rmdir {name}"), vec![(name, Want::Absent)]),
+                _ => {
+                    let m = 0o700 | (r() % 0o100) as u32;
+                    return (
+                        format!("chmod {name} {m:o}"),
+                        vec![(name, Want::Dir { mode: m })],
+                    );
+                }
+            },
+            (Want::Link { .. }, _) => {
+                return (format!("unlink {name}"), vec![(name, Want::Absent)])
+            }
+            _ => continue,
+        }
+    }
+}
+
+/// Runs `rounds` rounds; returns the stale answers A saw (name, wanted, seen, round).
+fn rounds(cl: &madfs_cluster::LocalCluster, rounds: usize, seed: u64) -> Vec<String> {
+    let a = common::client(cl, Duration::from_secs(10), "peer");
+    let _ = a.mkdir(DIR, 0o755);
+    let mut w = Writer::start(&cl.cluster_file());
+    let mut model: BTreeMap<&'static str, Want> =
+        NAMES.iter().map(|n| (*n, Want::Absent)).collect();
+    let mut rng = seed | 1;
+    let mut stale = Vec::new();
+    for round in 0..rounds {
+        // A holds leases on every name (present or absent)
+        for n in NAMES {
+            seen(&a, &format!("{DIR}/{n}"));
+        }
+        let (line, after) = next_change(&mut rng, &model);
+        // (every fifth round A waits without calling madfs, as a process in a barrier does:
+        // B's change waits for A's lease to end)
+        let idle = idle_every();
+        let meanwhile = (round % idle != idle - 1).then_some(&a);
+        if let Some(e) = w.change_with(&line, meanwhile) {
+            panic!("round {round}: B's {line:?} failed: errno {e}");
+        }
+        for (n, want) in after {
+            model.insert(n, want);
+        }
+        // B's change is acknowledged: A's next read must see it
+        for (n, want) in &model {
+            let got = seen(&a, &format!("{DIR}/{n}"));
+            if &got != want {
+                stale.push(format!(
+                    "round {round} after {line:?}: {n} is {got:?}, want {want:?}"
+                ));
+            }
+        }
+    }
+    stale
+}
+
+fn idle_every() -> usize {
+    *IDLE_EVERY.get_or_init(|| {
+        std::env::var("MADFS_COHERENCE_IDLE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(5)
+            .max(1)
+    })
+}
+
+fn rounds_wanted() -> usize {
+    std::env::var("MADFS_COHERENCE_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300)
+}
+
+#[test]
+fn a_readers_cache_sees_every_acknowledged_change() {
+    if std::env::var_os("MADFS_COHERENCE_WRITER").is_some() {
+        return;
+    }
+    let lease = std::env::var("MADFS_COHERENCE_LEASE_MS").unwrap_or_else(|_| "100".into());
+    let cl = common::cluster(3, &["--cache-lease-ms", &lease], "peer");
+    let t = Instant::now();
+    let stale = rounds(&cl, rounds_wanted(), 0x5eed);
+    assert!(
+        stale.is_empty(),
+        "{} stale answers: {:#?}",
+        stale.len(),
+        &stale[..stale.len().min(10)]
+    );
+    // the cache answered (the reader's hits) and the servers called back
+    let c = madfs_client::cache::counts();
+    let revoked: u64 = (0..3)
+        .map(|i| common::stats(&cl, i).revoke_waits.iter().sum::<u64>())
+        .sum();
+    eprintln!(
+        "{} rounds in {:?}: cache hits {}, misses {}, entries called back {}, changes that waited {revoked}",
+        rounds_wanted(),
+        t.elapsed(),
+        c.hits,
+        c.misses,
+        c.revoked
+    );
+    assert!(c.hits > 0 && c.revoked > 0 && revoked > 0, "{c:?}");
+}
+
+#[test]
+fn the_checker_catches_a_cache_without_callbacks() {
+    if std::env::var_os("MADFS_COHERENCE_WRITER").is_some() {
+        return;
+    }
+    common::setup();
+    let cl = madfs_cluster::LocalCluster::start(madfs_cluster::Options {
+        servers: 3,
+        args: vec![],
+        err_mode: "peer".into(),
+        env: vec![("MADFS_FAULT".into(), "no-callbacks".into())],
+    })
+    .expect("start servers");
+    let stale = rounds(&cl, 100, 0xbad);
+    assert!(
+        !stale.is_empty(),
+        "no stale answer found with callbacks off"
+    );
+}
+
+#[test]
+fn a_frozen_reader_delays_a_change_by_at_most_one_lease() {
+    if std::env::var_os("MADFS_COHERENCE_WRITER").is_some() {
+        return;
+    }
+    let cl = common::cluster(2, &["--cache-lease-ms", "300"], "peer");
+    let a = common::client(&cl, Duration::from_secs(10), "peer");
+    let _ = a.mkdir("/fz", 0o755);
+    let _ = a
+        .open("/fz/x", OpenFlags::create_trunc())
+        .and_then(|f| a.close(f));
+    // a second process holds a lease on /fz/x and is then stopped
+    let mut holder = Writer::start(&cl.cluster_file());
+    let mut worst = Duration::ZERO;
+    let mut waited = Vec::new();
+    for round in 0..5 {
+        // the holder stats /fz/x (a lease), then freezes
+        assert_eq!(holder.change("stat /fz/x"), None);
+        // SAFETY: signals to a child of this process.
+        unsafe { libc::kill(holder.child.id() as i32, libc::SIGSTOP) };
+        let t = Instant::now();
+        a.chmod("/fz/x", 0o600 + round).unwrap();
+        worst = worst.max(t.elapsed());
+        waited.push(t.elapsed());
+        // SAFETY: as above.
+        unsafe { libc::kill(holder.child.id() as i32, libc::SIGCONT) };
+    }
+    eprintln!("changes delayed by a frozen holder: {waited:?}");
+    assert!(
+        waited.iter().any(|d| *d > Duration::from_millis(100)),
+        "no change waited: {waited:?}"
+    );
+    eprintln!("worst delay of a change by a frozen holder: {worst:?}");
+    assert!(worst < Duration::from_millis(300 + 250), "{worst:?}");
+}

@@ -1,0 +1,505 @@
+//! Leases of the client cache (docs/consistency.md, "The client cache"): which client
+//! process (a holder) keeps which answer of this server, until when, and the callbacks a
+//! change waits for before it is acknowledged.
+//!
+//! A lease is granted on a path with a `Look` answer (an entry, or its absence in a
+//! directory) to the connection that asked; it stands for the entry and for the permission
+//! facts the answer depended on (its ancestors). A change names the paths it touches
+//! ([`crate::pipeline`]); [`Leases::revoke`] takes every lease on those paths and below them
+//! out of the table, sends a callback to each other holder (through the net thread) and
+//! keeps new leases on them from being granted until the change is over (the returned
+//! [`Revocation`] is held while the change runs); [`Revocation::wait`] waits for the
+//! acknowledgements, or for the end of the leases a holder did not acknowledge (a dead or
+//! frozen client costs a writer at most one lease).
+//!
+//! Memory is bounded: at most `max` leases; a full table drops its expired leases, and
+//! grants none while still full.
+
+use madfs_proto::{tag, Callback};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Leases one server keeps by default (`--leases-max`).
+pub const LEASES_MAX: usize = 1 << 20;
+
+/// Most paths (and bytes of paths) named in one callback: a holder of more is told to
+/// forget everything (a callback stays one small eager message).
+const PATHS_PER_CALLBACK: usize = 64;
+const CALLBACK_BYTES: usize = 2048;
+
+/// A connection that may be given leases: its holder (the client process) and the UCX
+/// connection its callbacks go to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holder {
+    pub holder: u64,
+    pub conn: u32,
+}
+
+/// A callback for the net thread to send: on connection `conn`, with `tag`.
+#[derive(Debug)]
+pub struct Outgoing {
+    pub conn: u32,
+    pub tag: u64,
+    pub bytes: Vec<u8>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Hold {
+    who: Holder,
+    until: Instant,
+}
+
+#[derive(Default)]
+struct Table {
+    /// Leases by path.
+    held: BTreeMap<String, Vec<Hold>>,
+    count: usize,
+    /// Paths being changed: no lease is granted on them ...
+    changing: HashMap<String, u32>,
+    /// ... nor below these (directories whose mode, owner, name or existence change).
+    changing_below: HashMap<String, u32>,
+    /// Callbacks sent and not acknowledged: their id → the connection they went to.
+    unacked: HashMap<u64, u32>,
+    next_id: u64,
+}
+
+/// The lease table of one server.
+pub struct Leases {
+    /// How long a lease lasts (zero: none is granted).
+    lease: Duration,
+    max: usize,
+    server: u32,
+    table: Mutex<Table>,
+    acked: Condvar,
+    out: Mutex<Option<tokio::sync::mpsc::UnboundedSender<Outgoing>>>,
+    /// Test fault `MADFS_FAULT=no-callbacks`: leases are granted, nothing is called back and
+    /// nothing waits (what a coherence checker must catch).
+    no_callbacks: bool,
+}
+
+/// Counters of the lease table.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseCounts {
+    pub held: usize,
+    pub changing: usize,
+    pub unacked: usize,
+}
+
+impl Leases {
+    /// A table granting leases of `lease` (zero: none), at most `max`, of server `server`.
+    pub fn new(lease: Duration, max: usize, server: u32) -> Leases {
+        let no_callbacks = std::env::var("MADFS_FAULT").is_ok_and(|f| f == "no-callbacks");
+        if no_callbacks {
+            tracing::warn!("MADFS_FAULT=no-callbacks: leases are granted and never called back");
+        }
+        Leases {
+            lease,
+            max,
+            server,
+            table: Mutex::new(Table::default()),
+            acked: Condvar::new(),
+            out: Mutex::new(None),
+            no_callbacks,
+        }
+    }
+
+    /// Does this server grant leases?
+    pub fn enabled(&self) -> bool {
+        !self.lease.is_zero()
+    }
+
+    /// Where callbacks go (the net thread's sender task).
+    pub fn set_outbox(&self, tx: tokio::sync::mpsc::UnboundedSender<Outgoing>) {
+        *self.out.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+    }
+
+    fn table(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A lease on `path` for `who`: its length in milliseconds, 0 when none is granted (no
+    /// leases here, a change of it under way, the table full).
+    pub fn grant(&self, path: &str, who: Option<Holder>) -> u32 {
+        let Some(who) = who.filter(|_| self.enabled()) else {
+            return 0;
+        };
+        let now = Instant::now();
+        // the server keeps it a little longer than the client (which counts from before
+        // its request left): clocks of two hosts may run at slightly different rates
+        let until = now + self.lease + self.lease / 64 + Duration::from_millis(2);
+        let mut t = self.table();
+        if t.changing.contains_key(path)
+            || (!t.changing_below.is_empty() && changing_above(&t.changing_below, path))
+        {
+            return 0;
+        }
+        if let Some(holds) = t.held.get_mut(path) {
+            if let Some(h) = holds.iter_mut().find(|h| h.who.holder == who.holder) {
+                *h = Hold { who, until };
+                return self.lease.as_millis() as u32;
+            }
+        }
+        if t.count >= self.max {
+            sweep(&mut t, now);
+            if t.count >= self.max {
+                return 0;
+            }
+        }
+        t.held
+            .entry(path.to_owned())
+            .or_default()
+            .push(Hold { who, until });
+        t.count += 1;
+        self.lease.as_millis() as u32
+    }
+
+    /// Would a change of `paths` by `by` call a holder back (see [`Leases::revoke`])?
+    /// Nothing changes.
+    pub fn would_call_back(&self, paths: &[Change<'_>], by: Option<Holder>) -> bool {
+        if !self.enabled() || paths.is_empty() || self.no_callbacks {
+            return false;
+        }
+        let t = self.table();
+        if t.count == 0 {
+            return false;
+        }
+        let now = Instant::now();
+        let other = |holds: &Vec<Hold>| {
+            holds
+                .iter()
+                .any(|h| h.until > now && by.is_none_or(|b| b.holder != h.who.holder))
+        };
+        paths.iter().any(|c| {
+            t.held.get(c.path).is_some_and(other) || {
+                c.below && {
+                    let (lo, hi) = below(c.path);
+                    t.held.range(lo..hi).any(|(_, h)| other(h))
+                }
+            }
+        })
+    }
+
+    /// A change of `paths` by `by` begins: their leases (and, where a path's `below` says
+    /// so, those below it) are taken out, every holder but `by` is called back, and none is
+    /// granted there until the returned revocation is dropped. `None` when this server
+    /// grants no leases.
+    pub fn revoke(&self, paths: &[Change<'_>], by: Option<Holder>) -> Option<Revocation<'_>> {
+        if !self.enabled() || paths.is_empty() {
+            return None;
+        }
+        let mut t = self.table();
+        for c in paths {
+            let marks = if c.below {
+                &mut t.changing_below
+            } else {
+                &mut t.changing
+            };
+            *marks.entry(c.path.to_owned()).or_default() += 1;
+        }
+        let now = Instant::now();
+        // every lease held on them, by holder
+        let mut taken: HashMap<(u64, u32), (Vec<String>, Instant)> = HashMap::new();
+        for c in paths {
+            let mut keys: Vec<String> = Vec::new();
+            if t.held.contains_key(c.path) {
+                keys.push(c.path.to_owned());
+            }
+            if c.below && t.count > 0 {
+                let (lo, hi) = below(c.path);
+                keys.extend(t.held.range(lo..hi).map(|(k, _)| k.clone()));
+            }
+            for k in keys {
+                let Some(holds) = t.held.remove(&k) else {
+                    continue;
+                };
+                t.count -= holds.len();
+                for h in holds {
+                    if h.until <= now || by.is_some_and(|b| b.holder == h.who.holder) {
+                        continue;
+                    }
+                    let e = taken
+                        .entry((h.who.holder, h.who.conn))
+                        .or_insert_with(|| (Vec::new(), h.until));
+                    e.0.push(k.clone());
+                    e.1 = e.1.max(h.until);
+                }
+            }
+        }
+        let mut r = Revocation {
+            leases: self,
+            paths: paths.iter().map(|c| (c.path.to_owned(), c.below)).collect(),
+            ids: Vec::new(),
+            until: now,
+        };
+        if taken.is_empty() || self.no_callbacks {
+            return Some(r);
+        }
+        let out = self.out.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        for ((_, conn), (paths, until)) in taken {
+            t.next_id = t.next_id.wrapping_add(1).max(1);
+            let id = t.next_id;
+            let bytes: usize = paths.iter().map(|p| p.len() + 8).sum();
+            let all = paths.len() > PATHS_PER_CALLBACK || bytes > CALLBACK_BYTES;
+            let cb = Callback {
+                id,
+                paths: if all {
+                    Vec::new()
+                } else {
+                    paths.iter().map(String::as_str).collect()
+                },
+                all,
+            };
+            r.until = r.until.max(until);
+            let sent = match (&out, flexbuffers::to_vec(&cb)) {
+                (Some(tx), Ok(bytes)) => tx
+                    .send(Outgoing {
+                        conn,
+                        tag: tag::callback(self.server, id),
+                        bytes,
+                    })
+                    .is_ok(),
+                _ => false,
+            };
+            // (a callback that cannot be sent is waited out: the lease's end)
+            t.unacked.insert(id, conn);
+            let _ = sent;
+            r.ids.push(id);
+        }
+        Some(r)
+    }
+
+    /// Connection `conn` acknowledged callback `id` (one it was sent: another
+    /// connection's acknowledgement is ignored).
+    pub fn released(&self, conn: u32, id: u64) {
+        let mut t = self.table();
+        if t.unacked.get(&id) == Some(&conn) {
+            t.unacked.remove(&id);
+            drop(t);
+            self.acked.notify_all();
+        }
+    }
+
+    /// How many leases are held, paths changing, callbacks unacknowledged.
+    pub fn counts(&self) -> LeaseCounts {
+        let t = self.table();
+        LeaseCounts {
+            held: t.count,
+            changing: t.changing.len() + t.changing_below.len(),
+            unacked: t.unacked.len(),
+        }
+    }
+
+    /// Drops expired leases (the lease clock, now and then).
+    pub fn expire(&self) {
+        sweep(&mut self.table(), Instant::now());
+    }
+}
+
+/// The keys strictly below `p` in a map of paths: from `p/` up to `p0` (`'0'` follows `'/'`).
+fn below(p: &str) -> (String, String) {
+    if p == "/" {
+        return ("/".into(), "0".into());
+    }
+    (format!("{p}/"), format!("{p}0"))
+}
+
+/// Is `path`, or a directory above it, in `changing`?
+fn changing_above(changing: &HashMap<String, u32>, path: &str) -> bool {
+    if changing.contains_key(path) || changing.contains_key("/") {
+        return true;
+    }
+    path.match_indices('/')
+        .skip(1)
+        .any(|(i, _)| changing.contains_key(&path[..i]))
+}
+
+fn sweep(t: &mut Table, now: Instant) {
+    let mut count = 0;
+    t.held.retain(|_, holds| {
+        holds.retain(|h| h.until > now);
+        count += holds.len();
+        !holds.is_empty()
+    });
+    t.count = count;
+}
+
+/// A path a change touches; `below`: everything below it too (a directory's mode, owner,
+/// name or existence changes: what was answered below it depended on them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Change<'r> {
+    pub path: &'r str,
+    pub below: bool,
+}
+
+/// A change under way on some paths: no lease is granted on them until it is dropped.
+pub struct Revocation<'a> {
+    leases: &'a Leases,
+    paths: Vec<(String, bool)>,
+    ids: Vec<u64>,
+    until: Instant,
+}
+
+impl Revocation<'_> {
+    /// Must the change wait for callbacks?
+    pub fn must_wait(&self) -> bool {
+        !self.ids.is_empty()
+    }
+
+    /// Waits until every holder called back acknowledged, or its lease ended. Returns how
+    /// long it waited.
+    pub fn wait(&mut self) -> Duration {
+        let start = Instant::now();
+        if self.ids.is_empty() {
+            return Duration::ZERO;
+        }
+        let l = self.leases;
+        let mut t = l.table();
+        loop {
+            let now = Instant::now();
+            let pending = self.ids.iter().any(|id| t.unacked.contains_key(id));
+            if !pending || now >= self.until {
+                break;
+            }
+            t = l
+                .acked
+                .wait_timeout(t, self.until - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        for id in self.ids.drain(..) {
+            t.unacked.remove(&id);
+        }
+        start.elapsed()
+    }
+}
+
+impl Drop for Revocation<'_> {
+    fn drop(&mut self) {
+        let mut t = self.leases.table();
+        for id in &self.ids {
+            t.unacked.remove(id);
+        }
+        for (p, below) in &self.paths {
+            let marks = if *below {
+                &mut t.changing_below
+            } else {
+                &mut t.changing
+            };
+            if let Some(n) = marks.get_mut(p.as_str()) {
+                *n -= 1;
+                if *n == 0 {
+                    marks.remove(p.as_str());
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(holder: u64) -> Option<Holder> {
+        Some(Holder { holder, conn: 7 })
+    }
+
+    fn dir(path: &str) -> Change<'_> {
+        Change { path, below: true }
+    }
+
+    fn entry(path: &str) -> Change<'_> {
+        Change { path, below: false }
+    }
+
+    #[test]
+    fn a_change_calls_back_other_holders_below_it_and_waits() {
+        let l = Leases::new(Duration::from_millis(300), 100, 0);
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        l.set_outbox(tx);
+        assert_eq!(l.grant("/a/b", h(1)), 300);
+        assert_eq!(l.grant("/a/b/c", h(2)), 300);
+        assert_eq!(l.grant("/ab", h(2)), 300);
+        assert_eq!(l.grant("/a", h(3)), 300);
+        assert!(l.would_call_back(&[dir("/a/b")], h(3)));
+        assert!(!l.would_call_back(&[entry("/a/b")], h(1)));
+        let mut r = l.revoke(&[dir("/a/b")], h(3)).unwrap();
+        // holders 1 and 2 are called back; /ab is not below /a/b; /a is not touched
+        let mut sent = Vec::new();
+        while let Ok(o) = rx.try_recv() {
+            let cb: Callback<'_> = flexbuffers::from_slice(&o.bytes).unwrap();
+            sent.push((
+                cb.paths.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+                cb.id,
+            ));
+        }
+        sent.sort();
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        assert_eq!(l.counts().held, 2);
+        // no lease is granted there while the change runs
+        assert_eq!(l.grant("/a/b", h(1)), 0);
+        assert_eq!(l.grant("/a/b/x", h(1)), 0);
+        assert_eq!(l.grant("/a/bc", h(1)), 300);
+        for (_, id) in &sent {
+            l.released(7, *id);
+        }
+        let waited = r.wait();
+        assert!(waited < Duration::from_millis(100), "{waited:?}");
+        drop(r);
+        assert_eq!(l.grant("/a/b", h(1)), 300);
+        assert_eq!(l.counts().changing, 0);
+    }
+
+    #[test]
+    fn an_entrys_change_leaves_what_is_below_it() {
+        let l = Leases::new(Duration::from_millis(300), 100, 0);
+        l.grant("/d/x", h(1));
+        let r = l.revoke(&[entry("/d")], h(2)).unwrap();
+        assert!(!r.must_wait());
+        assert_eq!(l.grant("/d/y", h(1)), 300);
+        assert_eq!(l.grant("/d", h(1)), 0);
+    }
+
+    #[test]
+    fn an_unanswered_callback_is_waited_out_at_the_leases_end() {
+        let l = Leases::new(Duration::from_millis(50), 100, 0);
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        l.set_outbox(tx);
+        l.grant("/x", h(1));
+        let mut r = l.revoke(&[entry("/x")], None).unwrap();
+        assert!(r.must_wait());
+        // another connection's acknowledgement does not count
+        l.released(8, 1);
+        let waited = r.wait();
+        assert!(waited >= Duration::from_millis(45), "{waited:?}");
+        assert!(waited < Duration::from_millis(500), "{waited:?}");
+    }
+
+    #[test]
+    fn the_requesters_own_lease_is_dropped_without_a_callback() {
+        let l = Leases::new(Duration::from_millis(50), 100, 0);
+        l.grant("/x", h(1));
+        let r = l.revoke(&[entry("/x")], h(1)).unwrap();
+        assert!(!r.must_wait());
+        assert_eq!(l.counts().held, 0);
+    }
+
+    #[test]
+    fn a_full_table_grants_nothing_until_leases_end() {
+        let l = Leases::new(Duration::from_millis(20), 2, 0);
+        assert!(l.grant("/1", h(1)) > 0);
+        assert!(l.grant("/2", h(1)) > 0);
+        assert_eq!(l.grant("/3", h(1)), 0);
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(l.grant("/3", h(1)) > 0);
+        assert_eq!(l.counts().held, 1);
+    }
+
+    #[test]
+    fn without_leases_nothing_is_kept() {
+        let l = Leases::new(Duration::ZERO, 2, 0);
+        assert_eq!(l.grant("/1", h(1)), 0);
+        assert!(l.revoke(&[entry("/1")], None).is_none());
+        assert_eq!(l.grant("/1", None), 0);
+    }
+}
