@@ -12,7 +12,8 @@
 //! user it was answered to, and opens still go to the servers.
 //!
 //! Bounded: at most [`Limits::entries`] entries and [`Limits::bytes`] bytes; a full cache drops
-//! its expired entries, then the older half. `MADFS_CACHE=0` turns it off (every lookup is a
+//! its expired entries, then the older half (and, for a directory's pages that would not fit
+//! otherwise, everything else). `MADFS_CACHE=0` turns it off (every lookup is a
 //! round trip, as before).
 
 use madfs_proto::{Attr, Callback};
@@ -31,8 +32,8 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            entries: 262_144,
-            bytes: 64 << 20,
+            entries: 1 << 20,
+            bytes: 256 << 20,
         }
     }
 }
@@ -48,10 +49,23 @@ struct Entry {
     until: Instant,
 }
 
+/// A statahead page: one server's whole slice of a directory, with every entry's
+/// attributes (`None`: ask the server, a file with several names), under one lease.
+struct Page {
+    uid: u32,
+    until: Instant,
+    entries: HashMap<String, Option<Attr>>,
+}
+
+/// The pages of one directory, by server.
+type Pages = HashMap<u32, Page>;
+
 struct Store {
     pid: i32,
     /// Entries by cluster (a process may use several), then path.
     clusters: HashMap<u64, BTreeMap<String, Entry>>,
+    /// Statahead pages by cluster, then directory.
+    pages: HashMap<u64, HashMap<String, Pages>>,
     entries: usize,
     bytes: usize,
     limits: Limits,
@@ -115,6 +129,7 @@ fn store() -> MutexGuard<'static, Option<Store>> {
         *g = Some(Store {
             pid,
             clusters: HashMap::new(),
+            pages: HashMap::new(),
             entries: 0,
             bytes: 0,
             limits: settings().1,
@@ -141,11 +156,15 @@ pub fn get(cluster: u64, path: &str, uid: u32) -> Option<Option<Attr>> {
         .filter(|e| e.uid == uid && e.until > Instant::now())
         .map(|e| e.attr);
     drop(g);
-    match hit {
-        Some(_) => HITS.fetch_add(1, Ordering::Relaxed),
-        None => MISSES.fetch_add(1, Ordering::Relaxed),
-    };
+    if hit.is_some() {
+        HITS.fetch_add(1, Ordering::Relaxed);
+    }
     hit
+}
+
+/// A lookup went to a server (counted as a miss).
+pub fn missed() {
+    MISSES.fetch_add(1, Ordering::Relaxed);
 }
 
 /// What a lookup answered: cluster, path, user, the answer.
@@ -197,16 +216,40 @@ impl Store {
                 .values()
                 .flat_map(|m| m.values().map(|e| e.until))
                 .collect();
-            let mid = ends.len() / 2;
-            let (_, median, _) = ends.select_nth_unstable(mid);
-            let median = *median;
-            self.retain(|e| e.until > median);
+            if !ends.is_empty() {
+                let mid = ends.len() / 2;
+                let (_, median, _) = ends.select_nth_unstable(mid);
+                let median = *median;
+                self.retain(|e| e.until > median);
+            }
+        }
+        if self.entries * 2 > self.limits.entries || self.bytes * 2 > self.limits.bytes {
+            // still full: the pages go (statahead fetches them again)
+            let pages = std::mem::take(&mut self.pages);
+            drop(pages);
+            self.retain(|_| true);
         }
     }
 
-    /// Keeps the entries `keep` says to keep; recounts.
+    /// Keeps the entries `keep` says to keep (expired pages go); recounts.
     fn retain(&mut self, keep: impl Fn(&Entry) -> bool) {
+        let now = Instant::now();
         let (mut n, mut bytes) = (0, 0);
+        for dirs in self.pages.values_mut() {
+            dirs.retain(|d, pages| {
+                pages.retain(|_, p| p.until > now);
+                for p in pages.values() {
+                    n += p.entries.len();
+                    bytes += d.len()
+                        + p.entries
+                            .keys()
+                            .map(|k| k.len() + ENTRY_COST)
+                            .sum::<usize>();
+                }
+                !pages.is_empty()
+            });
+        }
+        self.pages.retain(|_, d| !d.is_empty());
         self.clusters.retain(|_, m| {
             m.retain(|k, e| {
                 let kept = keep(e);
@@ -223,7 +266,46 @@ impl Store {
 
     fn clear(&mut self) {
         self.clusters.clear();
+        self.pages.clear();
         (self.entries, self.bytes) = (0, 0);
+    }
+
+    /// Forgets the pages of `dir` of `cluster` (with `below`, of the directories below it
+    /// too): how many entries went.
+    fn forget_pages(&mut self, cluster: u64, dir: &str, below: bool) -> usize {
+        let Some(dirs) = self.pages.get_mut(&cluster) else {
+            return 0;
+        };
+        let mut gone = 0;
+        let mut drop_dir = |pages: Pages, key_len: usize| {
+            for p in pages.values() {
+                gone += p.entries.len();
+                let bytes: usize = p.entries.keys().map(|k| k.len() + ENTRY_COST).sum();
+                self.bytes = self.bytes.saturating_sub(bytes + key_len);
+                self.entries = self.entries.saturating_sub(p.entries.len());
+            }
+        };
+        if let Some(p) = dirs.remove(dir) {
+            drop_dir(p, dir.len());
+        }
+        if below {
+            let prefix = if dir == "/" {
+                "/".to_string()
+            } else {
+                format!("{dir}/")
+            };
+            let under: Vec<String> = dirs
+                .keys()
+                .filter(|k| k.starts_with(&prefix))
+                .cloned()
+                .collect();
+            for k in under {
+                if let Some(p) = dirs.remove(&k) {
+                    drop_dir(p, k.len());
+                }
+            }
+        }
+        gone
     }
 
     /// Forgets `path` of `cluster` (and with `below`, everything below it): how many.
@@ -252,15 +334,123 @@ impl Store {
     }
 }
 
-/// Forgets what this process kept of `path` of `cluster` and below it (its own change).
+/// Forgets what this process kept of `path` of `cluster` and below it, and the page of
+/// its directory (its own change).
 pub fn forget(cluster: u64, path: &str) {
     if path.is_empty() || !enabled() {
         return;
     }
     GENERATION.fetch_add(1, Ordering::AcqRel);
-    if let Some(s) = store().as_mut() {
+    if let Some(s) = store().as_mut().filter(|s| s.entries > 0) {
         s.forget(cluster, path, true);
+        if !s.pages.is_empty() {
+            s.forget_pages(cluster, path, true);
+            if let Some((dir, _)) = madfs_placement::split_parent(path) {
+                s.forget_pages(cluster, dir, false);
+            }
+        }
     }
+}
+
+/// The answer a statahead page of cluster `cluster` kept for `name` in `dir` (its entry is
+/// on server `server`), to user `uid`: `Some(None)` when the page says there is no such
+/// entry; `None` when no page covers it (or it must be asked for).
+pub fn page_get(
+    cluster: u64,
+    dir: &str,
+    server: u32,
+    name: &str,
+    uid: u32,
+) -> Option<Option<Attr>> {
+    if !enabled() {
+        return None;
+    }
+    let g = store();
+    let p = g
+        .as_ref()?
+        .pages
+        .get(&cluster)?
+        .get(dir)?
+        .get(&server)
+        .filter(|p| p.uid == uid && p.until > Instant::now())?;
+    let hit = match p.entries.get(name) {
+        None => Some(None),
+        Some(Some(a)) => Some(Some(*a)),
+        Some(None) => None,
+    };
+    drop(g);
+    if hit.is_some() {
+        HITS.fetch_add(1, Ordering::Relaxed);
+    }
+    hit
+}
+
+/// Has this process a page of `dir` (any server's, still under its lease)?
+pub fn has_pages(cluster: u64, dir: &str) -> bool {
+    let now = Instant::now();
+    store()
+        .as_ref()
+        .and_then(|s| s.pages.get(&cluster)?.get(dir))
+        .is_some_and(|pages| pages.values().any(|p| p.until > now))
+}
+
+/// Keeps statahead pages of `dir` of cluster `cluster` for user `uid`: each server's whole
+/// slice, under a lease until `until`, unless something was forgotten since
+/// [`generation`] was `gen`. Returns whether they were kept (not when they would not fit).
+pub fn pages_put(
+    cluster: u64,
+    dir: &str,
+    uid: u32,
+    slices: Vec<(u32, HashMap<String, Option<Attr>>)>,
+    until: Instant,
+    gen: u64,
+) -> bool {
+    if !enabled() || slices.is_empty() {
+        return false;
+    }
+    let mut g = store();
+    let Some(s) = g.as_mut() else {
+        return false;
+    };
+    if generation() != gen {
+        return false;
+    }
+    let n: usize = slices.iter().map(|(_, e)| e.len()).sum();
+    let bytes: usize = slices
+        .iter()
+        .flat_map(|(_, e)| e.keys().map(|k| k.len() + ENTRY_COST))
+        .sum::<usize>()
+        + dir.len();
+    if n > s.limits.entries || bytes > s.limits.bytes {
+        return false;
+    }
+    if s.entries + n > s.limits.entries || s.bytes + bytes > s.limits.bytes {
+        s.shrink();
+        if s.entries + n > s.limits.entries || s.bytes + bytes > s.limits.bytes {
+            // the pages of the directory being walked matter most
+            s.clear();
+        }
+    }
+    s.forget_pages(cluster, dir, false);
+    let pages = s
+        .pages
+        .entry(cluster)
+        .or_default()
+        .entry(dir.to_owned())
+        .or_default();
+    for (server, entries) in slices {
+        pages.insert(
+            server,
+            Page {
+                uid,
+                until,
+                entries,
+            },
+        );
+    }
+    s.entries += n;
+    s.bytes += bytes;
+    true
 }
 
 /// Forgets everything.
@@ -281,10 +471,21 @@ pub fn on_callback(cluster: u64, cb: &Callback<'_>) {
     };
     let n = if cb.all {
         let n = s.clusters.remove(&cluster).map_or(0, |m| m.len());
+        s.pages.remove(&cluster);
         s.retain(|_| true);
         n
     } else {
-        cb.paths.iter().map(|p| s.forget(cluster, p, false)).sum()
+        cb.paths
+            .iter()
+            .map(|p| match p.strip_suffix('/') {
+                // a page: `dir/` (the root's: `//`)
+                Some(dir) if !dir.is_empty() => {
+                    let dir = if dir == "/" { "/" } else { dir };
+                    s.forget_pages(cluster, dir, false)
+                }
+                _ => s.forget(cluster, p, false),
+            })
+            .sum()
     };
     REVOKED.fetch_add(n as u64, Ordering::Relaxed);
 }
@@ -354,10 +555,50 @@ mod tests {
     }
 
     #[test]
+    fn pages_answer_for_their_directory_and_go_with_its_changes() {
+        let g = generation();
+        let until = Instant::now() + Duration::from_secs(10);
+        let mut slice = HashMap::new();
+        slice.insert("a".to_string(), Some(attr(3)));
+        slice.insert("linked".to_string(), None);
+        assert!(pages_put(7, "/pg", 5, vec![(1, slice)], until, g));
+        assert_eq!(
+            page_get(7, "/pg", 1, "a", 5).map(|a| a.map(|a| a.size)),
+            Some(Some(3))
+        );
+        assert_eq!(page_get(7, "/pg", 1, "zz", 5), Some(None), "no such entry");
+        assert_eq!(page_get(7, "/pg", 1, "linked", 5), None, "to be asked");
+        assert_eq!(
+            page_get(7, "/pg", 2, "a", 5),
+            None,
+            "another server's slice"
+        );
+        assert_eq!(page_get(7, "/pg", 1, "a", 6), None, "another user");
+        // a change of an entry of the directory (this process's) takes the page
+        forget(7, "/pg/b");
+        assert_eq!(page_get(7, "/pg", 1, "a", 5), None);
+        // and a callback of the page
+        let g = generation();
+        let mut slice = HashMap::new();
+        slice.insert("a".to_string(), Some(attr(3)));
+        assert!(pages_put(7, "/pg", 5, vec![(1, slice)], until, g));
+        on_callback(
+            7,
+            &Callback {
+                id: 2,
+                paths: vec!["/pg/"],
+                all: false,
+            },
+        );
+        assert_eq!(page_get(7, "/pg", 1, "a", 5), None);
+    }
+
+    #[test]
     fn a_full_cache_stays_within_its_bounds() {
         let mut s = Store {
             pid: 0,
             clusters: HashMap::new(),
+            pages: HashMap::new(),
             entries: 0,
             bytes: 0,
             limits: Limits {

@@ -146,6 +146,48 @@ impl KnownDirs {
     }
 }
 
+/// Lookups that went to a server, one after another in one directory, before the
+/// directory's pages are fetched (statahead); and, while it has none, again every
+/// [`STATAHEAD_AGAIN`] such lookups.
+const STATAHEAD_AFTER: u32 = 8;
+const STATAHEAD_AGAIN: u32 = 256;
+
+/// How long a directory whose pages were not kept (too big for the cache, or a server
+/// granted no lease) is not fetched again.
+const STATAHEAD_PAUSE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Lookups of one thread that went to a server, in the directory it looked in last.
+#[derive(Default)]
+struct Statahead {
+    dir: String,
+    misses: u32,
+    /// The directory's pages were fetched and not kept, then.
+    refused: Option<std::time::Instant>,
+}
+
+impl Statahead {
+    /// One more lookup in `dir` went to a server: time to fetch its pages?
+    fn due(&mut self, dir: &str, has_pages: impl Fn() -> bool) -> bool {
+        if self.dir != dir {
+            self.dir.clear();
+            self.dir.push_str(dir);
+            self.misses = 0;
+            self.refused = None;
+        }
+        self.misses = self.misses.saturating_add(1);
+        let n = self.misses;
+        let paused = self.refused.is_some_and(|t| t.elapsed() < STATAHEAD_PAUSE);
+        (n == STATAHEAD_AFTER || (n > STATAHEAD_AFTER && n.is_multiple_of(STATAHEAD_AGAIN)))
+            && !paused
+            && !has_pages()
+    }
+
+    /// The pages of the directory last looked in were not kept.
+    fn refused(&mut self) {
+        self.refused = Some(std::time::Instant::now());
+    }
+}
+
 /// Most directories one client remembers (then it starts over).
 const KNOWN_DIRS_MAX: usize = 65536;
 
@@ -157,6 +199,8 @@ static ONCE_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::ne
 pub struct Client {
     /// The cluster's id (what this process's cache keeps answers under).
     cluster: u64,
+    /// When to fetch a directory's pages (`crate::cache`, statahead).
+    statahead: RefCell<Statahead>,
     close_sync: bool,
     t: Transport,
     n: u32,
@@ -484,6 +528,7 @@ impl Client {
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         Ok(Client {
             cluster: cfg.identity.id.0,
+            statahead: RefCell::default(),
             close_sync: cfg.close_sync,
             local: LocalReads::new(
                 cfg.local_reads,
@@ -516,6 +561,7 @@ impl Client {
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         Ok(Client {
             cluster: cfg.identity.id.0,
+            statahead: RefCell::default(),
             close_sync: cfg.close_sync,
             local: LocalReads::new(
                 cfg.local_reads,
@@ -929,6 +975,76 @@ impl Client {
         }
     }
 
+    /// Fetches the statahead pages of directory `dir` now (what a listing followed by stats
+    /// of its entries wants: `ls -l`, `find`, `du`), when this process keeps answers.
+    pub fn look_ahead(&self, dir: &str) -> FsResult<()> {
+        if !crate::cache::enabled() {
+            return Ok(());
+        }
+        let dir = normalize(dir)?;
+        self.fetch_pages(&dir).map(drop)
+    }
+
+    /// Statahead: every server's slice of `dir`, entries with their attributes, in pages
+    /// fetched from all servers at once, kept under the servers' leases on the slices
+    /// (`crate::cache::pages_put`; not kept when a slice grants none, or they would not
+    /// fit). Returns whether they were kept.
+    fn fetch_pages(&self, dir: &str) -> FsResult<bool> {
+        let all = self.connect_all()?;
+        let gen = crate::cache::generation();
+        let sent = std::time::Instant::now();
+        let futs = all.iter().map(|&s| async move {
+            let mut entries: std::collections::HashMap<String, Option<Attr>> = Default::default();
+            let mut lease = u32::MAX;
+            let mut start = 0;
+            loop {
+                let req = Request::LookDir {
+                    dir,
+                    start,
+                    max_bytes: 2 * LIST_BYTES,
+                };
+                let raw = self.t.call(s, tag::REQUEST, &req, &[], LIST_REPLY).await?;
+                let Reply::Looks {
+                    entries: page,
+                    next,
+                    lease_ms,
+                } = raw.decode()?.0
+                else {
+                    return Err(Errno::EPROTO);
+                };
+                lease = lease.min(lease_ms);
+                if lease == 0 {
+                    return Ok((s, entries, 0));
+                }
+                entries.extend(madfs_proto::looks_entries(page).map(|(n, a)| (n.to_owned(), a)));
+                match next {
+                    Some(n) => start = n,
+                    None => return Ok((s, entries, lease)),
+                }
+            }
+        });
+        let slices = self.t.wait(&all, async { Ok(join_all(futs).await) })?;
+        let mut kept = Vec::with_capacity(slices.len());
+        let mut lease = u32::MAX;
+        for r in slices {
+            let (s, entries, l) = r?;
+            if l == 0 {
+                return Ok(false);
+            }
+            lease = lease.min(l);
+            kept.push((s, entries));
+        }
+        let until = sent + std::time::Duration::from_millis(lease as u64);
+        Ok(crate::cache::pages_put(
+            self.cluster,
+            dir,
+            self.uid,
+            kept,
+            until,
+            gen,
+        ))
+    }
+
     /// Takes the cache's callbacks waiting for this thread's connections (what every call
     /// does first): a process that waits for something else than madfs may call it now and
     /// then, so that writers elsewhere do not wait for its leases to end. Returns how many.
@@ -944,6 +1060,34 @@ impl Client {
         if let Some(kept) = crate::cache::get(self.cluster, path, self.uid) {
             return Ok(kept);
         }
+        if let Some((dir, name)) = split_parent(path) {
+            let server = self.meta_of(path);
+            let page = || crate::cache::page_get(self.cluster, dir, server, name, self.uid);
+            if let Some(kept) = page() {
+                return Ok(kept);
+            }
+            // names of one directory looked up one after another: its pages, from every
+            // server at once (statahead)
+            if self
+                .statahead
+                .borrow_mut()
+                .due(dir, || crate::cache::has_pages(self.cluster, dir))
+            {
+                match self.fetch_pages(dir) {
+                    Ok(true) => {
+                        if let Some(kept) = page() {
+                            return Ok(kept);
+                        }
+                    }
+                    Ok(false) => self.statahead.borrow_mut().refused(),
+                    Err(e) => {
+                        tracing::debug!("statahead of {dir}: {e}");
+                        self.statahead.borrow_mut().refused();
+                    }
+                }
+            }
+        }
+        crate::cache::missed();
         let gen = crate::cache::generation();
         let sent = std::time::Instant::now();
         match self.call_on(path, &Request::Look(path))? {
@@ -1727,7 +1871,8 @@ fn small_reply(raw: RawReply) -> FsResult<Reply<'static>> {
         | Reply::Located { .. }
         | Reply::Dirs { .. }
         | Reply::Map { .. }
-        | Reply::Records { .. } => return Err(Errno::EPROTO),
+        | Reply::Records { .. }
+        | Reply::Looks { .. } => return Err(Errno::EPROTO),
     })
 }
 

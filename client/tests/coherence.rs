@@ -279,7 +279,11 @@ fn rounds(cl: &madfs_cluster::LocalCluster, rounds: usize, seed: u64) -> Vec<Str
     let mut rng = seed | 1;
     let mut stale = Vec::new();
     for round in 0..rounds {
-        // A holds leases on every name (present or absent)
+        // A holds leases on every name (present or absent), every other round on the
+        // directory's pages (statahead) first
+        if round % 2 == 0 {
+            a.look_ahead(DIR).unwrap();
+        }
         for n in NAMES {
             seen(&a, &format!("{DIR}/{n}"));
         }

@@ -51,6 +51,8 @@ pub enum Perm<'r> {
     Link { from: &'r str, to: &'r str },
     /// Reading a directory (a listing, a find, the emptiness question).
     List(&'r str),
+    /// Looking up every entry of a directory (statahead: what a stat of each needs).
+    LookIn(&'r str),
     /// `chmod`.
     Chmod(&'r str, u32),
     /// `chown` (`link`: `lchown`).
@@ -321,6 +323,13 @@ impl Server {
                     return Err(Errno::EPERM);
                 }
                 self.may_write_parent(who, to)?;
+            }
+            Perm::LookIn(dir) => {
+                self.may_lookup(who, dir)?;
+                let d = self.dirs.get(dir).ok_or(Errno::ENOENT)?;
+                if !dir_permission(who, &d, madfs_proto::ACCESS_X) {
+                    return Err(Errno::EACCES);
+                }
             }
             Perm::List(dir) => {
                 self.may_lookup(who, dir)?;

@@ -320,6 +320,11 @@ fn encode(s: &Server, b: &mut Bufs, result: FsResult<Answer>) -> ([u8; PREFIX], 
                     attr: *attr,
                     lease_ms: *lease_ms,
                 },
+                Answer::Looks(page, next, lease_ms) => Reply::Looks {
+                    entries: page,
+                    next: *next,
+                    lease_ms: *lease_ms,
+                },
                 Answer::Data(_) => unreachable!(),
                 // (an fsync's queue answers through `fsync`, never here)
                 Answer::Queued(_) => Reply::Unit,

@@ -67,6 +67,8 @@ pub enum Answer {
     Queued(tokio::sync::oneshot::Receiver<FsResult<()>>),
     /// A lookup's answer (`None`: no such entry) and the lease granted with it, ms.
     Looked(Option<Attr>, u32),
+    /// A statahead page (packed entries), where to go on from, its lease (ms).
+    Looks(Vec<u8>, Option<u64>, u32),
 }
 
 /// The stores of one server and its settings.

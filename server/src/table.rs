@@ -202,6 +202,15 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
             Runs::Net,
             entries::look,
         ),
+        Request::LookDir { dir, .. } => row(
+            Anyone,
+            [Every, Any, Any],
+            Perm::LookIn(dir),
+            Grant::Nothing,
+            nothing,
+            Runs::Io,
+            directories::look_dir,
+        ),
         Request::Open { path, access, .. } => row(
             Anyone,
             [Path(path), Any, Any],

@@ -698,6 +698,57 @@ pub enum Request<'a> {
     /// that makes the answer stale. A server that grants none (no holder, a TCP connection,
     /// a replicated cluster, its table full) answers with a lease of 0 ms. Reply: `Looked`.
     Look(&'a str),
+    /// Statahead: this server's slice of directory `dir` from position `start` (as
+    /// `Readdir`), with every entry's attributes, about `max_bytes` of them, under a lease
+    /// of the connection's holder on the whole slice (called back on any change of an entry
+    /// of `dir` on this server). Needs search permission on `dir` (what a stat of its
+    /// entries needs). Reply: `Looks`.
+    LookDir {
+        dir: &'a str,
+        start: u64,
+        max_bytes: u32,
+    },
+}
+
+/// One entry of a [`Reply::Looks`] page, packed: `[u16 LE name length][name][kind]`, then,
+/// for kind [`LOOKS_ATTR`], the attributes ([`Attr::to_bytes`]); kind [`LOOKS_ASK`]: the
+/// entry exists, but its attributes must be asked for (a file with several names).
+pub const LOOKS_ATTR: u8 = 1;
+/// See [`LOOKS_ATTR`].
+pub const LOOKS_ASK: u8 = 2;
+
+/// Appends one entry to a packed [`Reply::Looks`] page.
+pub fn looks_push(page: &mut Vec<u8>, name: &str, attr: Option<&Attr>) {
+    let n = name.len().min(u16::MAX as usize);
+    page.extend_from_slice(&(n as u16).to_le_bytes());
+    page.extend_from_slice(&name.as_bytes()[..n]);
+    match attr {
+        Some(a) => {
+            page.push(LOOKS_ATTR);
+            page.extend_from_slice(&a.to_bytes());
+        }
+        None => page.push(LOOKS_ASK),
+    }
+}
+
+/// The entries of a packed [`Reply::Looks`] page (a malformed tail ends it).
+pub fn looks_entries(page: &[u8]) -> impl Iterator<Item = (&str, Option<Attr>)> {
+    let mut rest = page;
+    std::iter::from_fn(move || {
+        let n = u16::from_le_bytes(rest.get(..2)?.try_into().ok()?) as usize;
+        let name = std::str::from_utf8(rest.get(2..2 + n)?).ok()?;
+        let kind = *rest.get(2 + n)?;
+        let (attr, used) = match kind {
+            LOOKS_ATTR => (
+                Some(Attr::from_bytes(rest.get(3 + n..3 + n + ATTR_BYTES)?)?),
+                3 + n + ATTR_BYTES,
+            ),
+            LOOKS_ASK => (None, 3 + n),
+            _ => return None,
+        };
+        rest = &rest[used..];
+        Some((name, attr))
+    })
 }
 
 /// A server's call back of leases it granted (tag kind [`crate::tag::CALLBACK`], on the
@@ -846,6 +897,7 @@ impl Request<'_> {
                 | Request::MoveState { .. }
                 | Request::Readlink { .. }
                 | Request::Look(_)
+                | Request::LookDir { .. }
         )
     }
 
@@ -930,6 +982,7 @@ impl Request<'_> {
             Request::ResyncRead { .. } => "resync_read",
             Request::Once { req, .. } => req.name(),
             Request::Look(_) => "look",
+            Request::LookDir { .. } => "look_dir",
         }
     }
 }
@@ -1194,6 +1247,15 @@ pub enum Reply<'a> {
     /// directory) and how long the answer may be kept, counted from when the request was
     /// sent (0: not at all).
     Looked { attr: Option<Attr>, lease_ms: u32 },
+    /// Answer to `LookDir`: the entries (packed, [`looks_entries`]), the position to go on
+    /// from (`None`: the slice is complete), and how long the page may be kept (as
+    /// `Looked`).
+    Looks {
+        #[serde(borrow, with = "serde_bytes")]
+        entries: &'a [u8],
+        next: Option<u64>,
+        lease_ms: u32,
+    },
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use crate::who::Who;
 use madfs_placement::{meta_server, split_parent};
 use madfs_proto::{Attr, Errno, FsResult, Request};
 use madfs_store::rocks::Change;
-use madfs_store::MetadataStore;
+use madfs_store::{is_stub, MetadataStore};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -294,6 +294,19 @@ pub(crate) fn readdir(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -> FsResu
     };
     path_ok(dir)?;
     let max = (max_bytes as usize).min(s.max_list_bytes);
+    let (v, next) = slice(s, dir, start, max)?;
+    Ok(Answer::Dirents(v, next))
+}
+
+/// This server's entries of `dir` from position `start`, about `max` bytes of them (the
+/// store's estimate), as a listing shows them: not those moved away, and only the replica
+/// set's asked for. The position to go on from.
+fn slice(
+    s: &Server,
+    dir: &str,
+    start: u64,
+    max: usize,
+) -> FsResult<(Vec<madfs_store::Entry>, Option<u64>)> {
     let (mut v, next) = s.meta.list(dir, start, max)?;
     if s.moving.active() {
         v.retain(|e| !s.moving.hides(dir, &e.name));
@@ -302,7 +315,38 @@ pub(crate) fn readdir(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -> FsResu
         // this server holds other replica sets' entries too: the set asked for
         v.retain(|e| s.in_set(dir, &e.name));
     }
-    Ok(Answer::Dirents(v, next))
+    Ok((v, next))
+}
+
+/// `LookDir` (statahead): this server's slice of `dir`, entries with their attributes
+/// (packed, `madfs_proto::looks_push`), under a lease on the slice
+/// (`crate::state::leases`). A file with several names is sent without its attributes
+/// (they are kept by id, and other servers' names of it change them).
+pub(crate) fn look_dir(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
+    let Request::LookDir {
+        dir,
+        start,
+        max_bytes,
+    } = *req
+    else {
+        return Err(Errno::EINVAL);
+    };
+    path_ok(dir)?;
+    // (root's requests skip the permission check, which finds the directory)
+    if s.dirs.get(dir).is_none() {
+        return Err(Errno::ENOENT);
+    }
+    // (granted before the scan: a change that comes after it calls the page back)
+    let lease_ms = s.leases.grant_page(dir, c.holder);
+    let max = (max_bytes as usize).min(s.max_list_bytes);
+    // (the store counts about 48 bytes an entry besides its name; a packed one takes 67)
+    let (v, next) = slice(s, dir, start, max / 2)?;
+    let mut page = Vec::with_capacity(v.len() * (madfs_proto::ATTR_BYTES + 24));
+    for e in &v {
+        let several = is_stub(&e.attr) || (!e.attr.is_dir() && e.attr.nlink > 1);
+        madfs_proto::looks_push(&mut page, &e.name, (!several).then_some(&e.attr));
+    }
+    Ok(Answer::Looks(page, next, lease_ms))
 }
 
 pub(crate) fn has_children(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {

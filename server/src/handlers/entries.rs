@@ -201,7 +201,11 @@ pub(crate) fn look(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<
             };
             Ok(Answer::Looked(Some(a), ms))
         }
-        Err(Errno::ENOENT) => Ok(Answer::Looked(None, s.leases.grant(path, c.holder))),
+        // no such name in a directory (root's requests skip the ancestors' checks: an
+        // ancestor that is no directory is the client's to tell, ENOTDIR, as for `Stat`)
+        Err(Errno::ENOENT) if split_parent(path).is_some_and(|(d, _)| s.dirs.get(d).is_some()) => {
+            Ok(Answer::Looked(None, s.leases.grant(path, c.holder)))
+        }
         Err(e) => Err(e),
     }
 }

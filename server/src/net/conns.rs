@@ -23,6 +23,8 @@ pub struct Conn {
     pub who: Arc<Who>,
     /// The lease tick ([`Conns::tick`]) of its last request.
     pub seen: Cell<u32>,
+    /// The number ([`Conns::served`]) of its last request.
+    pub last: Cell<u64>,
     /// Its requests parked now, and the bytes they hold.
     pub parked: Cell<u32>,
     pub parked_bytes: Cell<usize>,
@@ -46,6 +48,8 @@ pub struct Waiting {
 pub struct Conns {
     /// Lease clock: advanced by [`lease_loop`] every quarter lease.
     pub tick: Cell<u32>,
+    /// Requests received (numbers each connection's last, [`Conn::last`]).
+    pub served: Cell<u64>,
     pub map: RefCell<HashMap<u32, Rc<Conn>>>,
     pub waiting: RefCell<HashMap<u32, Waiting>>,
     pub stats: Arc<crate::stats::ServerStats>,
@@ -100,6 +104,7 @@ impl Conns {
                 secret,
                 who: Arc::new(who),
                 seen: Cell::new(self.tick.get()),
+                last: Cell::new(0),
                 parked: Cell::new(0),
                 parked_bytes: Cell::new(0),
                 dead: Cell::new(false),
@@ -107,6 +112,14 @@ impl Conns {
             }),
         );
         self.stats.live_connections.store(map.len() as u64, Relaxed);
+    }
+
+    /// Notes a request of connection `c` (its lease tick, its number).
+    pub fn heard(&self, c: &Conn) {
+        c.seen.set(self.tick.get());
+        let n = self.served.get() + 1;
+        self.served.set(n);
+        c.last.set(n);
     }
 
     /// Admitted connection `id`, if `secret` is its secret (else counted as forged).
@@ -123,6 +136,7 @@ impl Conns {
     pub fn new(stats: Arc<crate::stats::ServerStats>) -> Conns {
         Conns {
             tick: Cell::new(0),
+            served: Cell::new(0),
             map: RefCell::default(),
             waiting: RefCell::default(),
             stats,

@@ -217,16 +217,31 @@ pub async fn callback_loop(
     mut outbox: tokio::sync::mpsc::UnboundedReceiver<crate::state::leases::Outgoing>,
 ) {
     while let Some(o) = outbox.recv().await {
-        let Some(c) = net.conns.map.borrow().get(&o.conn).cloned() else {
-            continue;
+        // the connection that took the lease, and the holder's connection that sent a
+        // request last (see `Outgoing`: a thread of that process that is calling now); no
+        // more, so that an idle thread's queue does not fill with copies
+        let to: Vec<Rc<Conn>> = {
+            let map = net.conns.map.borrow();
+            let latest = map
+                .values()
+                .filter(|c| c.holder.is_some_and(|h| h.holder == o.holder) && !c.dead.get())
+                .max_by_key(|c| c.last.get())
+                .cloned();
+            let took = map.get(&o.conn).filter(|c| !c.dead.get()).cloned();
+            let mut v: Vec<Rc<Conn>> = took.into_iter().collect();
+            if let Some(l) = latest.filter(|l| l.id != o.conn) {
+                v.push(l);
+            }
+            v
         };
-        if c.dead.get() {
-            continue;
-        }
         let timeout = net.cfg.send_timeout;
-        tokio::task::spawn_local(async move {
-            let _ = tokio::time::timeout(timeout, c.ep.tag_send(o.tag, &o.bytes)).await;
-        });
+        let bytes = Rc::new(o.bytes);
+        for c in to {
+            let bytes = bytes.clone();
+            tokio::task::spawn_local(async move {
+                let _ = tokio::time::timeout(timeout, c.ep.tag_send(o.tag, &bytes)).await;
+            });
+        }
     }
 }
 
@@ -253,8 +268,8 @@ pub async fn released_loop(net: Rc<Net>) {
         let word = u64::from_le_bytes(word.try_into().unwrap_or_default());
         let id = u64::from_le_bytes(id.try_into().unwrap_or_default());
         let (_, conn, _) = tag::split(t);
-        if net.conns.check(conn, word).is_some() {
-            net.ops.leases.released(conn, id);
+        if let Some(h) = net.conns.check(conn, word).and_then(|c| c.holder) {
+            net.ops.leases.released(h.holder, id);
         }
     }
 }
@@ -326,7 +341,7 @@ pub async fn handler(net: Rc<Net>, kind: u64) {
             bufs = Some(b);
             continue;
         };
-        c.seen.set(conns.tick.get());
+        conns.heard(&c);
         let who = c.who.clone();
         // a request naming a file id without a good capability is answered EACCES, nothing
         // else (its data message, if any, is still taken off the queue)
@@ -557,7 +572,7 @@ pub async fn fsync_handler(
         let Some(c) = conns.check(conn, word) else {
             continue;
         };
-        c.seen.set(conns.tick.get());
+        conns.heard(&c);
         let waiter = crate::serve::fsync(&ops, &sync_tx, &c.who, c.holder, &recv);
         let Ok(permit) = pending.clone().acquire_owned().await else {
             return;

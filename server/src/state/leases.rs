@@ -36,9 +36,13 @@ pub struct Holder {
     pub conn: u32,
 }
 
-/// A callback for the net thread to send: on connection `conn`, with `tag`.
+/// A callback for the net thread to send, with `tag`, to holder `holder`: on every
+/// connection of that process here (any thread of it may be the one that answers first: the
+/// one that took the lease may be idle, the one waiting for this server busy), or on `conn`
+/// (the one that took the lease) when none is found.
 #[derive(Debug)]
 pub struct Outgoing {
+    pub holder: u64,
     pub conn: u32,
     pub tag: u64,
     pub bytes: Vec<u8>,
@@ -55,12 +59,15 @@ struct Table {
     /// Leases by path.
     held: BTreeMap<String, Vec<Hold>>,
     count: usize,
-    /// Paths being changed: no lease is granted on them ...
-    changing: HashMap<String, u32>,
-    /// ... nor below these (directories whose mode, owner, name or existence change).
-    changing_below: HashMap<String, u32>,
-    /// Callbacks sent and not acknowledged: their id → the connection they went to.
-    unacked: HashMap<u64, u32>,
+    /// Paths being changed (by [`mark`]: a collision only refuses a lease): no lease is
+    /// granted on them ...
+    changing: HashMap<u64, u32>,
+    /// ... nor below these (directories whose mode, owner, name or existence change) ...
+    changing_below: HashMap<u64, u32>,
+    /// ... nor on the pages of these directories (an entry of theirs changes).
+    changing_pages: HashMap<u64, u32>,
+    /// Callbacks sent and not acknowledged: their id → the holder they went to.
+    unacked: HashMap<u64, u64>,
     next_id: u64,
 }
 
@@ -121,6 +128,29 @@ impl Leases {
     /// A lease on `path` for `who`: its length in milliseconds, 0 when none is granted (no
     /// leases here, a change of it under way, the table full).
     pub fn grant(&self, path: &str, who: Option<Holder>) -> u32 {
+        let t = self.table();
+        if (!t.changing.is_empty() && t.changing.contains_key(&mark(path)))
+            || (!t.changing_below.is_empty() && changing_above(&t.changing_below, path))
+        {
+            return 0;
+        }
+        self.hold(t, path, who)
+    }
+
+    /// A lease on this server's slice of directory `dir` (a statahead page: every entry of
+    /// `dir` here), as [`Leases::grant`]. Called back on any change of an entry of `dir` on
+    /// this server, and of `dir` or a directory above it.
+    pub fn grant_page(&self, dir: &str, who: Option<Holder>) -> u32 {
+        let t = self.table();
+        if t.changing_pages.contains_key(&mark(dir))
+            || (!t.changing_below.is_empty() && changing_above(&t.changing_below, dir))
+        {
+            return 0;
+        }
+        self.hold(t, &page_key(dir), who)
+    }
+
+    fn hold(&self, mut t: MutexGuard<'_, Table>, path: &str, who: Option<Holder>) -> u32 {
         let Some(who) = who.filter(|_| self.enabled()) else {
             return 0;
         };
@@ -128,12 +158,6 @@ impl Leases {
         // the server keeps it a little longer than the client (which counts from before
         // its request left): clocks of two hosts may run at slightly different rates
         let until = now + self.lease + self.lease / 64 + Duration::from_millis(2);
-        let mut t = self.table();
-        if t.changing.contains_key(path)
-            || (!t.changing_below.is_empty() && changing_above(&t.changing_below, path))
-        {
-            return 0;
-        }
         if let Some(holds) = t.held.get_mut(path) {
             if let Some(h) = holds.iter_mut().find(|h| h.who.holder == who.holder) {
                 *h = Hold { who, until };
@@ -171,12 +195,14 @@ impl Leases {
                 .any(|h| h.until > now && by.is_none_or(|b| b.holder != h.who.holder))
         };
         paths.iter().any(|c| {
-            t.held.get(c.path).is_some_and(other) || {
-                c.below && {
-                    let (lo, hi) = below(c.path);
-                    t.held.range(lo..hi).any(|(_, h)| other(h))
+            t.held.get(c.path).is_some_and(other)
+                || parent(c.path).is_some_and(|d| t.held.get(&page_key(d)).is_some_and(other))
+                || {
+                    c.below && {
+                        let (lo, hi) = below(c.path);
+                        t.held.range(lo..hi).any(|(_, h)| other(h))
+                    }
                 }
-            }
         })
     }
 
@@ -188,22 +214,47 @@ impl Leases {
         if !self.enabled() || paths.is_empty() {
             return None;
         }
+        let mut marked = [(0u64, None, false); 2];
+        for (m, c) in marked.iter_mut().zip(paths) {
+            *m = (mark(c.path), parent(c.path).map(mark), c.below);
+        }
+        let marked = &marked[..paths.len().min(2)];
         let mut t = self.table();
-        for c in paths {
-            let marks = if c.below {
+        for &(p, d, below) in marked {
+            let marks = if below {
                 &mut t.changing_below
             } else {
                 &mut t.changing
             };
-            *marks.entry(c.path.to_owned()).or_default() += 1;
+            *marks.entry(p).or_default() += 1;
+            if let Some(d) = d {
+                *t.changing_pages.entry(d).or_default() += 1;
+            }
         }
-        let now = Instant::now();
-        // every lease held on them, by holder
-        let mut taken: HashMap<(u64, u32), (Vec<String>, Instant)> = HashMap::new();
+        let mut r = Revocation {
+            leases: self,
+            marked: [(0, None, false); 2],
+            n: marked.len(),
+            ids: Vec::new(),
+            until: Instant::now(),
+        };
+        r.marked[..marked.len()].copy_from_slice(marked);
+        if t.count == 0 {
+            return Some(r);
+        }
+        let now = r.until;
+        // every lease held on them, by holder (and the connection that took one)
+        let mut taken: HashMap<u64, (u32, Vec<String>, Instant)> = HashMap::new();
         for c in paths {
             let mut keys: Vec<String> = Vec::new();
             if t.held.contains_key(c.path) {
                 keys.push(c.path.to_owned());
+            }
+            // the page of its directory (and, below it, the pages of directories there)
+            if let Some(d) = parent(c.path).map(page_key) {
+                if t.held.contains_key(&d) {
+                    keys.push(d);
+                }
             }
             if c.below && t.count > 0 {
                 let (lo, hi) = below(c.path);
@@ -219,24 +270,18 @@ impl Leases {
                         continue;
                     }
                     let e = taken
-                        .entry((h.who.holder, h.who.conn))
-                        .or_insert_with(|| (Vec::new(), h.until));
-                    e.0.push(k.clone());
-                    e.1 = e.1.max(h.until);
+                        .entry(h.who.holder)
+                        .or_insert_with(|| (h.who.conn, Vec::new(), h.until));
+                    e.1.push(k.clone());
+                    e.2 = e.2.max(h.until);
                 }
             }
         }
-        let mut r = Revocation {
-            leases: self,
-            paths: paths.iter().map(|c| (c.path.to_owned(), c.below)).collect(),
-            ids: Vec::new(),
-            until: now,
-        };
         if taken.is_empty() || self.no_callbacks {
             return Some(r);
         }
         let out = self.out.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        for ((_, conn), (paths, until)) in taken {
+        for (holder, (conn, paths, until)) in taken {
             t.next_id = t.next_id.wrapping_add(1).max(1);
             let id = t.next_id;
             let bytes: usize = paths.iter().map(|p| p.len() + 8).sum();
@@ -254,6 +299,7 @@ impl Leases {
             let sent = match (&out, flexbuffers::to_vec(&cb)) {
                 (Some(tx), Ok(bytes)) => tx
                     .send(Outgoing {
+                        holder,
                         conn,
                         tag: tag::callback(self.server, id),
                         bytes,
@@ -262,18 +308,18 @@ impl Leases {
                 _ => false,
             };
             // (a callback that cannot be sent is waited out: the lease's end)
-            t.unacked.insert(id, conn);
+            t.unacked.insert(id, holder);
             let _ = sent;
             r.ids.push(id);
         }
         Some(r)
     }
 
-    /// Connection `conn` acknowledged callback `id` (one it was sent: another
-    /// connection's acknowledgement is ignored).
-    pub fn released(&self, conn: u32, id: u64) {
+    /// A connection of holder `holder` acknowledged callback `id` (one sent to that holder:
+    /// another's acknowledgement is ignored).
+    pub fn released(&self, holder: u64, id: u64) {
         let mut t = self.table();
-        if t.unacked.get(&id) == Some(&conn) {
+        if t.unacked.get(&id) == Some(&holder) {
             t.unacked.remove(&id);
             drop(t);
             self.acked.notify_all();
@@ -285,7 +331,7 @@ impl Leases {
         let t = self.table();
         LeaseCounts {
             held: t.count,
-            changing: t.changing.len() + t.changing_below.len(),
+            changing: t.changing.len() + t.changing_below.len() + t.changing_pages.len(),
             unacked: t.unacked.len(),
         }
     }
@@ -293,6 +339,33 @@ impl Leases {
     /// Drops expired leases (the lease clock, now and then).
     pub fn expire(&self) {
         sweep(&mut self.table(), Instant::now());
+    }
+}
+
+fn unmark(marks: &mut HashMap<u64, u32>, p: u64) {
+    if let Some(n) = marks.get_mut(&p) {
+        *n -= 1;
+        if *n == 0 {
+            marks.remove(&p);
+        }
+    }
+}
+
+/// The key of the lease on a directory's page (its slice here): the directory's path and a
+/// `/` (the root's: `//`); entries' paths never end so (but the root's, `/`).
+pub fn page_key(dir: &str) -> String {
+    format!("{dir}/")
+}
+
+/// The directory `p` is in (`None`: the root).
+fn parent(p: &str) -> Option<&str> {
+    if p == "/" {
+        return None;
+    }
+    match p.rfind('/') {
+        Some(0) => Some("/"),
+        Some(i) => Some(&p[..i]),
+        None => None,
     }
 }
 
@@ -304,14 +377,19 @@ fn below(p: &str) -> (String, String) {
     (format!("{p}/"), format!("{p}0"))
 }
 
+/// The key of a path in the marks of changes under way.
+fn mark(p: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(p.as_bytes())
+}
+
 /// Is `path`, or a directory above it, in `changing`?
-fn changing_above(changing: &HashMap<String, u32>, path: &str) -> bool {
-    if changing.contains_key(path) || changing.contains_key("/") {
+fn changing_above(changing: &HashMap<u64, u32>, path: &str) -> bool {
+    if changing.contains_key(&mark(path)) || changing.contains_key(&mark("/")) {
         return true;
     }
     path.match_indices('/')
         .skip(1)
-        .any(|(i, _)| changing.contains_key(&path[..i]))
+        .any(|(i, _)| changing.contains_key(&mark(&path[..i])))
 }
 
 fn sweep(t: &mut Table, now: Instant) {
@@ -335,7 +413,9 @@ pub struct Change<'r> {
 /// A change under way on some paths: no lease is granted on them until it is dropped.
 pub struct Revocation<'a> {
     leases: &'a Leases,
-    paths: Vec<(String, bool)>,
+    /// The marks it holds: a path's, its directory's page's, below the path too.
+    marked: [(u64, Option<u64>, bool); 2],
+    n: usize,
     ids: Vec<u64>,
     until: Instant,
 }
@@ -380,17 +460,15 @@ impl Drop for Revocation<'_> {
         for id in &self.ids {
             t.unacked.remove(id);
         }
-        for (p, below) in &self.paths {
-            let marks = if *below {
+        for &(p, d, below) in &self.marked[..self.n] {
+            let marks = if below {
                 &mut t.changing_below
             } else {
                 &mut t.changing
             };
-            if let Some(n) = marks.get_mut(p.as_str()) {
-                *n -= 1;
-                if *n == 0 {
-                    marks.remove(p.as_str());
-                }
+            unmark(marks, p);
+            if let Some(d) = d {
+                unmark(&mut t.changing_pages, d);
             }
         }
     }
@@ -441,7 +519,9 @@ mod tests {
         assert_eq!(l.grant("/a/b/x", h(1)), 0);
         assert_eq!(l.grant("/a/bc", h(1)), 300);
         for (_, id) in &sent {
-            l.released(7, *id);
+            for holder in [1, 2] {
+                l.released(holder, *id);
+            }
         }
         let waited = r.wait();
         assert!(waited < Duration::from_millis(100), "{waited:?}");
@@ -461,6 +541,34 @@ mod tests {
     }
 
     #[test]
+    fn a_page_is_called_back_by_a_change_of_any_entry_of_its_directory() {
+        let l = Leases::new(Duration::from_millis(300), 100, 0);
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        l.set_outbox(tx);
+        assert_eq!(l.grant_page("/d", h(1)), 300);
+        assert_eq!(l.grant_page("/", h(1)), 300);
+        assert!(l.would_call_back(&[entry("/d/new")], h(2)));
+        let r = l.revoke(&[entry("/d/new")], h(2)).unwrap();
+        assert!(r.must_wait());
+        let o = rx.try_recv().unwrap();
+        let cb: Callback<'_> = flexbuffers::from_slice(&o.bytes).unwrap();
+        assert_eq!(cb.paths, vec!["/d/"]);
+        assert_eq!(l.grant_page("/d", h(1)), 0, "not while the change runs");
+        drop(r);
+        assert_eq!(l.grant_page("/d", h(1)), 300);
+        // a change of the directory itself takes its page; the root's page too (/d is in /)
+        let r = l.revoke(&[dir("/d")], h(2)).unwrap();
+        let mut got: Vec<String> = Vec::new();
+        while let Ok(o) = rx.try_recv() {
+            let cb: Callback<'_> = flexbuffers::from_slice(&o.bytes).unwrap();
+            got.extend(cb.paths.iter().map(|p| p.to_string()));
+        }
+        got.sort();
+        assert_eq!(got, vec!["//", "/d/"]);
+        drop(r);
+    }
+
+    #[test]
     fn an_unanswered_callback_is_waited_out_at_the_leases_end() {
         let l = Leases::new(Duration::from_millis(50), 100, 0);
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
@@ -468,7 +576,7 @@ mod tests {
         l.grant("/x", h(1));
         let mut r = l.revoke(&[entry("/x")], None).unwrap();
         assert!(r.must_wait());
-        // another connection's acknowledgement does not count
+        // another holder's acknowledgement does not count
         l.released(8, 1);
         let waited = r.wait();
         assert!(waited >= Duration::from_millis(45), "{waited:?}");
