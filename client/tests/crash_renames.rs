@@ -131,7 +131,9 @@ fn outcome(r: Result<(), Errno>, g: u32, what: &str) -> (Known, bool) {
 
 #[test]
 fn renames_of_files_and_directories_survive_random_server_kills() {
-    let mut cl = cluster(3, &[], "none");
+    // (a restarted server's changes wait out the client-cache leases of its former life, one
+    // lease: short here, where a server is killed every half second)
+    let mut cl = cluster(3, &["--cache-lease-ms", "50"], "none");
     let c = client(&cl, Duration::from_secs(10), "none");
     populate(&c);
     let cluster_file = cl.cluster_file();

@@ -51,14 +51,14 @@ fn requests_and_latencies_are_scraped() {
     // every request lands in the +Inf bucket; buckets never decrease
     let buckets: Vec<f64> = body
         .lines()
-        .filter(|l| l.starts_with("madfs_request_seconds_bucket{") && l.contains("op=\"stat\""))
+        .filter(|l| l.starts_with("madfs_request_seconds_bucket{") && l.contains("op=\"look\""))
         .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
         .collect();
     assert!(buckets.len() > 10, "{body}");
     assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "{buckets:?}");
     assert_eq!(
         *buckets.last().unwrap(),
-        value("madfs_request_seconds_count{op=\"stat\"}")
+        value("madfs_request_seconds_count{op=\"look\"}")
     );
     assert!(value("madfs_bytes_in_total") >= 100_000.0);
     assert!(value("madfs_live_connections") >= 1.0);

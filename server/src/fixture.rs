@@ -46,7 +46,8 @@ pub fn server(dir: &std::path::Path) -> Server {
         inline_max: 1024,
         stats: Arc::default(),
         root: root_attr(madfs_identity::AuthMode::Munge, None),
-        leases: crate::state::leases::Leases::new(std::time::Duration::from_secs(1), 1000, 0),
+        leases: crate::state::leases::Leases::new(std::time::Duration::from_secs(1), 1000, 0)
+            .first_life(),
     }
 }
 

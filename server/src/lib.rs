@@ -227,6 +227,8 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     let stats = Arc::new(stats::ServerStats::default());
     let max_frame = chunk_size.max(1 << 20) as usize + net::HEADER_ROOM;
     let replica = Arc::new(std::sync::OnceLock::new());
+    // (a store that exists: this server ran before, and clients may still hold its leases)
+    let first_life = !cfg.data_dir.join("db").exists();
     let ops = Arc::new(Server {
         id: cfg.id,
         peers: Arc::new(peer::Peers::new(
@@ -260,7 +262,8 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
             },
             cfg.leases_max,
             cfg.id,
-        ),
+        )
+        .restarted(!first_life),
         replica: (ident.replication >= 2).then(|| {
             Arc::new(replica::forward::Replication::new(
                 ident.replication,

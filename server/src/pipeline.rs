@@ -24,7 +24,7 @@
 use crate::handlers::Call;
 use crate::replica::{forward, history, replay};
 use crate::server::{Answer, Server};
-use crate::state::leases::Change;
+use crate::state::leases::{Change, Holder};
 use crate::table::{self, Grant, Row, Senders};
 use crate::touches::Touches;
 use crate::who::Who;
@@ -53,13 +53,22 @@ pub fn serve(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer
     }
     let changes = invalidates(req, &row.touches);
     let changes = changes.as_slice();
+    // whose change it is: the connection's process, or for another server's news of a
+    // directory, the process whose change that was (it forgot what it kept itself)
+    let by = match req {
+        Request::DirSet { by, .. } if *by != 0 && who.role == Role::Peer => Some(Holder {
+            holder: *by,
+            conn: 0,
+        }),
+        _ => c.holder,
+    };
     // a change that must wait for callbacks never waits on the net thread (which takes the
     // acknowledgements): the transport runs it again on an IO thread
-    if on_net_thread() && s.leases.would_call_back(changes, c.holder) {
+    if on_net_thread() && s.leases.would_call_back(changes, by) {
         RERUN.with(|r| r.set(true));
         return Err(Errno::EAGAIN);
     }
-    let mut revocation = s.leases.revoke(changes, c.holder);
+    let mut revocation = s.leases.revoke(changes, by);
     if let Some(r) = revocation.as_mut().filter(|r| r.must_wait()) {
         let waited = r.wait();
         s.stats.revoked(waited);
@@ -67,6 +76,7 @@ pub fn serve(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer
     let admitted = history::enabled().then(history::now_ns);
     let logged = target.as_ref().map(|t| (t.set(), t.epoch()));
     let set = logged.map(|(set, _)| set);
+    let _caller = Caller::set(c.holder);
     let answer = forward::serving(target, s.replica.as_ref(), &s.peers, || match (once, set) {
         (Some(id), Some(set)) => replay::once(&s.meta, set, who.uid, id, |note| match note {
             None => (row.handler)(s, c, req),
@@ -189,7 +199,51 @@ impl<'r> Changes<'r> {
     }
 }
 
+/// The invalidate step of work a server does on its own behalf (`Server::execute`: a step
+/// of a rename, a move finished after a restart): leases on what it changes are called back
+/// and waited for, as for a client's change (on the net thread, which takes the
+/// acknowledgements, it cannot wait: the leases are only taken out).
+pub(crate) fn invalidate_own<'s>(
+    s: &'s Server,
+    req: &Request<'_>,
+    touches: &Touches<'_>,
+) -> Option<crate::state::leases::Revocation<'s>> {
+    let changes = invalidates(req, touches);
+    let mut r = s.leases.revoke(changes.as_slice(), None);
+    if let Some(r) = r.as_mut().filter(|r| r.must_wait()) {
+        if on_net_thread() {
+            tracing::debug!("{}: callbacks not waited for on the net thread", req.name());
+        } else {
+            s.stats.revoked(r.wait());
+        }
+    }
+    r
+}
+
+/// The client process whose request this thread serves now (what a server's own requests
+/// on its behalf name: `DirSet`'s `by`).
+pub(crate) fn caller() -> Option<Holder> {
+    CALLER.with(|c| c.get())
+}
+
+/// Sets [`caller`] while it lives.
+struct Caller(Option<Holder>);
+
+impl Caller {
+    fn set(h: Option<Holder>) -> Caller {
+        Caller(CALLER.with(|c| c.replace(h)))
+    }
+}
+
+impl Drop for Caller {
+    fn drop(&mut self) {
+        CALLER.with(|c| c.set(self.0));
+    }
+}
+
 thread_local! {
+    /// The client process of the request being served ([`caller`]).
+    static CALLER: std::cell::Cell<Option<Holder>> = const { std::cell::Cell::new(None) };
     /// This thread is the net thread (it must not wait for callbacks).
     static ON_NET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// The last request served on this thread must run again on an IO thread.

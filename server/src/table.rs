@@ -710,6 +710,8 @@ impl Server {
         if let Some(e) = self.moving.guard(&row.touches) {
             return Err(e);
         }
+        // what it changes is called back from client caches first, as anyone's change
+        let _revocation = crate::pipeline::invalidate_own(self, req, &row.touches);
         let mut c = Call::own(Who::server());
         c.bulk = bulk;
         c.data = data;

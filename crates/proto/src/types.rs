@@ -391,6 +391,10 @@ pub enum Request<'a> {
         gid: u32,
         version: i64,
         gone: bool,
+        /// The lease holder (client process) whose change this is: it forgot what it kept
+        /// itself, and is not called back (0: none).
+        #[serde(default)]
+        by: u64,
     },
     /// The directories this server holds, in key order after `after` (empty: from the
     /// start): what a starting server learns its table from. `from` is that server and

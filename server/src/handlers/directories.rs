@@ -77,6 +77,7 @@ impl Server {
             gid: p.gid,
             version,
             gone: perm.is_none(),
+            by: crate::pipeline::caller().map_or(0, |h| h.holder),
         };
         let mut missed = Ok(());
         for s in (0..self.peers.servers()).filter(|s| *s != self.here()) {
@@ -365,6 +366,7 @@ pub(crate) fn dir_set(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -> FsResu
         gid,
         version,
         gone,
+        ..
     } = *req
     else {
         return Err(Errno::EINVAL);

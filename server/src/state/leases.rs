@@ -83,6 +83,9 @@ pub struct Leases {
     /// Test fault `MADFS_FAULT=no-callbacks`: leases are granted, nothing is called back and
     /// nothing waits (what a coherence checker must catch).
     no_callbacks: bool,
+    /// Until then, every change waits: leases this server granted before it was restarted
+    /// (which it does not know any more) may still be held.
+    fresh_until: Instant,
 }
 
 /// Counters of the lease table.
@@ -94,7 +97,9 @@ pub struct LeaseCounts {
 }
 
 impl Leases {
-    /// A table granting leases of `lease` (zero: none), at most `max`, of server `server`.
+    /// A table granting leases of `lease` (zero: none), at most `max`, of server `server`,
+    /// whose changes wait out the leases of a former life of the server for the first
+    /// lease (see [`Leases::restarted`]).
     pub fn new(lease: Duration, max: usize, server: u32) -> Leases {
         let no_callbacks = std::env::var("MADFS_FAULT").is_ok_and(|f| f == "no-callbacks");
         if no_callbacks {
@@ -108,6 +113,23 @@ impl Leases {
             acked: Condvar::new(),
             out: Mutex::new(None),
             no_callbacks,
+            fresh_until: Instant::now() + lease + lease / 64 + Duration::from_millis(2),
+        }
+    }
+
+    /// A server that never ran before (its store is new) has no leases of a former life to
+    /// wait out.
+    pub fn first_life(mut self) -> Leases {
+        self.fresh_until = Instant::now();
+        self
+    }
+
+    /// [`Leases::first_life`] unless `restarted`.
+    pub fn restarted(self, restarted: bool) -> Leases {
+        if restarted {
+            self
+        } else {
+            self.first_life()
         }
     }
 
@@ -184,6 +206,9 @@ impl Leases {
         if !self.enabled() || paths.is_empty() || self.no_callbacks {
             return false;
         }
+        if Instant::now() < self.fresh_until {
+            return true;
+        }
         let t = self.table();
         if t.count == 0 {
             return false;
@@ -235,10 +260,16 @@ impl Leases {
             leases: self,
             marked: [(0, None, false); 2],
             n: marked.len(),
+            fresh: false,
             ids: Vec::new(),
             until: Instant::now(),
         };
         r.marked[..marked.len()].copy_from_slice(marked);
+        // (a server just started waits out the leases of its former life)
+        if !self.no_callbacks && r.until < self.fresh_until {
+            r.until = self.fresh_until;
+            r.fresh = true;
+        }
         if t.count == 0 {
             return Some(r);
         }
@@ -416,28 +447,30 @@ pub struct Revocation<'a> {
     /// The marks it holds: a path's, its directory's page's, below the path too.
     marked: [(u64, Option<u64>, bool); 2],
     n: usize,
+    /// It waits until `until` whatever the callbacks (a server just started).
+    fresh: bool,
     ids: Vec<u64>,
     until: Instant,
 }
 
 impl Revocation<'_> {
-    /// Must the change wait for callbacks?
+    /// Must the change wait for callbacks (or for the leases of the server's former life)?
     pub fn must_wait(&self) -> bool {
-        !self.ids.is_empty()
+        !self.ids.is_empty() || self.fresh
     }
 
     /// Waits until every holder called back acknowledged, or its lease ended. Returns how
     /// long it waited.
     pub fn wait(&mut self) -> Duration {
         let start = Instant::now();
-        if self.ids.is_empty() {
+        if !self.must_wait() {
             return Duration::ZERO;
         }
         let l = self.leases;
         let mut t = l.table();
         loop {
             let now = Instant::now();
-            let pending = self.ids.iter().any(|id| t.unacked.contains_key(id));
+            let pending = self.fresh || self.ids.iter().any(|id| t.unacked.contains_key(id));
             if !pending || now >= self.until {
                 break;
             }
@@ -478,6 +511,13 @@ impl Drop for Revocation<'_> {
 mod tests {
     use super::*;
 
+    impl Leases {
+        /// A table of a server that has run for longer than a lease.
+        fn settled(lease: Duration, max: usize) -> Leases {
+            Leases::new(lease, max, 0).first_life()
+        }
+    }
+
     fn h(holder: u64) -> Option<Holder> {
         Some(Holder { holder, conn: 7 })
     }
@@ -492,7 +532,7 @@ mod tests {
 
     #[test]
     fn a_change_calls_back_other_holders_below_it_and_waits() {
-        let l = Leases::new(Duration::from_millis(300), 100, 0);
+        let l = Leases::settled(Duration::from_millis(300), 100);
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         l.set_outbox(tx);
         assert_eq!(l.grant("/a/b", h(1)), 300);
@@ -532,7 +572,7 @@ mod tests {
 
     #[test]
     fn an_entrys_change_leaves_what_is_below_it() {
-        let l = Leases::new(Duration::from_millis(300), 100, 0);
+        let l = Leases::settled(Duration::from_millis(300), 100);
         l.grant("/d/x", h(1));
         let r = l.revoke(&[entry("/d")], h(2)).unwrap();
         assert!(!r.must_wait());
@@ -542,7 +582,7 @@ mod tests {
 
     #[test]
     fn a_page_is_called_back_by_a_change_of_any_entry_of_its_directory() {
-        let l = Leases::new(Duration::from_millis(300), 100, 0);
+        let l = Leases::settled(Duration::from_millis(300), 100);
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         l.set_outbox(tx);
         assert_eq!(l.grant_page("/d", h(1)), 300);
@@ -570,7 +610,7 @@ mod tests {
 
     #[test]
     fn an_unanswered_callback_is_waited_out_at_the_leases_end() {
-        let l = Leases::new(Duration::from_millis(50), 100, 0);
+        let l = Leases::settled(Duration::from_millis(50), 100);
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
         l.set_outbox(tx);
         l.grant("/x", h(1));
@@ -585,7 +625,7 @@ mod tests {
 
     #[test]
     fn the_requesters_own_lease_is_dropped_without_a_callback() {
-        let l = Leases::new(Duration::from_millis(50), 100, 0);
+        let l = Leases::settled(Duration::from_millis(50), 100);
         l.grant("/x", h(1));
         let r = l.revoke(&[entry("/x")], h(1)).unwrap();
         assert!(!r.must_wait());
@@ -594,13 +634,24 @@ mod tests {
 
     #[test]
     fn a_full_table_grants_nothing_until_leases_end() {
-        let l = Leases::new(Duration::from_millis(20), 2, 0);
+        let l = Leases::settled(Duration::from_millis(20), 2);
         assert!(l.grant("/1", h(1)) > 0);
         assert!(l.grant("/2", h(1)) > 0);
         assert_eq!(l.grant("/3", h(1)), 0);
         std::thread::sleep(Duration::from_millis(30));
         assert!(l.grant("/3", h(1)) > 0);
         assert_eq!(l.counts().held, 1);
+    }
+
+    #[test]
+    fn a_server_just_started_waits_out_its_former_leases() {
+        let l = Leases::new(Duration::from_millis(50), 10, 0);
+        assert!(l.would_call_back(&[entry("/x")], None));
+        let mut r = l.revoke(&[entry("/x")], None).unwrap();
+        let waited = r.wait();
+        assert!(waited >= Duration::from_millis(40), "{waited:?}");
+        drop(r);
+        assert!(!l.would_call_back(&[entry("/x")], None));
     }
 
     #[test]
