@@ -216,7 +216,9 @@ fn renames_of_files_and_directories_survive_random_server_kills() {
 /// restarts itself (`madfs_rpc::probe`) and the calls lost with it time out (EIO: either name).
 #[test]
 fn renames_of_files_and_directories_survive_killed_clients() {
-    let cl = cluster(3, &[], "none");
+    // (a rename may wait for this process's cache leases on what it moves, up to one lease,
+    // after its sender is killed: short leases, and a pause after each kill, below)
+    let cl = cluster(3, &["--cache-lease-ms", "50"], "none");
     let c = client(&cl, Duration::from_secs(10), "none");
     populate(&c);
     let mut files = vec![Known::At(0); FILES];
@@ -301,6 +303,9 @@ fn renames_of_files_and_directories_survive_killed_clients() {
         std::thread::sleep(Duration::from_millis(next(&mut x) % 40));
         let _ = child.kill();
         killed += child.wait().is_ok_and(|s| s.code().is_none()) as usize;
+        // a rename the killed process sent may still wait for callbacks (to this process,
+        // which does not call madfs meanwhile) at its server: at most one lease
+        std::thread::sleep(Duration::from_millis(120));
         answers.extend(out.lines().map_while(Result::ok));
         for (n, b) in batch.iter().enumerate() {
             let (dir, i, g) = *b;
