@@ -19,6 +19,7 @@ pub mod fsck;
 pub mod gate;
 pub mod handlers;
 pub mod identity;
+pub mod invalidate;
 pub mod latency;
 pub mod metrics;
 pub mod net;

@@ -12,7 +12,7 @@
 //! 4. **replay**: a request sent again after a failover is answered from its replay record,
 //!    kept per replica set, user and client ([`crate::replica::replay`]);
 //! 5. **invalidate**: the leases of client caches on what it changes are called back, and
-//!    it waits for their holders ([`crate::state::leases`], [`invalidates`]); no lease is
+//!    it waits for their holders ([`crate::state::leases`], [`crate::invalidate`]); no lease is
 //!    granted there until it is over;
 //! 6. **execute**: its handler ([`crate::handlers`]), once no rename moves what it touches;
 //! 7. **replicate**: what it writes is copied to the replica set's secondaries as the store
@@ -24,9 +24,8 @@
 use crate::handlers::Call;
 use crate::replica::{forward, history, replay};
 use crate::server::{Answer, Server};
-use crate::state::leases::{Change, Holder};
+use crate::state::leases::Holder;
 use crate::table::{self, Grant, Row, Senders};
-use crate::touches::Touches;
 use crate::who::Who;
 use madfs_proto::{
     privs_of, Attr, Errno, FsResult, Request, Role, ACCESS_PRIVS, ACCESS_R, ACCESS_W,
@@ -51,7 +50,7 @@ pub fn serve(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer
     if let Some(e) = s.moving.guard(&row.touches) {
         return Err(e);
     }
-    let changes = invalidates(req, &row.touches);
+    let changes = crate::invalidate::invalidates(req, &row.touches);
     let changes = changes.as_slice();
     // whose change it is: the connection's process, or for another server's news of a
     // directory, the process whose change that was (it forgot what it kept itself)
@@ -64,8 +63,8 @@ pub fn serve(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer
     };
     // a change that must wait for callbacks never waits on the net thread (which takes the
     // acknowledgements): the transport runs it again on an IO thread
-    if on_net_thread() && s.leases.would_call_back(changes, by) {
-        RERUN.with(|r| r.set(true));
+    if crate::invalidate::on_net_thread() && s.leases.would_call_back(changes, by) {
+        crate::invalidate::rerun();
         return Err(Errno::EAGAIN);
     }
     let mut revocation = s.leases.revoke(changes, by);
@@ -76,7 +75,7 @@ pub fn serve(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer
     let admitted = history::enabled().then(history::now_ns);
     let logged = target.as_ref().map(|t| (t.set(), t.epoch()));
     let set = logged.map(|(set, _)| set);
-    let _caller = Caller::set(c.holder);
+    let _caller = crate::invalidate::Caller::set(c.holder);
     let answer = forward::serving(target, s.replica.as_ref(), &s.peers, || match (once, set) {
         (Some(id), Some(set)) => replay::once(&s.meta, set, who.uid, id, |note| match note {
             None => (row.handler)(s, c, req),
@@ -141,129 +140,7 @@ fn admit(
     }
 }
 
-/// What a request makes stale in client caches: the entries it touches, and everything
-/// below those whose mode, owner, name or existence as a directory it may change (also
-/// what another server tells of a directory: `DirSet`).
-fn invalidates<'r>(req: &Request<'r>, touches: &Touches<'r>) -> Changes<'r> {
-    let entry = |path| Change { path, below: false };
-    let dir = |path| Change { path, below: true };
-    let mut out = Changes::default();
-    match (*touches, req) {
-        (Touches::Nothing | Touches::Looks(_), Request::DirSet { path, .. }) => out.push(dir(path)),
-        // a directory's times (its entries changed on other servers)
-        (Touches::Nothing, Request::Touch { dir: d, .. }) => out.push(entry(d)),
-        (Touches::Nothing | Touches::Looks(_), _) => {}
-        (Touches::Changes(p), Request::Chmod { .. } | Request::Chown { .. }) => out.push(dir(p)),
-        (Touches::Changes(p), _) => out.push(entry(p)),
-        (Touches::Removes(p), Request::Unlink { .. }) => out.push(entry(p)),
-        (Touches::Removes(p), _) => out.push(dir(p)),
-        (Touches::Moves { from, to }, _) => {
-            out.push(dir(from));
-            out.push(dir(to));
-        }
-        (Touches::Arrives { path, .. }, _) => out.push(dir(path)),
-        (Touches::Links { from, to }, _) => {
-            out.push(entry(from));
-            out.push(entry(to));
-        }
-    }
-    out
-}
-
-/// At most two paths (a rename's, a link's), no allocation.
-struct Changes<'r> {
-    v: [Change<'r>; 2],
-    n: usize,
-}
-
-impl Default for Changes<'_> {
-    fn default() -> Self {
-        let none = Change {
-            path: "",
-            below: false,
-        };
-        Changes { v: [none; 2], n: 0 }
-    }
-}
-
-impl<'r> Changes<'r> {
-    fn push(&mut self, c: Change<'r>) {
-        if self.n < 2 && !c.path.is_empty() {
-            self.v[self.n] = c;
-            self.n += 1;
-        }
-    }
-
-    fn as_slice(&self) -> &[Change<'r>] {
-        &self.v[..self.n]
-    }
-}
-
-/// The invalidate step of work a server does on its own behalf (`Server::execute`: a step
-/// of a rename, a move finished after a restart): leases on what it changes are called back
-/// and waited for, as for a client's change (on the net thread, which takes the
-/// acknowledgements, it cannot wait: the leases are only taken out).
-pub(crate) fn invalidate_own<'s>(
-    s: &'s Server,
-    req: &Request<'_>,
-    touches: &Touches<'_>,
-) -> Option<crate::state::leases::Revocation<'s>> {
-    let changes = invalidates(req, touches);
-    let mut r = s.leases.revoke(changes.as_slice(), None);
-    if let Some(r) = r.as_mut().filter(|r| r.must_wait()) {
-        if on_net_thread() {
-            tracing::debug!("{}: callbacks not waited for on the net thread", req.name());
-        } else {
-            s.stats.revoked(r.wait());
-        }
-    }
-    r
-}
-
-/// The client process whose request this thread serves now (what a server's own requests
-/// on its behalf name: `DirSet`'s `by`).
-pub(crate) fn caller() -> Option<Holder> {
-    CALLER.with(|c| c.get())
-}
-
-/// Sets [`caller`] while it lives.
-struct Caller(Option<Holder>);
-
-impl Caller {
-    fn set(h: Option<Holder>) -> Caller {
-        Caller(CALLER.with(|c| c.replace(h)))
-    }
-}
-
-impl Drop for Caller {
-    fn drop(&mut self) {
-        CALLER.with(|c| c.set(self.0));
-    }
-}
-
-thread_local! {
-    /// The client process of the request being served ([`caller`]).
-    static CALLER: std::cell::Cell<Option<Holder>> = const { std::cell::Cell::new(None) };
-    /// This thread is the net thread (it must not wait for callbacks).
-    static ON_NET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    /// The last request served on this thread must run again on an IO thread.
-    static RERUN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Marks the calling thread as the net thread.
-pub fn mark_net_thread() {
-    ON_NET.with(|c| c.set(true));
-}
-
-fn on_net_thread() -> bool {
-    ON_NET.with(|c| c.get())
-}
-
-/// Must the request just served on this thread (answered `EAGAIN`) run again on an IO
-/// thread, where it may wait for callbacks? Clears the mark.
-pub fn take_rerun() -> bool {
-    RERUN.with(|r| r.replace(false))
-}
+pub use crate::invalidate::{mark_net_thread, take_rerun};
 
 /// What the answer grants, as the request's row says: a capability for the file it names.
 /// A write capability of a set-id file given to anyone but root says so

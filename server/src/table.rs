@@ -711,7 +711,7 @@ impl Server {
             return Err(e);
         }
         // what it changes is called back from client caches first, as anyone's change
-        let _revocation = crate::pipeline::invalidate_own(self, req, &row.touches);
+        let _revocation = crate::invalidate::invalidate_own(self, req, &row.touches);
         let mut c = Call::own(Who::server());
         c.bulk = bulk;
         c.data = data;

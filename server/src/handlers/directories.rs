@@ -77,7 +77,7 @@ impl Server {
             gid: p.gid,
             version,
             gone: perm.is_none(),
-            by: crate::pipeline::caller().map_or(0, |h| h.holder),
+            by: crate::invalidate::caller().map_or(0, |h| h.holder),
         };
         let mut missed = Ok(());
         for s in (0..self.peers.servers()).filter(|s| *s != self.here()) {
