@@ -1492,6 +1492,10 @@ impl Drop for Transport {
             std::mem::forget(net);
             return;
         }
+        // callbacks still queued are taken (and acknowledged): a message left in the
+        // worker's queue makes UCX print a warning when the worker is destroyed, on the
+        // program's own output
+        self.callbacks_now(true);
         // the worker goes too before another thread may reuse its fds (see `LIFECYCLE`)
         let _one = lifecycle();
         let live: Vec<Conn> = conns.borrow().iter().flatten().cloned().collect();
