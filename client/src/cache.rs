@@ -61,7 +61,8 @@ struct Page {
 type Pages = HashMap<u32, Page>;
 
 struct Store {
-    pid: i32,
+    /// The [`FORKS`] it was made at (a fork child's parent's leases are not its own).
+    forks: u64,
     /// Entries by cluster (a process may use several), then path.
     clusters: HashMap<u64, BTreeMap<String, Entry>>,
     /// Statahead pages by cluster, then directory.
@@ -72,6 +73,12 @@ struct Store {
 }
 
 static STORE: Mutex<Option<Store>> = Mutex::new(None);
+/// Forks this process (or the one it was forked from) made: a fork child counts one more
+/// (`pthread_atfork`), so telling a child needs no system call on the way of each lookup.
+static FORKS: AtomicU64 = AtomicU64::new(0);
+/// How many entries are kept (a copy of [`Store::entries`]): what a change of this process
+/// may skip the lock for.
+static KEPT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 /// Bumped whenever something is forgotten: an answer whose request left before is not kept.
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 static HITS: AtomicU64 = AtomicU64::new(0);
@@ -120,14 +127,22 @@ pub fn enabled() -> bool {
     settings().0
 }
 
+extern "C" fn forked() {
+    FORKS.fetch_add(1, Ordering::Relaxed);
+}
+
 fn store() -> MutexGuard<'static, Option<Store>> {
+    static AT_FORK: std::sync::Once = std::sync::Once::new();
+    // SAFETY: registers a handler that only increments an atomic (async-signal-safe).
+    AT_FORK.call_once(|| unsafe {
+        libc::pthread_atfork(None, None, Some(forked));
+    });
     let mut g = STORE.lock().unwrap_or_else(|e| e.into_inner());
-    // SAFETY: getpid cannot fail.
-    let pid = unsafe { libc::getpid() };
-    if g.as_ref().is_none_or(|s| s.pid != pid) {
+    let forks = FORKS.load(Ordering::Relaxed);
+    if g.as_ref().is_none_or(|s| s.forks != forks) {
         // first use, or a fork child: its parent's leases are not its own
         *g = Some(Store {
-            pid,
+            forks,
             clusters: HashMap::new(),
             pages: HashMap::new(),
             entries: 0,
@@ -146,15 +161,29 @@ pub fn generation() -> u64 {
 /// The kept answer of cluster `cluster` for `path` to user `uid`: `Some(None)` for a kept
 /// absence.
 pub fn get(cluster: u64, path: &str, uid: u32) -> Option<Option<Attr>> {
+    lookup(cluster, path, None, uid)
+}
+
+/// The kept answer for normalised `path` of cluster `cluster` to user `uid`: its entry, or
+/// with `server` (the server that holds the entry) the statahead page of its directory
+/// from that server. `Some(None)`: no such entry. One lock, one clock read.
+pub fn lookup(cluster: u64, path: &str, server: Option<u32>, uid: u32) -> Option<Option<Attr>> {
     if !enabled() {
         return None;
     }
+    let now = Instant::now();
     let g = store();
-    let hit = g
-        .as_ref()
-        .and_then(|s| s.clusters.get(&cluster)?.get(path))
-        .filter(|e| e.uid == uid && e.until > Instant::now())
-        .map(|e| e.attr);
+    let s = g.as_ref()?;
+    let hit = s
+        .clusters
+        .get(&cluster)
+        .and_then(|m| m.get(path))
+        .filter(|e| e.uid == uid && e.until > now)
+        .map(|e| e.attr)
+        .or_else(|| {
+            let (dir, name) = madfs_placement::split_parent(path)?;
+            s.page_answer(cluster, dir, server?, name, uid, now)
+        });
     drop(g);
     if hit.is_some() {
         HITS.fetch_add(1, Ordering::Relaxed);
@@ -203,9 +232,33 @@ pub fn put(a: Answer<'_>, sent: Instant, lease_ms: u32, gen: u64) {
         s.bytes += cost;
         s.entries += 1;
     }
+    KEPT.store(s.entries, Ordering::Release);
 }
 
 impl Store {
+    /// What the page of `dir` from `server` says of `name` (see [`page_get`]).
+    fn page_answer(
+        &self,
+        cluster: u64,
+        dir: &str,
+        server: u32,
+        name: &str,
+        uid: u32,
+        now: Instant,
+    ) -> Option<Option<Attr>> {
+        let p = self
+            .pages
+            .get(&cluster)?
+            .get(dir)?
+            .get(&server)
+            .filter(|p| p.uid == uid && p.until > now)?;
+        match p.entries.get(name) {
+            None => Some(None),
+            Some(Some(a)) => Some(Some(*a)),
+            Some(None) => None,
+        }
+    }
+
     /// Drops the expired entries, then, if still full, the older half.
     fn shrink(&mut self) {
         let now = Instant::now();
@@ -341,6 +394,9 @@ pub fn forget(cluster: u64, path: &str) {
         return;
     }
     GENERATION.fetch_add(1, Ordering::AcqRel);
+    if KEPT.load(Ordering::Acquire) == 0 {
+        return;
+    }
     if let Some(s) = store().as_mut().filter(|s| s.entries > 0) {
         s.forget(cluster, path, true);
         if !s.pages.is_empty() {
@@ -365,20 +421,9 @@ pub fn page_get(
     if !enabled() {
         return None;
     }
-    let g = store();
-    let p = g
+    let hit = store()
         .as_ref()?
-        .pages
-        .get(&cluster)?
-        .get(dir)?
-        .get(&server)
-        .filter(|p| p.uid == uid && p.until > Instant::now())?;
-    let hit = match p.entries.get(name) {
-        None => Some(None),
-        Some(Some(a)) => Some(Some(*a)),
-        Some(None) => None,
-    };
-    drop(g);
+        .page_answer(cluster, dir, server, name, uid, Instant::now());
     if hit.is_some() {
         HITS.fetch_add(1, Ordering::Relaxed);
     }
@@ -450,6 +495,7 @@ pub fn pages_put(
     }
     s.entries += n;
     s.bytes += bytes;
+    KEPT.store(s.entries, Ordering::Release);
     true
 }
 
@@ -596,7 +642,7 @@ mod tests {
     #[test]
     fn a_full_cache_stays_within_its_bounds() {
         let mut s = Store {
-            pid: 0,
+            forks: 0,
             clusters: HashMap::new(),
             pages: HashMap::new(),
             entries: 0,

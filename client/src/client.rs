@@ -1057,15 +1057,11 @@ impl Client {
     /// kept. Callbacks waiting for this thread are taken first.
     fn look(&self, path: &str) -> FsResult<Option<Attr>> {
         self.t.take_callbacks();
-        if let Some(kept) = crate::cache::get(self.cluster, path, self.uid) {
+        let server = self.meta_of(path);
+        if let Some(kept) = crate::cache::lookup(self.cluster, path, Some(server), self.uid) {
             return Ok(kept);
         }
-        if let Some((dir, name)) = split_parent(path) {
-            let server = self.meta_of(path);
-            let page = || crate::cache::page_get(self.cluster, dir, server, name, self.uid);
-            if let Some(kept) = page() {
-                return Ok(kept);
-            }
+        if let Some((dir, _)) = split_parent(path) {
             // names of one directory looked up one after another: its pages, from every
             // server at once (statahead)
             if self
@@ -1075,7 +1071,8 @@ impl Client {
             {
                 match self.fetch_pages(dir) {
                     Ok(true) => {
-                        if let Some(kept) = page() {
+                        let kept = crate::cache::lookup(self.cluster, path, Some(server), self.uid);
+                        if let Some(kept) = kept {
                             return Ok(kept);
                         }
                     }
