@@ -499,14 +499,6 @@ pub fn pages_put(
     true
 }
 
-/// Forgets everything.
-pub fn forget_all() {
-    GENERATION.fetch_add(1, Ordering::AcqRel);
-    if let Some(s) = store().as_mut() {
-        s.clear();
-    }
-}
-
 /// A callback of a server of cluster `cluster`: forgets what it names
 /// (`madfs_rpc::callbacks::Handler`).
 pub fn on_callback(cluster: u64, cb: &Callback<'_>) {

@@ -77,11 +77,23 @@ pub(crate) fn invalidate_own<'s>(
     req: &Request<'_>,
     touches: &Touches<'_>,
 ) -> Option<crate::state::leases::Revocation<'s>> {
-    let changes = invalidates(req, touches);
-    let mut r = s.leases.revoke(changes.as_slice(), None);
+    take_leases(s, invalidates(req, touches).as_slice(), None, req.name())
+}
+
+/// Takes the leases on `changes` out, calls their holders but `by` back and waits for them
+/// (counted in the server's stats); on the net thread, which takes the acknowledgements and
+/// must not wait, they are only taken out (the pipeline sends its requests that must wait
+/// to an IO thread first). What `name` changes is then under way until the revocation goes.
+pub(crate) fn take_leases<'s>(
+    s: &'s Server,
+    changes: &[Change<'_>],
+    by: Option<Holder>,
+    name: &str,
+) -> Option<crate::state::leases::Revocation<'s>> {
+    let mut r = s.leases.revoke(changes, by);
     if let Some(r) = r.as_mut().filter(|r| r.must_wait()) {
         if on_net_thread() {
-            tracing::debug!("{}: callbacks not waited for on the net thread", req.name());
+            tracing::debug!("{name}: callbacks not waited for on the net thread");
         } else {
             s.stats.revoked(r.wait());
         }

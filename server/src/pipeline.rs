@@ -67,11 +67,7 @@ pub fn serve(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer
         crate::invalidate::rerun();
         return Err(Errno::EAGAIN);
     }
-    let mut revocation = s.leases.revoke(changes, by);
-    if let Some(r) = revocation.as_mut().filter(|r| r.must_wait()) {
-        let waited = r.wait();
-        s.stats.revoked(waited);
-    }
+    let revocation = crate::invalidate::take_leases(s, changes, by, req.name());
     let admitted = history::enabled().then(history::now_ns);
     let logged = target.as_ref().map(|t| (t.set(), t.epoch()));
     let set = logged.map(|(set, _)| set);

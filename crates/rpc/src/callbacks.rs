@@ -29,8 +29,6 @@ pub struct Callbacks {
     cluster: Cell<u64>,
     handler: Cell<Option<Handler>>,
     acks: RefCell<Vec<Ack>>,
-    /// Callbacks taken.
-    taken: Cell<u64>,
 }
 
 /// Where an acknowledgement to a server goes: its endpoint, the connection id and secret.
@@ -56,11 +54,6 @@ impl Callbacks {
         } else {
             0
         }
-    }
-
-    /// Callbacks taken so far.
-    pub fn taken(&self) -> u64 {
-        self.taken.get()
     }
 
     /// Takes every callback waiting on `worker` (progressed once first when `progress`),
@@ -104,7 +97,6 @@ impl Callbacks {
                 continue;
             };
             handler(self.cluster.get(), &cb);
-            self.taken.set(self.taken.get() + 1);
             let server = ((t >> 32) & tag::MAX_CONN as u64) as u32;
             if let Some(r) = route(server) {
                 self.ack(r, cb.id);

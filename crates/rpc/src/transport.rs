@@ -323,11 +323,6 @@ impl Transport {
         self.callbacks_now(true)
     }
 
-    /// Callbacks this transport took so far.
-    pub fn callbacks_taken(&self) -> u64 {
-        self.callbacks.taken()
-    }
-
     fn callbacks_now(&self, progress: bool) -> usize {
         let Net::Ucx { worker, conns, .. } = &self.net else {
             return 0;
