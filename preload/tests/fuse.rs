@@ -8,10 +8,10 @@
 mod common;
 
 use common::{cluster, scripts};
+use madfs_cluster::fuse::{as_user, is_fuse, Mount};
 use madfs_cluster::{find_bin, LocalCluster, Options};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::{Command, Output};
 
 /// Call deadline of the programs here.
 const TIMEOUT_MS: u32 = 20_000;
@@ -24,151 +24,14 @@ fn skip() -> bool {
     false
 }
 
-/// Is `dir` a FUSE file system now?
-fn is_fuse(dir: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
-    // SAFETY: statfs is plain data; `c` is a NUL-terminated path.
-    unsafe {
-        let mut st: libc::statfs = std::mem::zeroed();
-        libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type == 0x6573_5546
-    }
-}
-
-/// `program`, run as user and group `u` with no other groups (`setpriv`).
-fn as_user(u: u32, program: impl AsRef<std::ffi::OsStr>) -> Command {
-    let mut c = Command::new("setpriv");
-    c.args([
-        &format!("--reuid={u}"),
-        &format!("--regid={u}"),
-        "--clear-groups",
-    ])
-    .arg(program);
-    c
-}
-
 /// A shell command line run by nobody (65534); its output.
 fn sh_as_nobody(script: &str) -> Output {
     as_user(65534, "sh").arg("-c").arg(script).output().unwrap()
 }
 
-/// `madfs-fuse`, run as `user` where one is given.
-fn madfs_fuse(user: Option<u32>) -> Command {
-    match user {
-        Some(u) => as_user(u, find_bin("madfs-fuse")),
-        None => Command::new(find_bin("madfs-fuse")),
-    }
-}
-
-/// A running `madfs-fuse`; unmounted (and its process reaped) when dropped.
-struct Mount {
-    dir: PathBuf,
-    child: Option<Child>,
-    /// Run as this user (`setpriv`), if not root.
-    user: Option<u32>,
-}
-
-impl Mount {
-    fn start(cl: &LocalCluster, name: &str, args: &[&str], user: Option<u32>) -> Mount {
-        Self::start_env(cl, name, args, user, &[])
-    }
-
-    fn start_env(
-        cl: &LocalCluster,
-        name: &str,
-        args: &[&str],
-        user: Option<u32>,
-        env: &[(&str, &str)],
-    ) -> Mount {
-        let dir = cl.root().join(name);
-        std::fs::create_dir_all(&dir).unwrap();
-        if let Some(u) = user {
-            std::os::unix::fs::chown(&dir, Some(u), Some(u)).unwrap();
-        }
-        let mut cmd = madfs_fuse(user);
-        let child = cmd
-            .args(args)
-            .arg(&dir)
-            .env("MADFS_CLUSTER", cl.cluster_file())
-            .env("MADFS_TIMEOUT_MS", TIMEOUT_MS.to_string())
-            .env("UCX_NET_DEVICES", "lo")
-            .envs(env.iter().copied())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn madfs-fuse");
-        let mut m = Mount {
-            dir,
-            child: Some(child),
-            user,
-        };
-        let t0 = Instant::now();
-        while !is_fuse(&m.dir) {
-            if let Ok(Some(s)) = m.child.as_mut().unwrap().try_wait() {
-                let out = m.child.take().unwrap().wait_with_output().unwrap();
-                panic!(
-                    "madfs-fuse ended ({s}): {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(20),
-                "no mount after 20 s"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        m
-    }
-
-    fn path(&self) -> String {
-        self.dir.display().to_string()
-    }
-
-    /// Waits for the process to end (at most 10 s); its exit status.
-    fn wait(&mut self) -> std::process::ExitStatus {
-        let child = self.child.as_mut().expect("running");
-        let t0 = Instant::now();
-        loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                self.child = None;
-                return s;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "madfs-fuse still runs"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn unmount(&mut self) -> Output {
-        madfs_fuse(self.user)
-            .arg("--unmount")
-            .arg(&self.dir)
-            .output()
-            .unwrap()
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        if self.child.is_none() {
-            return;
-        }
-        if is_fuse(&self.dir) {
-            let _ = self.unmount();
-        }
-        if let Some(mut c) = self.child.take() {
-            let t0 = Instant::now();
-            while c.try_wait().ok().flatten().is_none() && t0.elapsed() < Duration::from_secs(5) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        if is_fuse(&self.dir) {
-            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-        }
-    }
+/// `madfs-fuse` mounting `cl` at `name` (root's, no extra environment).
+fn mount(cl: &LocalCluster, name: &str, args: &[&str]) -> Mount {
+    Mount::start(cl, name, args, None, &[], TIMEOUT_MS)
 }
 
 /// A bash script (`-euo pipefail`) without the preload, its mount `/madfs` replaced by the
@@ -191,7 +54,7 @@ fn coreutils_tar_python_and_fio_under_the_mount() {
         return;
     }
     let cl = cluster();
-    let m = Mount::start(&cl, "mnt", &[], None);
+    let m = mount(&cl, "mnt", &[]);
     let mnt = m.path();
 
     let out = bash_on(&cl, &m, scripts::COREUTILS);
@@ -250,7 +113,7 @@ fn a_static_busybox_copies_lists_and_reads_back() {
         return;
     }
     let cl = cluster();
-    let m = Mount::start(&cl, "mnt", &[], None);
+    let m = mount(&cl, "mnt", &[]);
     let out = Command::new(busybox)
         .args(["sh", "-c"])
         .arg(format!(
@@ -331,7 +194,7 @@ fn raw_syscalls_and_the_preload_see_the_same_bytes() {
             return;
         }
     }
-    let m = Mount::start(&cl, "mnt", &[], None);
+    let m = mount(&cl, "mnt", &[]);
     let data = cl.root().join("data");
     common::bash(
         &cl,
@@ -375,7 +238,7 @@ fn the_preload_leaves_a_fuse_prefix_alone_and_sigterm_unmounts() {
         return;
     }
     let cl = cluster();
-    let mut m = Mount::start(&cl, "mnt", &[], None);
+    let mut m = mount(&cl, "mnt", &[]);
     let out = Command::new("/bin/bash")
         .args([
             "-c",
@@ -428,12 +291,13 @@ fn a_users_own_mount_and_roots_mount_for_every_user() {
         return roots_mount_for_every_user();
     }
     // UCX shared memory segments of root's servers are not open to the user: TCP
-    let mut m = Mount::start_env(
+    let mut m = Mount::start(
         &cl,
         "user-mnt",
         &[],
         Some(65534),
         &[("UCX_TLS", "tcp,self")],
+        TIMEOUT_MS,
     );
     let f = m.dir.join("mine");
     let out = sh_as_nobody(&format!(
@@ -451,7 +315,7 @@ fn a_users_own_mount_and_roots_mount_for_every_user() {
 fn roots_mount_for_every_user() {
     use std::os::unix::fs::PermissionsExt;
     let cl = cluster();
-    let m = Mount::start(&cl, "all", &["--all-users"], None);
+    let m = mount(&cl, "all", &["--all-users"]);
     let mnt = m.path();
     std::fs::create_dir(m.dir.join("shared")).unwrap();
     std::fs::set_permissions(m.dir.join("shared"), std::fs::Permissions::from_mode(0o777)).unwrap();

@@ -7,6 +7,8 @@
 //! one test process or in two, never share one). A restarted server binds the ports it had;
 //! nothing re-binds a port that the kernel handed out as port 0.
 
+pub mod fuse;
+
 use madfs_rpc::cluster_file::{self, ServerEntry};
 use std::io::{Read, Write};
 use std::net::SocketAddr;
