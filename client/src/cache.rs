@@ -84,6 +84,8 @@ static GENERATION: AtomicU64 = AtomicU64::new(0);
 static HITS: AtomicU64 = AtomicU64::new(0);
 static MISSES: AtomicU64 = AtomicU64::new(0);
 static REVOKED: AtomicU64 = AtomicU64::new(0);
+/// The shortest lease seen, in milliseconds ([`shortest_lease`]).
+static LEASE_MS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(u32::MAX);
 
 /// Counters of this process's cache.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -158,16 +160,25 @@ pub fn generation() -> u64 {
     GENERATION.load(Ordering::Acquire)
 }
 
+/// A kept answer: the entry (`None`: no such entry), kept until `until` (its lease's end),
+/// by a statahead page of its directory (`page`) or as an entry of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kept {
+    pub attr: Option<Attr>,
+    pub until: Instant,
+    pub page: bool,
+}
+
 /// The kept answer of cluster `cluster` for `path` to user `uid`: `Some(None)` for a kept
 /// absence.
 pub fn get(cluster: u64, path: &str, uid: u32) -> Option<Option<Attr>> {
-    lookup(cluster, path, None, uid)
+    lookup(cluster, path, None, uid).map(|k| k.attr)
 }
 
 /// The kept answer for normalised `path` of cluster `cluster` to user `uid`: its entry, or
 /// with `server` (the server that holds the entry) the statahead page of its directory
-/// from that server. `Some(None)`: no such entry. One lock, one clock read.
-pub fn lookup(cluster: u64, path: &str, server: Option<u32>, uid: u32) -> Option<Option<Attr>> {
+/// from that server. One lock, one clock read.
+pub fn lookup(cluster: u64, path: &str, server: Option<u32>, uid: u32) -> Option<Kept> {
     if !enabled() {
         return None;
     }
@@ -179,7 +190,11 @@ pub fn lookup(cluster: u64, path: &str, server: Option<u32>, uid: u32) -> Option
         .get(&cluster)
         .and_then(|m| m.get(path))
         .filter(|e| e.uid == uid && e.until > now)
-        .map(|e| e.attr)
+        .map(|e| Kept {
+            attr: e.attr,
+            until: e.until,
+            page: false,
+        })
         .or_else(|| {
             let (dir, name) = madfs_placement::split_parent(path)?;
             s.page_answer(cluster, dir, server?, name, uid, now)
@@ -205,18 +220,18 @@ pub struct Answer<'a> {
 }
 
 /// Keeps answer `a` under a lease of `lease_ms` counted from `sent` (when its request
-/// left), unless something was forgotten since [`generation`] was `gen`.
-pub fn put(a: Answer<'_>, sent: Instant, lease_ms: u32, gen: u64) {
+/// left), unless something was forgotten since [`generation`] was `gen`. Returns the
+/// lease's end if it was kept.
+pub fn put(a: Answer<'_>, sent: Instant, lease_ms: u32, gen: u64) -> Option<Instant> {
     if lease_ms == 0 || !enabled() {
-        return;
+        return None;
     }
+    LEASE_MS.fetch_min(lease_ms, Ordering::Relaxed);
     let until = sent + Duration::from_millis(lease_ms as u64);
     let mut g = store();
-    let Some(s) = g.as_mut() else {
-        return;
-    };
+    let s = g.as_mut()?;
     if generation() != gen {
-        return;
+        return None;
     }
     let cost = a.path.len() + ENTRY_COST;
     if s.entries >= s.limits.entries || s.bytes + cost > s.limits.bytes {
@@ -233,6 +248,16 @@ pub fn put(a: Answer<'_>, sent: Instant, lease_ms: u32, gen: u64) {
         s.entries += 1;
     }
     KEPT.store(s.entries, Ordering::Release);
+    Some(until)
+}
+
+/// The shortest lease a server gave this process (what a thread that must be heard from
+/// within a lease paces itself by); `None` before the first.
+pub fn shortest_lease() -> Option<Duration> {
+    match LEASE_MS.load(Ordering::Relaxed) {
+        u32::MAX => None,
+        ms => Some(Duration::from_millis(ms as u64)),
+    }
 }
 
 impl Store {
@@ -245,18 +270,23 @@ impl Store {
         name: &str,
         uid: u32,
         now: Instant,
-    ) -> Option<Option<Attr>> {
+    ) -> Option<Kept> {
         let p = self
             .pages
             .get(&cluster)?
             .get(dir)?
             .get(&server)
             .filter(|p| p.uid == uid && p.until > now)?;
-        match p.entries.get(name) {
-            None => Some(None),
-            Some(Some(a)) => Some(Some(*a)),
-            Some(None) => None,
-        }
+        let attr = match p.entries.get(name) {
+            None => None,
+            Some(Some(a)) => Some(*a),
+            Some(None) => return None,
+        };
+        Some(Kept {
+            attr,
+            until: p.until,
+            page: true,
+        })
     }
 
     /// Drops the expired entries, then, if still full, the older half.
@@ -388,7 +418,9 @@ impl Store {
 }
 
 /// Forgets what this process kept of `path` of `cluster` and below it, and the page of
-/// its directory (its own change).
+/// its directory (its own change). The directory's own entry stays: its times follow the
+/// change, after it is acknowledged (docs/consistency.md, "Directory times"), and are
+/// called back then.
 pub fn forget(cluster: u64, path: &str) {
     if path.is_empty() || !enabled() {
         return;
@@ -423,7 +455,8 @@ pub fn page_get(
     }
     let hit = store()
         .as_ref()?
-        .page_answer(cluster, dir, server, name, uid, Instant::now());
+        .page_answer(cluster, dir, server, name, uid, Instant::now())
+        .map(|k| k.attr);
     if hit.is_some() {
         HITS.fetch_add(1, Ordering::Relaxed);
     }
@@ -515,6 +548,7 @@ pub fn on_callback(cluster: u64, cb: &Callback<'_>) {
     } else {
         cb.paths
             .iter()
+            .chain(&cb.attrs)
             .map(|p| match p.strip_suffix('/') {
                 // a page: `dir/` (the root's: `//`)
                 Some(dir) if !dir.is_empty() => {
@@ -587,6 +621,7 @@ mod tests {
                 id: 1,
                 paths: vec!["/t1/ab"],
                 all: false,
+                attrs: vec![],
             },
         );
         assert_eq!(get(9, "/t1/ab", 5), None);
@@ -624,8 +659,9 @@ mod tests {
             7,
             &Callback {
                 id: 2,
-                paths: vec!["/pg/"],
+                paths: vec![],
                 all: false,
+                attrs: vec!["/pg/"],
             },
         );
         assert_eq!(page_get(7, "/pg", 1, "a", 5), None);

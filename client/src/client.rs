@@ -146,9 +146,11 @@ impl KnownDirs {
     }
 }
 
-/// Lookups that went to a server, one after another in one directory, before the
-/// directory's pages are fetched (statahead); and, while it has none, again every
-/// [`STATAHEAD_AGAIN`] such lookups.
+/// Lookups that went to a server and found an entry, one after another in one directory
+/// with no change of this client there in between, before the directory's pages are fetched
+/// (statahead); and, while it has none, again every [`STATAHEAD_AGAIN`] such lookups. (A
+/// lookup that finds nothing does not count: creating files looks each name up first
+/// through FUSE, and a directory being filled would be fetched again and again.)
 const STATAHEAD_AFTER: u32 = 8;
 const STATAHEAD_AGAIN: u32 = 256;
 
@@ -161,25 +163,45 @@ const STATAHEAD_PAUSE: std::time::Duration = std::time::Duration::from_secs(30);
 struct Statahead {
     dir: String,
     misses: u32,
+    /// The count just reached [`STATAHEAD_AFTER`] (or a multiple of [`STATAHEAD_AGAIN`]).
+    armed: bool,
     /// The directory's pages were fetched and not kept, then.
     refused: Option<std::time::Instant>,
 }
 
 impl Statahead {
-    /// One more lookup in `dir` went to a server: time to fetch its pages?
+    /// A lookup in `dir` is about to go to a server: time to fetch its pages instead?
     fn due(&mut self, dir: &str, has_pages: impl Fn() -> bool) -> bool {
+        if self.dir != dir || !std::mem::take(&mut self.armed) {
+            return false;
+        }
+        let paused = self.refused.is_some_and(|t| t.elapsed() < STATAHEAD_PAUSE);
+        !paused && !has_pages()
+    }
+
+    /// A lookup in `dir` went to a server and `found` an entry or not.
+    fn missed(&mut self, dir: &str, found: bool) {
         if self.dir != dir {
             self.dir.clear();
             self.dir.push_str(dir);
             self.misses = 0;
+            self.armed = false;
             self.refused = None;
         }
-        self.misses = self.misses.saturating_add(1);
-        let n = self.misses;
-        let paused = self.refused.is_some_and(|t| t.elapsed() < STATAHEAD_PAUSE);
-        (n == STATAHEAD_AFTER || (n > STATAHEAD_AFTER && n.is_multiple_of(STATAHEAD_AGAIN)))
-            && !paused
-            && !has_pages()
+        if found {
+            self.misses = self.misses.saturating_add(1);
+            let n = self.misses;
+            self.armed =
+                n == STATAHEAD_AFTER || (n > STATAHEAD_AFTER && n.is_multiple_of(STATAHEAD_AGAIN));
+        }
+    }
+
+    /// This client changed something in `dir`: the count starts over.
+    fn changed(&mut self, dir: &str) {
+        if self.dir == dir {
+            self.misses = 0;
+            self.armed = false;
+        }
     }
 
     /// The pages of the directory last looked in were not kept.
@@ -194,6 +216,17 @@ const KNOWN_DIRS_MAX: usize = 65536;
 /// Sequence numbers of this process's request ids (`Request::Once`; the client number is its
 /// holder number, new in a fork child).
 static ONCE_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// What [`Client::look_kept`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Looked {
+    /// The entry (`None`: no such entry, its parent a directory).
+    pub attr: Option<Attr>,
+    /// The end of the lease this process keeps the answer under (`None`: not kept).
+    pub until: Option<std::time::Instant>,
+    /// Kept by a statahead page of the directory (called back as `dir/`), not on its own.
+    pub page: bool,
+}
 
 /// The madfs client of one thread.
 pub struct Client {
@@ -213,6 +246,16 @@ pub struct Client {
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client").field("servers", &self.n).finish()
+    }
+}
+
+/// Whom the servers serve a connection with `creds` as: a proxy's, the user it states
+/// (kept answers are that user's); else this process's user.
+fn served_as(creds: &madfs_rpc::Credentials) -> (u32, u32) {
+    match creds {
+        madfs_rpc::Credentials::Proxy { uid, gid, .. } => (*uid, *gid),
+        // SAFETY: getuid/getgid cannot fail.
+        _ => unsafe { (libc::getuid(), libc::getgid()) },
     }
 }
 
@@ -524,8 +567,7 @@ impl Client {
         if crate::cache::enabled() {
             t.set_holder(crate::hold::holder(), crate::cache::on_callback);
         }
-        // SAFETY: getuid/getgid cannot fail.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let (uid, gid) = served_as(&cfg.credentials);
         Ok(Client {
             cluster: cfg.identity.id.0,
             statahead: RefCell::default(),
@@ -557,8 +599,7 @@ impl Client {
             cfg.identity.replication,
         );
         t.set_credentials(cfg.credentials.clone());
-        // SAFETY: getuid/getgid cannot fail.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let (uid, gid) = served_as(&cfg.credentials);
         Ok(Client {
             cluster: cfg.identity.id.0,
             statahead: RefCell::default(),
@@ -652,6 +693,9 @@ impl Client {
         changed
             .iter()
             .for_each(|p| crate::cache::forget(self.cluster, p));
+        for (dir, _) in changed.iter().filter_map(|p| split_parent(p)) {
+            self.statahead.borrow_mut().changed(dir);
+        }
         let r = self.call_retrying(server, req);
         changed
             .iter()
@@ -1045,6 +1089,34 @@ impl Client {
         ))
     }
 
+    /// Callbacks taken by this client go to `handler`, which forgets what they name as
+    /// `crate::cache::on_callback` does and may do more (`madfs-fuse` tells the kernel).
+    /// With `listens`, this client's connections ask for every callback of the process
+    /// (a thread that waits for them: [`Client::wait_callbacks`]). Before the first request.
+    pub fn call_back_with(&self, handler: madfs_rpc::callbacks::Handler, listens: bool) {
+        if crate::cache::enabled() {
+            self.t.set_holder(crate::hold::holder(), handler);
+            if listens {
+                self.t.listen();
+            }
+        }
+    }
+
+    /// Waits at most `d` for callbacks (UCX: the worker's event), takes them; returns how
+    /// many.
+    pub fn wait_callbacks(&self, d: std::time::Duration) -> usize {
+        let n = self.t.take_callbacks();
+        if n > 0 {
+            return n;
+        }
+        if let Some(w) = self.t.worker() {
+            madfs_rpc::progress::sleep(w, d);
+        } else {
+            std::thread::sleep(d);
+        }
+        self.t.take_callbacks()
+    }
+
     /// Takes the cache's callbacks waiting for this thread's connections (what every call
     /// does first): a process that waits for something else than madfs may call it now and
     /// then, so that writers elsewhere do not wait for its leases to end. Returns how many.
@@ -1056,10 +1128,34 @@ impl Client {
     /// process's cache (`crate::cache`) or from its server, which may let the answer be
     /// kept. Callbacks waiting for this thread are taken first.
     fn look(&self, path: &str) -> FsResult<Option<Attr>> {
+        self.look_kept(path).map(|l| l.attr)
+    }
+
+    /// [`Client::look`], with how long this process may give the answer again without
+    /// asking (what a cache above it, the kernel's through `madfs-fuse`, may keep it for):
+    /// until `until`, unless a server calls back first (`crate::cache::on_callback`).
+    pub fn look_kept(&self, path: &str) -> FsResult<Looked> {
+        if !crate::cache::enabled() {
+            let attr = match self.call_on(path, &Request::Stat(path)) {
+                Ok(r) => Some(attr_of(r)?),
+                Err(Errno::ENOENT) => None,
+                Err(e) => return Err(e),
+            };
+            return Ok(Looked {
+                attr,
+                until: None,
+                page: false,
+            });
+        }
         self.t.take_callbacks();
         let server = self.meta_of(path);
-        if let Some(kept) = crate::cache::lookup(self.cluster, path, Some(server), self.uid) {
-            return Ok(kept);
+        let kept = |k: crate::cache::Kept| Looked {
+            attr: k.attr,
+            until: Some(k.until),
+            page: k.page,
+        };
+        if let Some(k) = crate::cache::lookup(self.cluster, path, Some(server), self.uid) {
+            return Ok(kept(k));
         }
         if let Some((dir, _)) = split_parent(path) {
             // names of one directory looked up one after another: its pages, from every
@@ -1071,9 +1167,9 @@ impl Client {
             {
                 match self.fetch_pages(dir) {
                     Ok(true) => {
-                        let kept = crate::cache::lookup(self.cluster, path, Some(server), self.uid);
-                        if let Some(kept) = kept {
-                            return Ok(kept);
+                        let k = crate::cache::lookup(self.cluster, path, Some(server), self.uid);
+                        if let Some(k) = k {
+                            return Ok(kept(k));
                         }
                     }
                     Ok(false) => self.statahead.borrow_mut().refused(),
@@ -1089,14 +1185,21 @@ impl Client {
         let sent = std::time::Instant::now();
         match self.call_on(path, &Request::Look(path))? {
             Reply::Looked { attr, lease_ms } => {
+                if let Some((dir, _)) = split_parent(path) {
+                    self.statahead.borrow_mut().missed(dir, attr.is_some());
+                }
                 let a = crate::cache::Answer {
                     cluster: self.cluster,
                     path,
                     uid: self.uid,
                     attr,
                 };
-                crate::cache::put(a, sent, lease_ms, gen);
-                Ok(attr)
+                let until = crate::cache::put(a, sent, lease_ms, gen);
+                Ok(Looked {
+                    attr,
+                    until,
+                    page: false,
+                })
             }
             _ => Err(Errno::EPROTO),
         }
@@ -1506,10 +1609,12 @@ impl Client {
                 return Errno::ENOENT;
             }
             let gen = DIRS_GONE.load(Ordering::Acquire);
-            match self.stat_norm(parent) {
-                Ok(a) if !a.is_dir() => return Errno::ENOTDIR,
-                Ok(_) => {
-                    self.dir_seen(parent, gen);
+            match self.stat_kept(parent) {
+                Ok((a, _)) if !a.is_dir() => return Errno::ENOTDIR,
+                Ok((_, kept)) => {
+                    if !kept {
+                        self.dir_seen(parent, gen);
+                    }
                     return Errno::ENOENT;
                 }
                 Err(_) => p = parent,
@@ -1518,9 +1623,15 @@ impl Client {
         Errno::ENOENT
     }
 
-    /// Did this client see `dir` exist as a directory, with no directory removed or renamed
-    /// in this process since?
+    /// Is `dir` a directory, as far as this process knows without asking? What the cache
+    /// keeps under a lease says so (coherently: a server calls it back); else, where no
+    /// lease was granted (the cache off, TCP, a replicated cluster), whether this client saw
+    /// it exist as a directory with no directory removed or renamed in this process since.
     fn dir_known(&self, dir: &str) -> bool {
+        let server = self.meta_of(dir);
+        if let Some(k) = crate::cache::lookup(self.cluster, dir, Some(server), self.uid) {
+            return k.attr.is_some_and(|a| a.is_dir());
+        }
         let gen = DIRS_GONE.load(Ordering::Acquire);
         self.known_dirs.borrow_mut().at(gen).contains(dir)
     }
@@ -1544,10 +1655,19 @@ impl Client {
     }
 
     fn stat_norm(&self, path: &str) -> FsResult<Attr> {
+        self.stat_kept(path).map(|(a, _)| a)
+    }
+
+    /// [`Client::stat_norm`], and whether the cache keeps the answer under a lease.
+    fn stat_kept(&self, path: &str) -> FsResult<(Attr, bool)> {
         if crate::cache::enabled() {
-            return self.look(path)?.ok_or(Errno::ENOENT);
+            let l = self.look_kept(path)?;
+            return l.attr.map(|a| (a, l.until.is_some())).ok_or(Errno::ENOENT);
         }
-        attr_of(self.call(self.meta_of(path), &Request::Stat(path))?)
+        Ok((
+            attr_of(self.call(self.meta_of(path), &Request::Stat(path))?)?,
+            false,
+        ))
     }
 
     /// The parent of a path being created must exist and be a directory.
@@ -1559,9 +1679,11 @@ impl Client {
             return Ok(());
         }
         let gen = DIRS_GONE.load(Ordering::Acquire);
-        match self.stat_norm(parent) {
-            Ok(a) if a.is_dir() => {
-                self.dir_seen(parent, gen);
+        match self.stat_kept(parent) {
+            Ok((a, kept)) if a.is_dir() => {
+                if !kept {
+                    self.dir_seen(parent, gen);
+                }
                 Ok(())
             }
             Ok(_) => Err(Errno::ENOTDIR),

@@ -1291,7 +1291,7 @@ fn a_hello_proves_what_it_says() {
     let welcome: madfs_proto::Welcome = flexbuffers::from_slice(&tcp_read(&mut s)).unwrap();
     let creds = madfs_rpc::Credentials::Munge;
     let pending = creds
-        .hello(welcome.cluster, 0, &welcome, Some(0), 0)
+        .hello(welcome.cluster, 0, &welcome, Some(0), (0, false))
         .unwrap();
     let mut hello: madfs_proto::Hello<'_> = flexbuffers::from_slice(pending.bytes()).unwrap();
     hello.role = madfs_proto::Role::Proxy;
@@ -1321,7 +1321,7 @@ fn a_hello_proves_what_it_says() {
         replication: 1,
         ticket: 0,
     };
-    let pending = creds.hello(7, 0, &welcome, Some(0), 0).unwrap();
+    let pending = creds.hello(7, 0, &welcome, Some(0), (0, false)).unwrap();
     let payload = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(payload.path(), b"anything").unwrap();
     std::fs::set_permissions(

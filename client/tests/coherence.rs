@@ -8,6 +8,9 @@
 //! (`MADFS_FAULT=no-callbacks`) it finds them. A frozen A (SIGSTOP) delays B's change by at
 //! most one lease.
 //!
+//! The same through a `madfs-fuse` mount: A's stats are the kernel's (its dentry and
+//! attribute caches, kept as long as the mount's leases, forgotten on callbacks).
+//!
 //! `MADFS_COHERENCE_ROUNDS` sets the number of rounds (CI: the default, 300).
 
 mod common;
@@ -30,6 +33,69 @@ enum Want {
     File { mode: u32, uid: u32, size: u64 },
     Dir { mode: u32 },
     Link { target: String },
+}
+
+/// How A reads: through the client library, or through a FUSE mount (the kernel's caches).
+trait Reader {
+    /// What `path` (a madfs path) is now.
+    fn seen(&self, path: &str) -> Want;
+    /// Lists `dir` and stats its entries (`ls -l`: statahead).
+    fn walk(&self, dir: &str);
+    /// The client that takes A's callbacks while B's change waits (a process that keeps
+    /// calling madfs), if A has one.
+    fn client(&self) -> Option<&Client>;
+}
+
+impl Reader for Client {
+    fn seen(&self, path: &str) -> Want {
+        seen(self, path)
+    }
+
+    fn walk(&self, dir: &str) {
+        self.look_ahead(dir).unwrap();
+    }
+
+    fn client(&self) -> Option<&Client> {
+        Some(self)
+    }
+}
+
+/// A reads through the FUSE mount at `.0`.
+struct Fuse(madfs_cluster::fuse::Mount);
+
+impl Reader for Fuse {
+    fn seen(&self, path: &str) -> Want {
+        use std::os::unix::fs::MetadataExt;
+        let p = format!("{}{path}", self.0.path());
+        match std::fs::symlink_metadata(&p) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Want::Absent,
+            Err(e) => panic!("stat {p}: {e}"),
+            Ok(m) if m.is_dir() => Want::Dir {
+                mode: m.mode() & 0o7777,
+            },
+            Ok(m) if m.file_type().is_symlink() => Want::Link {
+                target: std::fs::read_link(&p)
+                    .map(|t| t.display().to_string())
+                    .unwrap_or_default(),
+            },
+            Ok(m) => Want::File {
+                mode: m.mode() & 0o7777,
+                uid: m.uid(),
+                size: m.size(),
+            },
+        }
+    }
+
+    fn walk(&self, dir: &str) {
+        let d = format!("{}{dir}", self.0.path());
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let _ = std::fs::symlink_metadata(e.path());
+        }
+    }
+
+    fn client(&self) -> Option<&Client> {
+        None
+    }
 }
 
 fn seen(c: &Client, path: &str) -> Want {
@@ -269,10 +335,29 @@ fn next_change(
     }
 }
 
-/// Runs `rounds` rounds; returns the stale answers A saw (name, wanted, seen, round).
+/// Runs `rounds` rounds with A a client of this process; returns the stale answers A saw
+/// (name, wanted, seen, round).
 fn rounds(cl: &madfs_cluster::LocalCluster, rounds: usize, seed: u64) -> Vec<String> {
     let a = common::client(cl, Duration::from_secs(10), "peer");
-    let _ = a.mkdir(DIR, 0o755);
+    rounds_of(&a, cl, rounds, seed)
+}
+
+/// [`rounds`] with A reading through a FUSE mount.
+fn fuse_rounds(cl: &madfs_cluster::LocalCluster, rounds: usize, seed: u64) -> Vec<String> {
+    let env = [("MADFS_UCX_ERR_MODE", "peer")];
+    let m = madfs_cluster::fuse::Mount::start(cl, "mnt", &[], None, &env, 10_000);
+    rounds_of(&Fuse(m), cl, rounds, seed)
+}
+
+fn rounds_of(
+    a: &dyn Reader,
+    cl: &madfs_cluster::LocalCluster,
+    rounds: usize,
+    seed: u64,
+) -> Vec<String> {
+    let maker = common::client(cl, Duration::from_secs(10), "peer");
+    let _ = maker.mkdir(DIR, 0o755);
+    drop(maker);
     let mut w = Writer::start(&cl.cluster_file());
     let mut model: BTreeMap<&'static str, Want> =
         NAMES.iter().map(|n| (*n, Want::Absent)).collect();
@@ -282,16 +367,16 @@ fn rounds(cl: &madfs_cluster::LocalCluster, rounds: usize, seed: u64) -> Vec<Str
         // A holds leases on every name (present or absent), every other round on the
         // directory's pages (statahead) first
         if round % 2 == 0 {
-            a.look_ahead(DIR).unwrap();
+            a.walk(DIR);
         }
         for n in NAMES {
-            seen(&a, &format!("{DIR}/{n}"));
+            a.seen(&format!("{DIR}/{n}"));
         }
         let (line, after) = next_change(&mut rng, &model);
         // (every fifth round A waits without calling madfs, as a process in a barrier does:
         // B's change waits for A's lease to end)
         let idle = idle_every();
-        let meanwhile = (round % idle != idle - 1).then_some(&a);
+        let meanwhile = a.client().filter(|_| round % idle != idle - 1);
         if let Some(e) = w.change_with(&line, meanwhile) {
             panic!("round {round}: B's {line:?} failed: errno {e}");
         }
@@ -300,7 +385,7 @@ fn rounds(cl: &madfs_cluster::LocalCluster, rounds: usize, seed: u64) -> Vec<Str
         }
         // B's change is acknowledged: A's next read must see it
         for (n, want) in &model {
-            let got = seen(&a, &format!("{DIR}/{n}"));
+            let got = a.seen(&format!("{DIR}/{n}"));
             if &got != want {
                 stale.push(format!(
                     "round {round} after {line:?}: {n} is {got:?}, want {want:?}"
@@ -359,24 +444,71 @@ fn a_readers_cache_sees_every_acknowledged_change() {
     assert!(c.hits > 0 && c.revoked > 0 && revoked > 0, "{c:?}");
 }
 
-#[test]
-fn the_checker_catches_a_cache_without_callbacks() {
-    if std::env::var_os("MADFS_COHERENCE_WRITER").is_some() {
-        return;
-    }
+/// 3 servers that never call a lease back (`MADFS_FAULT=no-callbacks`).
+fn cluster_without_callbacks() -> madfs_cluster::LocalCluster {
     common::setup();
-    let cl = madfs_cluster::LocalCluster::start(madfs_cluster::Options {
+    madfs_cluster::LocalCluster::start(madfs_cluster::Options {
         servers: 3,
         args: vec![],
         err_mode: "peer".into(),
         env: vec![("MADFS_FAULT".into(), "no-callbacks".into())],
     })
-    .expect("start servers");
-    let stale = rounds(&cl, 100, 0xbad);
+    .expect("start servers")
+}
+
+#[test]
+fn the_checker_catches_a_cache_without_callbacks() {
+    if std::env::var_os("MADFS_COHERENCE_WRITER").is_some() {
+        return;
+    }
+    let stale = rounds(&cluster_without_callbacks(), 100, 0xbad);
+    assert!(!stale.is_empty(), "no stale answer with callbacks off");
+}
+
+/// A reads through a FUSE mount: the kernel keeps what the mount's library keeps, and
+/// forgets it when a server calls back.
+#[test]
+fn a_fuse_mounts_kernel_cache_sees_every_acknowledged_change() {
+    if std::env::var_os("MADFS_COHERENCE_WRITER").is_some() || no_fuse() {
+        return;
+    }
+    let lease = std::env::var("MADFS_COHERENCE_LEASE_MS").unwrap_or_else(|_| "100".into());
+    let cl = common::cluster(3, &["--cache-lease-ms", &lease], "peer");
+    let t = Instant::now();
+    let stale = fuse_rounds(&cl, rounds_wanted(), 0xf05e);
     assert!(
-        !stale.is_empty(),
-        "no stale answer found with callbacks off"
+        stale.is_empty(),
+        "{} stale answers: {:#?}",
+        stale.len(),
+        &stale[..stale.len().min(10)]
     );
+    let revoked: u64 = (0..3)
+        .map(|i| common::stats(&cl, i).revoke_waits.iter().sum::<u64>())
+        .sum();
+    eprintln!(
+        "FUSE: {} rounds in {:?}, changes that waited for callbacks {revoked}",
+        rounds_wanted(),
+        t.elapsed()
+    );
+    assert!(revoked > 0, "the mount was never called back");
+}
+
+/// The FUSE reader's checker catches a kernel that keeps answers without callbacks.
+#[test]
+fn the_fuse_checker_catches_a_kernel_cache_without_callbacks() {
+    if std::env::var_os("MADFS_COHERENCE_WRITER").is_some() || no_fuse() {
+        return;
+    }
+    let stale = fuse_rounds(&cluster_without_callbacks(), 100, 0xbad);
+    assert!(!stale.is_empty(), "no stale answer with callbacks off");
+}
+
+fn no_fuse() -> bool {
+    if std::path::Path::new("/dev/fuse").exists() {
+        return false;
+    }
+    eprintln!("skipped: no /dev/fuse");
+    true
 }
 
 #[test]

@@ -163,7 +163,7 @@ fn tcp_peer(cl: &madfs_cluster::LocalCluster, i: u32) -> (TcpStream, u64) {
     let welcome: Welcome = flexbuffers::from_slice(&recv(&mut s)).unwrap();
     let pending = cfg
         .credentials
-        .hello(welcome.cluster, i, &welcome, None, 0)
+        .hello(welcome.cluster, i, &welcome, None, (0, false))
         .unwrap();
     let hello = pending.bytes();
     s.write_all(&(hello.len() as u32 + 1).to_le_bytes())

@@ -168,7 +168,7 @@ fn tcp_peer(cl: &LocalCluster, i: u32) -> Option<(TcpStream, u64)> {
     let welcome: Welcome = flexbuffers::from_slice(&recv(&mut s)?).ok()?;
     let pending = cfg
         .credentials
-        .hello(welcome.cluster, i, &welcome, None, 0)
+        .hello(welcome.cluster, i, &welcome, None, (0, false))
         .ok()?;
     let hello = pending.bytes();
     s.write_all(&(hello.len() as u32 + 1).to_le_bytes()).ok()?;

@@ -328,6 +328,7 @@ mod tests {
             set: None,
             ticket: 0,
             holder: 0,
+            listens: false,
         }
     }
 

@@ -14,15 +14,31 @@ use madfs_proto::Request;
 /// below those whose mode, owner, name or existence as a directory it may change (also
 /// what another server tells of a directory: `DirSet`).
 pub(crate) fn invalidates<'r>(req: &Request<'r>, touches: &Touches<'r>) -> Changes<'r> {
-    let entry = |path| Change { path, below: false };
-    let dir = |path| Change { path, below: true };
+    let change = |path, below, attrs| Change { path, below, attrs };
+    let entry = |path| change(path, false, false);
+    let dir = |path| change(path, true, false);
+    let attrs = |path| change(path, false, true);
     let mut out = Changes::default();
     match (*touches, req) {
         (Touches::Nothing | Touches::Looks(_), Request::DirSet { path, .. }) => out.push(dir(path)),
         // a directory's times (its entries changed on other servers)
-        (Touches::Nothing, Request::Touch { dir: d, .. }) => out.push(entry(d)),
+        (Touches::Nothing, Request::Touch { dir: d, .. }) => out.push(attrs(d)),
         (Touches::Nothing | Touches::Looks(_), _) => {}
-        (Touches::Changes(p), Request::Chmod { .. } | Request::Chown { .. }) => out.push(dir(p)),
+        // a mode or owner: the entry's attributes, and what was answered below it
+        (Touches::Changes(p), Request::Chmod { .. } | Request::Chown { .. }) => {
+            out.push(change(p, true, true))
+        }
+        // a size, times, set-id bits dropped: attributes only
+        (
+            Touches::Changes(p),
+            Request::SetSize { .. }
+            | Request::Append { .. }
+            | Request::Utimens { .. }
+            | Request::DropPrivs { .. }
+            | Request::Write { .. }
+            | Request::WriteData { .. }
+            | Request::Fsync { .. },
+        ) => out.push(attrs(p)),
         (Touches::Changes(p), _) => out.push(entry(p)),
         (Touches::Removes(p), Request::Unlink { .. }) => out.push(entry(p)),
         (Touches::Removes(p), _) => out.push(dir(p)),
@@ -50,6 +66,7 @@ impl Default for Changes<'_> {
         let none = Change {
             path: "",
             below: false,
+            attrs: false,
         };
         Changes { v: [none; 2], n: 0 }
     }

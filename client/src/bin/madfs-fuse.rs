@@ -29,13 +29,15 @@ struct Cli {
     /// Event-loop threads, each with its own FUSE descriptor and connections.
     #[arg(long, env = "MADFS_FUSE_THREADS", default_value_t = 4)]
     threads: usize,
-    /// Seconds the kernel may keep a file's attributes (size, mode, times) without asking
-    /// the servers. 0: every stat and open asks, so a file closed on another node is seen
-    /// whole (close-to-open, docs/consistency.md); raise it for read-mostly data.
+    /// Seconds the kernel may keep attributes (size, mode, times) that no lease of the
+    /// client cache covers (MADFS_CACHE=0, replies to the mount's own creates). What the
+    /// cache keeps under a lease the kernel keeps as long, coherently (servers call it
+    /// back). 0: asks again, so a file closed on another node is seen whole
+    /// (close-to-open, docs/consistency.md); raise it for read-mostly data.
     #[arg(long, env = "MADFS_FUSE_ATTR_TIMEOUT", default_value_t = 0.0)]
     attr_timeout: f64,
-    /// Seconds the kernel may keep a name's lookup without asking (0: always asks, so names
-    /// made or removed on other nodes are seen at once).
+    /// The same for names (0: names no lease covers are looked up again, so those made or
+    /// removed on other nodes are seen at once).
     #[arg(long, env = "MADFS_FUSE_ENTRY_TIMEOUT", default_value_t = 0.0)]
     entry_timeout: f64,
     /// Serve every user of the node (root only): allow_other and default_permissions (the

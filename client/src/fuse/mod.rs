@@ -5,6 +5,7 @@
 //!
 //! * [`nodes`]: the kernel's node ids (madfs file ids) and the paths they stand for;
 //! * [`ops`]: `fuser::Filesystem` on the client library;
+//! * [`kernel`]: what the kernel may keep, and the callbacks that make it forget;
 //! * here: settings, who the requests are made as, mounting, signals, unmounting.
 //!
 //! Identity: run by a user, every request is that user's (the cluster file's credentials:
@@ -14,6 +15,7 @@
 //! go over a connection of the trusted-proxy role (docs/security.md) stating that caller's uid
 //! and gid, proved with the peer key (or root's MUNGE credential).
 
+mod kernel;
 mod nodes;
 mod ops;
 
@@ -31,11 +33,13 @@ pub use nodes::Nodes;
 pub struct Settings {
     /// Event-loop threads (each with its own `/dev/fuse` descriptor and its own clients).
     pub threads: usize,
-    /// How long the kernel may keep a file's attributes (size, mode, times) without asking.
-    /// 0 (default): every `stat` and every `open` asks the servers, so a file written on
-    /// another node is seen whole after its writer closed it (docs/consistency.md).
+    /// How long the kernel may keep a file's attributes (size, mode, times) that the client
+    /// library does not keep under a lease (its cache off, `MADFS_CACHE=0`, or the answer
+    /// to this mount's own change). 0 (default): it asks again, so a file written on
+    /// another node is seen whole after its writer closed it (docs/consistency.md). What
+    /// the library keeps under a lease the kernel keeps as long, coherently (`kernel`).
     pub attr_timeout: Duration,
-    /// How long the kernel may keep a name → file mapping without asking (0: always asks).
+    /// The same for names (and absences) the library does not keep.
     pub entry_timeout: Duration,
     /// Serve every user (root only): see the module documentation.
     pub all_users: bool,
@@ -76,7 +80,7 @@ pub(crate) enum Who {
 }
 
 /// Makes the clients: one per event-loop thread and user served.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Clients {
     config: ClientConfig,
     /// All-users mode: the proxy's credentials (uid and gid set per user served).
@@ -139,6 +143,8 @@ impl Clients {
             tracing::warn!("madfs-fuse: no connection for {who:?}: {e}");
             madfs_proto::Errno::from_io(&e)
         })?);
+        // the kernel forgets what the servers call back too
+        c.call_back_with(kernel::on_callback, false);
         CLIENTS.with(|all| all.borrow_mut().push((who, c.clone())));
         Ok(c)
     }
@@ -156,7 +162,8 @@ pub fn serve(mountpoint: &Path, config: ClientConfig, s: &Settings) -> std::io::
         .get(Who::Owner)
         .and_then(|c| c.stat_normalized("/"))
         .map_err(|e| std::io::Error::other(format!("cluster unreachable: {e}")))?;
-    let fs = ops::MadFs::new(clients, root.id, s.clone());
+    let nodes = std::sync::Arc::new(Nodes::new(root.id));
+    let fs = ops::MadFs::new(clients.clone(), nodes.clone(), s.clone());
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         fuser::MountOption::FSName("madfs".into()),
@@ -179,6 +186,7 @@ pub fn serve(mountpoint: &Path, config: ClientConfig, s: &Settings) -> std::io::
     config.n_threads = Some(s.threads.max(1));
     config.clone_fd = s.threads > 1;
     let mut session = fuser::Session::new(fs, mountpoint, &config)?;
+    kernel::start(session.notifier(), nodes, clients)?;
     let mut unmounter = session.unmount_callable();
     let at = mountpoint.to_owned();
     std::thread::Builder::new()

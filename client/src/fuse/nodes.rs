@@ -202,6 +202,29 @@ impl Nodes {
         }
     }
 
+    /// The entries of directory `dir` the kernel holds: (name, node).
+    pub fn children(&self, dir: &str) -> Vec<(String, u64)> {
+        let prefix = if dir == "/" {
+            "/".to_owned()
+        } else {
+            format!("{dir}/")
+        };
+        self.lock()
+            .by_path
+            .iter()
+            .filter_map(|(p, n)| {
+                let name = p.strip_prefix(&prefix)?;
+                (!name.is_empty() && !name.contains('/')).then(|| (name.to_owned(), *n))
+            })
+            .collect()
+    }
+
+    /// Every path the kernel holds a node at (the root included).
+    pub fn all(&self) -> Vec<(String, u64)> {
+        let t = self.lock();
+        t.by_path.iter().map(|(p, n)| (p.clone(), *n)).collect()
+    }
+
     /// Nodes held (the root included).
     pub fn held(&self) -> usize {
         self.lock().nodes.len()

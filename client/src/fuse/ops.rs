@@ -1,16 +1,19 @@
 //! `fuser::Filesystem` on the client library: each kernel request becomes calls of the
 //! calling thread's [`Client`] for the node's path.
 //!
-//! What the kernel may cache: attributes and names for [`Settings::attr_timeout`] and
-//! [`Settings::entry_timeout`] (0 by default), file pages only while a file is open (an
+//! What the kernel may cache: attributes, names and absences as long as the client library
+//! keeps them under a lease (`super::kernel`), what it does not keep for
+//! [`Settings::attr_timeout`] and [`Settings::entry_timeout`] (0 by default), file pages
+//! only while a file is open (an
 //! `open` never keeps the previous open's pages: close-to-open, as the preload). No
 //! writeback cache: a `write` returns once the servers hold the bytes, as through the
 //! preload. Sizes: a handle's writes are published at `flush` (each `close`) and `fsync`;
 //! until then this mount's attributes include them.
 
+use super::kernel;
 use super::nodes::{Nodes, ROOT};
 use super::{Clients, Settings, Who};
-use crate::{Attr, Client, DirEntry, FileSystem, OpenFile, OpenFlags};
+use crate::{Attr, Client, DirEntry, FileSystem, Looked, OpenFile, OpenFlags};
 use fuser::{
     FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
     ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
@@ -38,7 +41,7 @@ struct Handle {
 /// The mounted file system.
 pub(crate) struct MadFs {
     clients: Clients,
-    nodes: Nodes,
+    nodes: Arc<Nodes>,
     settings: Settings,
     next_fh: AtomicU64,
     files: Mutex<HashMap<u64, Arc<Handle>>>,
@@ -106,10 +109,10 @@ fn access_of(flags: i32) -> u32 {
 }
 
 impl MadFs {
-    pub(crate) fn new(clients: Clients, root_id: u64, settings: Settings) -> MadFs {
+    pub(crate) fn new(clients: Clients, nodes: Arc<Nodes>, settings: Settings) -> MadFs {
         MadFs {
             clients,
-            nodes: Nodes::new(root_id),
+            nodes,
             settings,
             next_fh: AtomicU64::new(1),
             files: Mutex::new(HashMap::new()),
@@ -238,17 +241,55 @@ impl MadFs {
         fh
     }
 
-    fn stat(&self, req: &Request, node: u64) -> FsResult<Attr> {
+    /// The attributes of `node`, and how long the kernel may keep them.
+    fn stat(&self, req: &Request, node: u64) -> FsResult<(Attr, Duration)> {
         let path = self.nodes.path(node)?;
-        self.client(req)?.stat_normalized(&path)
+        match self.client(req)?.look_kept(&path)? {
+            Looked {
+                attr: Some(a),
+                until,
+                ..
+            } => Ok((a, self.ttl(until))),
+            _ => Err(Errno::ENOENT),
+        }
     }
 
-    /// `lookup` and the calls that make an entry: the entry of `path`.
+    /// `lookup`: the entry of `path`, or its absence, which the kernel keeps as long as
+    /// the client library does (`kernel::ttl`).
     fn lookup_path(&self, req: &Request, path: &str, reply: ReplyEntry) {
-        match self.client(req).and_then(|c| c.stat_normalized(path)) {
-            Ok(a) => self.entry(path, &a, reply),
+        match self.client(req).and_then(|c| c.look_kept(path)) {
+            Ok(Looked {
+                attr: Some(a),
+                until,
+                ..
+            }) => {
+                let fa = self.file_attr(&a);
+                self.nodes.found(fa.ino.0, path, a.is_dir());
+                let ttl = self.ttl(until);
+                reply.entry_with_ttls(&ttl, &ttl, &fa, Generation(0));
+            }
+            // an absence kept on its own (a page's is not called back by name)
+            Ok(Looked {
+                attr: None,
+                until: Some(until),
+                page: false,
+            }) if kernel::keep_absence(path, until) => {
+                let none = FileAttr {
+                    ino: INodeNo(0),
+                    ..self.file_attr(&Attr::default())
+                };
+                let ttl = kernel::ttl(Some(until));
+                reply.entry_with_ttls(&ttl, &ttl, &none, Generation(0));
+            }
+            Ok(_) => reply.error(fuse_errno(Errno::ENOENT)),
             Err(e) => reply.error(fuse_errno(e)),
         }
+    }
+
+    /// How long the kernel may keep an answer the library keeps until `until` (at least
+    /// the mount's timeouts).
+    fn ttl(&self, until: Option<std::time::Instant>) -> Duration {
+        kernel::ttl(until).max(self.settings.attr_timeout.min(self.settings.entry_timeout))
     }
 
     fn setattr_inner(
@@ -338,12 +379,12 @@ impl Filesystem for MadFs {
         let r = match fh.map(|fh| self.handle(fh)) {
             Some(Ok(h)) => self.clients.get(h.who).and_then(|c| {
                 let mut f = h.file.write().unwrap_or_else(|p| p.into_inner());
-                c.fstat(&mut f)
+                Ok((c.fstat(&mut f)?, self.settings.attr_timeout))
             }),
             _ => self.stat(req, ino.0),
         };
         match r {
-            Ok(a) => reply.attr(&self.settings.attr_timeout, &self.file_attr(&a)),
+            Ok((a, ttl)) => reply.attr(&ttl, &self.file_attr(&a)),
             Err(e) => reply.error(fuse_errno(e)),
         }
     }
@@ -801,7 +842,12 @@ impl Filesystem for MadFs {
             Ok(x) => x,
             Err(e) => return reply.error(fuse_errno(e)),
         };
-        let ttl = self.settings.entry_timeout;
+        if offset == 0 {
+            // the attributes of every entry, in pages from every server at once
+            if let Err(e) = c.look_ahead(&dir) {
+                tracing::debug!("madfs-fuse: statahead of {dir}: {e}");
+            }
+        }
         let mut at = offset;
         while at < 2 + entries.len() as u64 {
             if at < 2 {
@@ -811,7 +857,12 @@ impl Filesystem for MadFs {
                 } else {
                     parent_path(&dir)
                 };
-                let Ok(a) = c.stat_normalized(&path) else {
+                let Ok(Looked {
+                    attr: Some(a),
+                    until,
+                    ..
+                }) = c.look_kept(&path)
+                else {
                     at += 1;
                     continue;
                 };
@@ -820,7 +871,7 @@ impl Filesystem for MadFs {
                     INodeNo(self.nodes.node_of(a.id)),
                     at + 1,
                     name,
-                    &ttl,
+                    &self.ttl(until),
                     &self.file_attr(&a),
                     Generation(0),
                 ) {
@@ -836,8 +887,14 @@ impl Filesystem for MadFs {
                 format!("{dir}/{}", e.name)
             };
             // gone since the snapshot: skipped
-            if let Ok(a) = c.stat_normalized(&path) {
+            if let Ok(Looked {
+                attr: Some(a),
+                until,
+                ..
+            }) = c.look_kept(&path)
+            {
                 let fa = self.file_attr(&a);
+                let ttl = self.ttl(until);
                 if reply.add(fa.ino, at + 1, &e.name, &ttl, &fa, Generation(0)) {
                     break;
                 }

@@ -757,14 +757,18 @@ pub fn looks_entries(page: &[u8]) -> impl Iterator<Item = (&str, Option<Attr>)> 
 
 /// A server's call back of leases it granted (tag kind [`crate::tag::CALLBACK`], on the
 /// connection that took them): the holder forgets `paths` (every entry it holds, when
-/// `all`) and acknowledges `id` (tag kind [`crate::tag::RELEASED`]) before the change waits
-/// no more.
+/// `all`) and `attrs`, and acknowledges `id` (tag kind [`crate::tag::RELEASED`]) before the
+/// change waits no more. A path in `paths` may have changed its name, existence or file (or,
+/// a directory's page `dir/`, any name of the directory); one in `attrs` only its
+/// attributes (its lease stays held: a later change of its name is called back too).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Callback<'a> {
     pub id: u64,
     #[serde(borrow)]
     pub paths: Vec<&'a str>,
     pub all: bool,
+    #[serde(borrow, default)]
+    pub attrs: Vec<&'a str>,
 }
 
 impl Request<'_> {
@@ -1144,6 +1148,12 @@ pub struct Hello<'a> {
     /// nothing and gets no callbacks.
     #[serde(default)]
     pub holder: u64,
+    /// This connection takes every callback of its holder (a process with a thread of its
+    /// own for them: `madfs-fuse`); the holder's other connections then get none. A callback
+    /// of a lease taken by a connection of another user goes to it only when that
+    /// connection is a proxy's.
+    #[serde(default)]
+    pub listens: bool,
 }
 
 /// The server's answer to a [`Hello`], on `tag::admit(server)`.

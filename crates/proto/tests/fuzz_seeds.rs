@@ -297,6 +297,7 @@ fn write_fuzz_seeds() {
             set: None,
             ticket: 0x1234_5678_9abc_def0,
             holder: 0,
+            listens: false,
         };
         std::fs::write(
             dir.join(format!("hello-{name}")),

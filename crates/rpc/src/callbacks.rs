@@ -28,6 +28,8 @@ pub struct Callbacks {
     /// The cluster the transport's servers belong to.
     cluster: Cell<u64>,
     handler: Cell<Option<Handler>>,
+    /// This transport takes all the holder's callbacks (told in each hello).
+    listens: Cell<bool>,
     acks: RefCell<Vec<Ack>>,
 }
 
@@ -47,12 +49,18 @@ impl Callbacks {
         self.handler.set(Some(handler));
     }
 
-    /// The holder number to tell in a hello (0: none).
-    pub fn holder(&self) -> u64 {
+    /// From the next hello on, this transport asks for every callback of its holder (the
+    /// holder's thread that takes them; see `madfs_proto::Hello::listens`).
+    pub fn listen(&self) {
+        self.listens.set(true);
+    }
+
+    /// The holder number to tell in a hello (0: none), and whether the connection listens.
+    pub fn holder(&self) -> (u64, bool) {
         if self.handler.get().is_some() {
-            self.holder.get()
+            (self.holder.get(), self.listens.get())
         } else {
-            0
+            (0, false)
         }
     }
 

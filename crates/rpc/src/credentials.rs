@@ -70,14 +70,14 @@ impl Credentials {
     }
 
     /// The hello answering `w` (from server `server`), for replica set `set`, from lease
-    /// holder `holder` (0: none).
+    /// holder `holder` (0: none), the connection taking all its callbacks when `listens`.
     pub fn hello(
         &self,
         cluster: u64,
         server: u32,
         w: &Welcome,
         set: Option<u32>,
-        holder: u64,
+        (holder, listens): (u64, bool),
     ) -> Result<Pending, Errno> {
         let role = match self {
             Credentials::Peer(_) => Role::Peer,
@@ -135,6 +135,7 @@ impl Credentials {
             set,
             ticket: w.ticket,
             holder,
+            listens,
         };
         let bytes = flexbuffers::to_vec(&hello).map_err(|_| Errno::EIO)?;
         Ok(Pending { challenge, bytes })

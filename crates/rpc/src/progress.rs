@@ -62,6 +62,30 @@ pub fn block_on<F: Future>(
     }
 }
 
+/// Waits at most `d` for `worker` to have something to progress (its event fd), then
+/// progresses it: what a thread that only waits for incoming messages does.
+pub fn sleep(worker: &Worker, d: Duration) {
+    if worker.progress() != 0 {
+        return;
+    }
+    match (worker.event_fd(), worker.arm()) {
+        (Ok(fd), Ok(true)) => {
+            let mut pfd = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let ms = d.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
+            // SAFETY: one valid pollfd; poll only writes `revents`.
+            unsafe { libc::poll(&mut pfd, 1, ms) };
+        }
+        // events are pending already (or the worker cannot sleep: wait a little)
+        (Ok(_), Ok(false)) => {}
+        _ => std::thread::sleep(d.min(MAX_SLEEP)),
+    }
+    worker.progress();
+}
+
 /// Progress task for a tokio `LocalSet` (server side). Runs until `stop()` returns true, or,
 /// with a `watch`, until the worker is found stalled (an error for which
 /// [`crate::probe::is_stalled`] holds).

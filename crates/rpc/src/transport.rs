@@ -317,6 +317,12 @@ impl Transport {
         }
     }
 
+    /// This transport's connections take every callback of the process's holder (made in
+    /// a hello from now on: call it before the first request).
+    pub fn listen(&self) {
+        self.callbacks.listen();
+    }
+
     /// Takes the callbacks waiting for this transport (the worker progressed once first)
     /// and acknowledges them. Returns how many were taken.
     pub fn take_callbacks(&self) -> usize {
@@ -676,7 +682,7 @@ impl Transport {
         self.check_welcome(server, &welcome)?;
         let creds = self.creds.borrow().clone();
         // (no leases over TCP: a server cannot call a TCP client back)
-        let pending = creds.hello(welcome.cluster, server, &welcome, Some(set), 0)?;
+        let pending = creds.hello(welcome.cluster, server, &welcome, Some(set), (0, false))?;
         self.learn_replication(&welcome);
         tcp_send(&mut s, TCP_HELLO, &[pending.bytes()]).map_err(|_| Errno::EIO)?;
         let n = tcp_recv(&mut s, &mut buf).map_err(|_| Errno::EIO)?;

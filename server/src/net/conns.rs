@@ -33,6 +33,8 @@ pub struct Conn {
     /// The client process it serves, when its hello named one: its leases' callbacks come
     /// here (`crate::state::leases`).
     pub holder: Option<Holder>,
+    /// It takes every callback of its holder (`madfs_proto::Hello::listens`).
+    pub listens: bool,
 }
 
 /// A connection welcomed but not admitted yet.
@@ -91,7 +93,14 @@ impl Conns {
     }
 
     /// Admits waiting connection `id`.
-    pub fn admit(&self, id: u32, ep: Rc<Endpoint>, secret: u64, who: Who, holder: u64) {
+    pub fn admit(
+        &self,
+        id: u32,
+        ep: Rc<Endpoint>,
+        secret: u64,
+        who: Who,
+        (holder, listens): (u64, bool),
+    ) {
         // (a server's connection keeps nothing)
         let holder = (holder != 0 && who.role != madfs_proto::Role::Peer)
             .then_some(Holder { holder, conn: id });
@@ -108,10 +117,45 @@ impl Conns {
                 parked: Cell::new(0),
                 parked_bytes: Cell::new(0),
                 dead: Cell::new(false),
+                listens: listens && holder.is_some(),
                 holder,
             }),
         );
         self.stats.live_connections.store(map.len() as u64, Relaxed);
+    }
+
+    /// Where a callback of holder `holder` for a lease connection `took` took goes: the
+    /// holder's listening connection when it has one (of the same user as `took`; for a
+    /// proxy's `took`, root's or a proxy's: docs/security.md); else the connection that took the
+    /// lease and the holder's connection that sent a request last (a thread of that process
+    /// that is calling now) — no more, so that an idle thread's queue does not fill with
+    /// copies.
+    pub fn callback_route(&self, holder: u64, took: u32) -> Vec<Rc<Conn>> {
+        let map = self.map.borrow();
+        let live = |c: &&Rc<Conn>| c.holder.is_some_and(|h| h.holder == holder) && !c.dead.get();
+        let took = map.get(&took).filter(|c| !c.dead.get()).cloned();
+        let proxy = |c: &Conn| c.who.role == madfs_proto::Role::Proxy;
+        let may_listen = |l: &&Rc<Conn>| {
+            took.as_ref().is_some_and(|t| {
+                t.who.uid == l.who.uid && proxy(t) == proxy(l)
+                    || proxy(t) && (proxy(l) || l.who.uid == 0)
+            })
+        };
+        let listener = map
+            .values()
+            .filter(live)
+            .filter(|c| c.listens)
+            .filter(may_listen)
+            .max_by_key(|c| c.last.get());
+        if let Some(l) = listener {
+            return vec![l.clone()];
+        }
+        let latest = map.values().filter(live).max_by_key(|c| c.last.get());
+        let mut v: Vec<Rc<Conn>> = took.iter().cloned().collect();
+        if let Some(l) = latest.filter(|l| took.as_ref().is_none_or(|t| t.id != l.id)) {
+            v.push(l.clone());
+        }
+        v
     }
 
     /// Notes a request of connection `c` (its lease tick, its number).

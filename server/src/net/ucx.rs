@@ -189,9 +189,10 @@ pub async fn hello_loop(
         if let Some((secret, who)) = admitted {
             // the client process whose cache the connection's leases are for
             let holder = std::panic::catch_unwind(|| {
-                flexbuffers::from_slice::<madfs_proto::Hello<'_>>(&buf).map_or(0, |h| h.holder)
+                flexbuffers::from_slice::<madfs_proto::Hello<'_>>(&buf)
+                    .map_or((0, false), |h| (h.holder, h.listens))
             })
-            .unwrap_or(0);
+            .unwrap_or((0, false));
             conns.admit(conn, w.ep, secret, who, holder);
         }
         let (conns, cfg) = (conns.clone(), cfg.clone());
@@ -217,23 +218,7 @@ pub async fn callback_loop(
     mut outbox: tokio::sync::mpsc::UnboundedReceiver<crate::state::leases::Outgoing>,
 ) {
     while let Some(o) = outbox.recv().await {
-        // the connection that took the lease, and the holder's connection that sent a
-        // request last (see `Outgoing`: a thread of that process that is calling now); no
-        // more, so that an idle thread's queue does not fill with copies
-        let to: Vec<Rc<Conn>> = {
-            let map = net.conns.map.borrow();
-            let latest = map
-                .values()
-                .filter(|c| c.holder.is_some_and(|h| h.holder == o.holder) && !c.dead.get())
-                .max_by_key(|c| c.last.get())
-                .cloned();
-            let took = map.get(&o.conn).filter(|c| !c.dead.get()).cloned();
-            let mut v: Vec<Rc<Conn>> = took.into_iter().collect();
-            if let Some(l) = latest.filter(|l| l.id != o.conn) {
-                v.push(l);
-            }
-            v
-        };
+        let to = net.conns.callback_route(o.holder, o.conn);
         let timeout = net.cfg.send_timeout;
         let bytes = Rc::new(o.bytes);
         for c in to {

@@ -54,6 +54,15 @@ struct Hold {
     until: Instant,
 }
 
+/// What one holder is called back for by a change: the connection that took a lease, the
+/// keys whose names changed and those whose attributes only, the latest lease's end.
+struct Taken {
+    conn: u32,
+    paths: Vec<String>,
+    attrs: Vec<String>,
+    until: Instant,
+}
+
 #[derive(Default)]
 struct Table {
     /// Leases by path.
@@ -275,36 +284,55 @@ impl Leases {
         }
         let now = r.until;
         // every lease held on them, by holder (and the connection that took one)
-        let mut taken: HashMap<u64, (u32, Vec<String>, Instant)> = HashMap::new();
+        let mut taken: HashMap<u64, Taken> = HashMap::new();
         for c in paths {
+            // the path and the page of its directory
             let mut keys: Vec<String> = Vec::new();
             if t.held.contains_key(c.path) {
                 keys.push(c.path.to_owned());
             }
-            // the page of its directory (and, below it, the pages of directories there)
             if let Some(d) = parent(c.path).map(page_key) {
                 if t.held.contains_key(&d) {
                     keys.push(d);
                 }
             }
+            let own = keys.len();
+            // below it: entries and the pages of directories there
             if c.below && t.count > 0 {
                 let (lo, hi) = below(c.path);
                 keys.extend(t.held.range(lo..hi).map(|(k, _)| k.clone()));
             }
-            for k in keys {
-                let Some(holds) = t.held.remove(&k) else {
-                    continue;
+            for (i, k) in keys.into_iter().enumerate() {
+                let attrs = c.attrs && i < own;
+                let holds = if attrs {
+                    t.held.get(&k).cloned().unwrap_or_default()
+                } else {
+                    let holds = t.held.remove(&k).unwrap_or_default();
+                    t.count -= holds.len();
+                    holds
                 };
-                t.count -= holds.len();
                 for h in holds {
                     if h.until <= now || by.is_some_and(|b| b.holder == h.who.holder) {
                         continue;
                     }
-                    let e = taken
-                        .entry(h.who.holder)
-                        .or_insert_with(|| (h.who.conn, Vec::new(), h.until));
-                    e.1.push(k.clone());
-                    e.2 = e.2.max(h.until);
+                    let e = taken.entry(h.who.holder).or_insert_with(|| Taken {
+                        conn: h.who.conn,
+                        paths: Vec::new(),
+                        attrs: Vec::new(),
+                        until: h.until,
+                    });
+                    if attrs {
+                        // (the entry itself is named too: its attributes may have come
+                        // with the page)
+                        for p in [k.as_str(), c.path] {
+                            if !e.attrs.iter().any(|a| a == p) {
+                                e.attrs.push(p.to_owned());
+                            }
+                        }
+                    } else {
+                        e.paths.push(k.clone());
+                    }
+                    e.until = e.until.max(h.until);
                 }
             }
         }
@@ -312,18 +340,28 @@ impl Leases {
             return Some(r);
         }
         let out = self.out.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        for (holder, (conn, paths, until)) in taken {
+        for (holder, tk) in taken {
+            let Taken {
+                conn,
+                paths,
+                attrs,
+                until,
+            } = tk;
             t.next_id = t.next_id.wrapping_add(1).max(1);
             let id = t.next_id;
-            let bytes: usize = paths.iter().map(|p| p.len() + 8).sum();
-            let all = paths.len() > PATHS_PER_CALLBACK || bytes > CALLBACK_BYTES;
-            let cb = Callback {
-                id,
-                paths: if all {
+            let bytes: usize = paths.iter().chain(&attrs).map(|p| p.len() + 8).sum();
+            let all = paths.len() + attrs.len() > PATHS_PER_CALLBACK || bytes > CALLBACK_BYTES;
+            fn names(v: &[String], all: bool) -> Vec<&str> {
+                if all {
                     Vec::new()
                 } else {
-                    paths.iter().map(String::as_str).collect()
-                },
+                    v.iter().map(String::as_str).collect()
+                }
+            }
+            let cb = Callback {
+                id,
+                paths: names(&paths, all),
+                attrs: names(&attrs, all),
                 all,
             };
             r.until = r.until.max(until);
@@ -434,11 +472,15 @@ fn sweep(t: &mut Table, now: Instant) {
 }
 
 /// A path a change touches; `below`: everything below it too (a directory's mode, owner,
-/// name or existence changes: what was answered below it depended on them).
+/// name or existence changes: what was answered below it depended on them); `attrs`: the
+/// path keeps its name and file, only its attributes change (a size, times, a mode): its
+/// leases (and its directory's page's) are called back as `Callback::attrs` and stay held,
+/// so that a later change of the name still calls their holders back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Change<'r> {
     pub path: &'r str,
     pub below: bool,
+    pub attrs: bool,
 }
 
 /// A change under way on some paths: no lease is granted on them until it is dropped.
@@ -523,11 +565,19 @@ mod tests {
     }
 
     fn dir(path: &str) -> Change<'_> {
-        Change { path, below: true }
+        Change {
+            path,
+            below: true,
+            attrs: false,
+        }
     }
 
     fn entry(path: &str) -> Change<'_> {
-        Change { path, below: false }
+        Change {
+            path,
+            below: false,
+            attrs: false,
+        }
     }
 
     #[test]
