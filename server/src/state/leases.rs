@@ -621,6 +621,41 @@ mod tests {
     }
 
     #[test]
+    fn a_change_of_attributes_only_keeps_the_leases_on_the_names() {
+        let l = Leases::settled(Duration::from_millis(300), 100);
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        l.set_outbox(tx);
+        assert_eq!(l.grant("/d/f", h(1)), 300);
+        assert_eq!(l.grant_page("/d", h(1)), 300);
+        let attrs = Change {
+            path: "/d/f",
+            below: false,
+            attrs: true,
+        };
+        let r = l.revoke(&[attrs], h(2)).unwrap();
+        assert!(r.must_wait());
+        let o = rx.try_recv().unwrap();
+        let cb: Callback<'_> = flexbuffers::from_slice(&o.bytes).unwrap();
+        assert!(cb.paths.is_empty(), "{cb:?}");
+        let mut a = cb.attrs.clone();
+        a.sort();
+        assert_eq!(a, vec!["/d/", "/d/f"]);
+        l.released(1, cb.id);
+        drop(r);
+        // still held: a later change of the name calls holder 1 back again
+        assert_eq!(l.counts().held, 2);
+        let r = l.revoke(&[entry("/d/f")], h(2)).unwrap();
+        let o = rx.try_recv().unwrap();
+        let cb: Callback<'_> = flexbuffers::from_slice(&o.bytes).unwrap();
+        let mut p = cb.paths.clone();
+        p.sort();
+        assert_eq!(p, vec!["/d/", "/d/f"]);
+        assert!(cb.attrs.is_empty());
+        drop(r);
+        assert_eq!(l.counts().held, 0);
+    }
+
+    #[test]
     fn an_entrys_change_leaves_what_is_below_it() {
         let l = Leases::settled(Duration::from_millis(300), 100);
         l.grant("/d/x", h(1));
