@@ -158,9 +158,65 @@ fn store() -> MutexGuard<'static, Option<Store>> {
     g
 }
 
+/// What must not have changed between a request and the keeping of its answer: the count
+/// of forgettings that may change names (any of them makes an answer under way unfit to
+/// keep), and of callbacks of attributes only (which make unfit only the answers about
+/// what they name: [`Attrs`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Generation {
+    names: u64,
+    attrs: u64,
+}
+
 /// What must not have changed between a request and the keeping of its answer.
-pub fn generation() -> u64 {
-    GENERATION.load(Ordering::Acquire)
+pub fn generation() -> Generation {
+    Generation {
+        names: GENERATION.load(Ordering::Acquire),
+        attrs: lock(&ATTRS).seq,
+    }
+}
+
+/// The last paths servers called back for their attributes only, numbered: a change of
+/// attributes (a directory's times after every create in it, a size) is called back again
+/// and again while its holders keep their leases, and must not keep a statahead page of
+/// another directory, fetched meanwhile, from being kept.
+struct Attrs {
+    seq: u64,
+    last: std::collections::VecDeque<(u64, String)>,
+    /// The highest number of a path no longer remembered.
+    lost: u64,
+}
+
+/// Paths [`Attrs`] remembers: an answer whose request is older than the oldest is not kept.
+const ATTRS_KEPT: usize = 64;
+
+static ATTRS: Mutex<Attrs> = Mutex::new(Attrs {
+    seq: 0,
+    last: std::collections::VecDeque::new(),
+    lost: 0,
+});
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Is an answer whose request left at `gen` still fit to keep, as far as the callbacks of
+/// attributes since then go: `stale` says whether one such path makes it unfit.
+fn fit(gen: Generation, stale: impl Fn(&str) -> bool) -> bool {
+    if GENERATION.load(Ordering::Acquire) != gen.names {
+        return false;
+    }
+    let a = lock(&ATTRS);
+    if a.seq == gen.attrs {
+        return true;
+    }
+    if a.lost > gen.attrs {
+        return false; // more than it remembers
+    }
+    !a.last
+        .iter()
+        .filter(|(n, _)| *n > gen.attrs)
+        .any(|(_, p)| stale(p))
 }
 
 /// A kept answer: the entry (`None`: no such entry), kept until `until` (its lease's end),
@@ -225,7 +281,7 @@ pub struct Answer<'a> {
 /// Keeps answer `a` under a lease of `lease_ms` counted from `sent` (when its request
 /// left), unless something was forgotten since [`generation`] was `gen`. Returns the
 /// lease's end if it was kept.
-pub fn put(a: Answer<'_>, sent: Instant, lease_ms: u32, gen: u64) -> Option<Instant> {
+pub fn put(a: Answer<'_>, sent: Instant, lease_ms: u32, gen: Generation) -> Option<Instant> {
     if lease_ms == 0 || !enabled() {
         return None;
     }
@@ -233,7 +289,7 @@ pub fn put(a: Answer<'_>, sent: Instant, lease_ms: u32, gen: u64) -> Option<Inst
     let until = sent + Duration::from_millis(lease_ms as u64);
     let mut g = store();
     let s = g.as_mut()?;
-    if generation() != gen {
+    if !fit(gen, |p| p == a.path) {
         return None;
     }
     let cost = a.path.len() + ENTRY_COST;
@@ -487,7 +543,7 @@ pub fn pages_put(
     uid: u32,
     slices: Vec<(u32, HashMap<String, Option<Attr>>)>,
     until: Instant,
-    gen: u64,
+    gen: Generation,
 ) -> bool {
     if !enabled() || slices.is_empty() {
         return false;
@@ -496,7 +552,12 @@ pub fn pages_put(
     let Some(s) = g.as_mut() else {
         return false;
     };
-    if generation() != gen {
+    // (an entry of the directory, or its page)
+    let mine = |p: &str| {
+        p.strip_suffix('/') == Some(dir)
+            || madfs_placement::split_parent(p).is_some_and(|(d, _)| d == dir)
+    };
+    if !fit(gen, mine) {
         return false;
     }
     let n: usize = slices.iter().map(|(_, e)| e.len()).sum();
@@ -541,7 +602,22 @@ pub fn pages_put(
 /// A callback of a server of cluster `cluster`: forgets what it names
 /// (`madfs_rpc::callbacks::Handler`).
 pub fn on_callback(cluster: u64, cb: &Callback<'_>) {
-    GENERATION.fetch_add(1, Ordering::AcqRel);
+    if cb.all || !cb.paths.is_empty() {
+        GENERATION.fetch_add(1, Ordering::AcqRel);
+    }
+    if !cb.attrs.is_empty() {
+        let mut a = lock(&ATTRS);
+        a.seq += 1;
+        let seq = a.seq;
+        for p in &cb.attrs {
+            if a.last.len() >= ATTRS_KEPT {
+                if let Some((n, _)) = a.last.pop_front() {
+                    a.lost = n;
+                }
+            }
+            a.last.push_back((seq, p.to_string()));
+        }
+    }
     let mut g = store();
     let Some(s) = g.as_mut() else {
         return;
@@ -591,7 +667,7 @@ mod tests {
         }
     }
 
-    fn put_at(path: &str, uid: u32, attr: Option<Attr>, sent: Instant, gen: u64) {
+    fn put_at(path: &str, uid: u32, attr: Option<Attr>, sent: Instant, gen: Generation) {
         let a = Answer {
             cluster: 9,
             path,
@@ -671,6 +747,37 @@ mod tests {
             },
         );
         assert_eq!(page_get(7, "/pg", 1, "a", 5), None);
+    }
+
+    #[test]
+    fn a_callback_of_attributes_spoils_only_what_it_names() {
+        let until = Instant::now() + Duration::from_secs(10);
+        let slice = || vec![(1, HashMap::from([("a".to_string(), Some(attr(3)))]))];
+        let attrs = |paths: Vec<&'static str>| Callback {
+            id: 3,
+            paths: vec![],
+            all: false,
+            attrs: paths,
+        };
+        // the directory's own times and its parent's page: its page is still fit
+        let g = generation();
+        on_callback(6, &attrs(vec!["/at", "//"]));
+        assert!(pages_put(6, "/at", 5, slice(), until, g));
+        // an entry of the directory: not
+        let g = generation();
+        on_callback(6, &attrs(vec!["/at/a", "/at/"]));
+        assert!(!pages_put(6, "/at", 5, slice(), until, g));
+        // an entry's own answer, under way while it was called back
+        let g = generation();
+        on_callback(6, &attrs(vec!["/at/b"]));
+        let a = |path| Answer {
+            cluster: 6,
+            path,
+            uid: 5,
+            attr: None,
+        };
+        assert_eq!(put(a("/at/b"), Instant::now(), 10_000, g), None);
+        assert!(put(a("/at/c"), Instant::now(), 10_000, g).is_some());
     }
 
     #[test]

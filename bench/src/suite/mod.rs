@@ -12,6 +12,7 @@
 
 mod chart;
 mod fsops;
+mod leases;
 mod phases;
 mod report;
 

@@ -234,6 +234,9 @@ pub(super) fn run<T: Target>(
         if phase == "rpc" && job.target.cluster.is_none() {
             continue;
         }
+        // (what the servers saw of the client cache: counted around the phase, untimed)
+        let servers = job.target.cluster.as_deref().filter(|_| rank == 0);
+        let before = servers.and_then(super::leases::snapshot);
         sync.barrier(&format!("{phase}.go"))?;
         if rank == 0 && say_phases() {
             eprintln!("madfs-bench: {phase} starts");
@@ -245,7 +248,13 @@ pub(super) fn run<T: Target>(
             .map(|b| serde_json::from_slice(b))
             .collect::<Result<_, _>>()?;
         if rank == 0 {
-            let r = summarise(&cx, phase, &all)?;
+            let mut r = summarise(&cx, phase, &all)?;
+            if let (Some(b), Some(a)) = (&before, servers.and_then(super::leases::snapshot)) {
+                if !r.note.is_empty() {
+                    r.note.push_str("; ");
+                }
+                r.note.push_str(&super::leases::note(b, &a, r.ops));
+            }
             eprintln!(
                 "  {:20} {:>10.3} {:5}  ({:.2} s{}{})",
                 r.name,
