@@ -152,11 +152,18 @@ impl Kernel {
                 }
             }
         }
-        // attributes only: names stay (and so do the leases on them); a page named here
-        // comes with the entry that changed
-        for p in cb.attrs.iter().filter(|p| !p.ends_with('/')) {
-            if let Some(node) = self.nodes.node_at(p) {
-                out.push(Notice::Inode(node));
+        // attributes only: names stay (and so do the leases on them); the attributes that
+        // came with the lease go — for a page, those of every entry of the directory (the
+        // server calls back a lease's attributes once, until they are asked for again)
+        for p in &cb.attrs {
+            match p.strip_suffix('/').filter(|d| !d.is_empty()) {
+                Some(dir) => out.extend(
+                    self.nodes
+                        .children(dir)
+                        .into_iter()
+                        .map(|(_, node)| Notice::Inode(node)),
+                ),
+                None => out.extend(self.nodes.node_at(p).map(Notice::Inode)),
             }
         }
         out

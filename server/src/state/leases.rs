@@ -52,6 +52,9 @@ pub struct Outgoing {
 struct Hold {
     who: Holder,
     until: Instant,
+    /// The holder still keeps the attributes the lease covers (not once it was called back
+    /// for them: a later change of attributes only needs no callback until it asks again).
+    attrs: bool,
 }
 
 /// What one holder is called back for by a change: the connection that took a lease, the
@@ -191,7 +194,11 @@ impl Leases {
         let until = now + self.lease + self.lease / 64 + Duration::from_millis(2);
         if let Some(holds) = t.held.get_mut(path) {
             if let Some(h) = holds.iter_mut().find(|h| h.who.holder == who.holder) {
-                *h = Hold { who, until };
+                *h = Hold {
+                    who,
+                    until,
+                    attrs: true,
+                };
                 return self.lease.as_millis() as u32;
             }
         }
@@ -201,10 +208,11 @@ impl Leases {
                 return 0;
             }
         }
-        t.held
-            .entry(path.to_owned())
-            .or_default()
-            .push(Hold { who, until });
+        t.held.entry(path.to_owned()).or_default().push(Hold {
+            who,
+            until,
+            attrs: true,
+        });
         t.count += 1;
         self.lease.as_millis() as u32
     }
@@ -305,7 +313,15 @@ impl Leases {
             for (i, k) in keys.into_iter().enumerate() {
                 let attrs = c.attrs && i < own;
                 let holds = if attrs {
-                    t.held.get(&k).cloned().unwrap_or_default()
+                    // called back once for its attributes: those that still keep them
+                    let mut out = Vec::new();
+                    for h in t.held.get_mut(&k).into_iter().flatten() {
+                        if h.attrs && h.until > now && by.is_none_or(|b| b.holder != h.who.holder) {
+                            h.attrs = false;
+                            out.push(*h);
+                        }
+                    }
+                    out
                 } else {
                     let holds = t.held.remove(&k).unwrap_or_default();
                     t.count -= holds.len();
@@ -641,6 +657,11 @@ mod tests {
         a.sort();
         assert_eq!(a, vec!["/d/", "/d/f"]);
         l.released(1, cb.id);
+        drop(r);
+        // its attributes were called back: another change of them calls back no one
+        let r = l.revoke(&[attrs], h(2)).unwrap();
+        assert!(!r.must_wait());
+        assert!(rx.try_recv().is_err());
         drop(r);
         // still held: a later change of the name calls holder 1 back again
         assert_eq!(l.counts().held, 2);
