@@ -172,7 +172,7 @@ pub struct Generation {
 pub fn generation() -> Generation {
     Generation {
         names: GENERATION.load(Ordering::Acquire),
-        attrs: lock(&ATTRS).seq,
+        attrs: ATTRS_SEQ.load(Ordering::Acquire),
     }
 }
 
@@ -196,6 +196,9 @@ static ATTRS: Mutex<Attrs> = Mutex::new(Attrs {
     lost: 0,
 });
 
+/// [`Attrs::seq`], read without the lock on the way of every lookup.
+static ATTRS_SEQ: AtomicU64 = AtomicU64::new(0);
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -205,6 +208,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 fn fit(gen: Generation, stale: impl Fn(&str) -> bool) -> bool {
     if GENERATION.load(Ordering::Acquire) != gen.names {
         return false;
+    }
+    if ATTRS_SEQ.load(Ordering::Acquire) == gen.attrs {
+        return true;
     }
     let a = lock(&ATTRS);
     if a.seq == gen.attrs {
@@ -609,6 +615,7 @@ pub fn on_callback(cluster: u64, cb: &Callback<'_>) {
         let mut a = lock(&ATTRS);
         a.seq += 1;
         let seq = a.seq;
+        ATTRS_SEQ.store(seq, Ordering::Release);
         for p in &cb.attrs {
             if a.last.len() >= ATTRS_KEPT {
                 if let Some((n, _)) = a.last.pop_front() {
