@@ -1010,13 +1010,7 @@ impl Client {
     /// `stat` of a path already in normal form (skips normalisation; the preload library has
     /// normalised while resolving).
     pub fn stat_normalized(&self, path: &str) -> FsResult<Attr> {
-        if !crate::cache::enabled() {
-            return attr_of(self.call_on(path, &Request::Stat(path))?);
-        }
-        match self.look(path)? {
-            Some(a) => Ok(a),
-            None => Err(Errno::ENOENT),
-        }
+        self.look_kept(path)?.attr.ok_or(Errno::ENOENT)
     }
 
     /// Fetches the statahead pages of directory `dir` now (what a listing followed by stats
@@ -1126,14 +1120,10 @@ impl Client {
 
     /// The entry at normalised `path` (`None`: none, its parent a directory), from this
     /// process's cache (`crate::cache`) or from its server, which may let the answer be
-    /// kept. Callbacks waiting for this thread are taken first.
-    fn look(&self, path: &str) -> FsResult<Option<Attr>> {
-        self.look_kept(path).map(|l| l.attr)
-    }
-
-    /// [`Client::look`], with how long this process may give the answer again without
-    /// asking (what a cache above it, the kernel's through `madfs-fuse`, may keep it for):
-    /// until `until`, unless a server calls back first (`crate::cache::on_callback`).
+    /// kept; callbacks waiting for this thread are taken first. With it, how long this
+    /// process may give the answer again without asking (what a cache above it, the
+    /// kernel's through `madfs-fuse`, may keep it for): until `until`, unless a server calls
+    /// back first (`crate::cache::on_callback`).
     pub fn look_kept(&self, path: &str) -> FsResult<Looked> {
         if !crate::cache::enabled() {
             let attr = match self.call_on(path, &Request::Stat(path)) {
