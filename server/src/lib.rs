@@ -253,11 +253,11 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         sealed: Default::default(),
         opens: state::opens::OpenRefs::new(cfg.limits.open_lease, cfg.holders_per_user),
         root: server::root_attr(ident.auth, ident.owner),
-        // (a replicated cluster grants none: a new primary would have to wait out the old
-        // one's, docs/consistency.md)
+        // (a replicated cluster's end before a silent primary can be replaced: a new
+        // primary has none of the old one's to wait out, docs/consistency.md)
         leases: state::leases::Leases::new(
             if ident.replication >= 2 {
-                Duration::ZERO
+                cfg.cache_lease.min(replica::lease_cap(cfg.map.down_after))
             } else {
                 cfg.cache_lease
             },

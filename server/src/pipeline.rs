@@ -131,7 +131,12 @@ fn admit(
         None => crate::admit::check(&row.admit, s.id, n).map(|()| None),
         Some(rep) => {
             crate::admit::check(&row.admit, who.set.unwrap_or(s.id), n)?;
-            rep.admit(who, req)
+            let target = rep.admit(who, req)?;
+            // a set taken back from a server still up: its leases are waited out
+            if let Some(at) = rep.took_over() {
+                s.leases.wait_out_since(at, rep.serving_lag());
+            }
+            Ok(target)
         }
     }
 }

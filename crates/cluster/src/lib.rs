@@ -144,11 +144,31 @@ pub struct LocalCluster {
     opts: Options,
     servers: Vec<Server>,
     ports: PortBlock,
+    /// The network namespace the servers run in and its address (`None`: this one, on
+    /// 127.0.0.1).
+    host: Option<(String, std::net::Ipv4Addr)>,
 }
 
 impl LocalCluster {
     /// Starts `opts.servers` servers and waits until all listen.
     pub fn start(opts: Options) -> std::io::Result<LocalCluster> {
+        Self::start_in(opts, None)
+    }
+
+    /// [`LocalCluster::start`] with the servers in network namespace `netns` (`ip netns
+    /// exec`), listening on its address `addr` (multi-host tests: `scripts/netns.sh`).
+    pub fn start_on(
+        opts: Options,
+        netns: &str,
+        addr: std::net::Ipv4Addr,
+    ) -> std::io::Result<LocalCluster> {
+        Self::start_in(opts, Some((netns.to_owned(), addr)))
+    }
+
+    fn start_in(
+        opts: Options,
+        host: Option<(String, std::net::Ipv4Addr)>,
+    ) -> std::io::Result<LocalCluster> {
         let root = tempfile::Builder::new().prefix("madfs-test-").tempdir()?;
         if opts.servers * 3 > PORTS_PER_BLOCK as usize {
             return Err(std::io::Error::other(format!(
@@ -162,6 +182,7 @@ impl LocalCluster {
             opts,
             servers: vec![],
             ports: PortBlock::claim()?,
+            host,
         };
         for i in 0..c.opts.servers {
             let data_dir = c.root.path().join(format!("server{i}"));
@@ -208,7 +229,11 @@ impl LocalCluster {
 
     /// The addresses server `i` listens on: its three ports of the cluster's block.
     pub fn addresses(&self, i: usize) -> ServerEntry {
-        let at = |k: usize| SocketAddr::from(([127, 0, 0, 1], self.ports.port((3 * i + k) as u16)));
+        let ip = self
+            .host
+            .as_ref()
+            .map_or(std::net::Ipv4Addr::LOCALHOST, |h| h.1);
+        let at = |k: usize| SocketAddr::from((ip, self.ports.port((3 * i + k) as u16)));
         ServerEntry {
             id: i as u32,
             ucx: at(0),
@@ -236,7 +261,7 @@ impl LocalCluster {
                 args.drain(at..(at + 2).min(args.len()));
             }
         }
-        let mut cmd = Command::new(&self.bin);
+        let mut cmd = Command::new(base.get_program());
         cmd.args(args)
             .envs(base.get_envs().filter_map(|(k, v)| Some((k, v?))))
             .stdin(Stdio::null());
@@ -261,7 +286,15 @@ impl LocalCluster {
 
     fn command(&self, i: usize) -> Command {
         let e = self.addresses(i);
-        let mut cmd = Command::new(&self.bin);
+        let mut cmd = match &self.host {
+            None => Command::new(&self.bin),
+            Some((netns, _)) => {
+                // (`ip netns exec` execs the server: the child is the server)
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", netns]).arg(&self.bin);
+                c
+            }
+        };
         cmd.arg("--id")
             .arg(i.to_string())
             .arg("--servers")

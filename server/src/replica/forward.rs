@@ -22,6 +22,7 @@ use madfs_store::rocks::RocksMeta;
 use madfs_store::{ChunkStore, MetadataStore};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Release};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -38,6 +39,15 @@ pub struct Replication {
     inflight: Mutex<BTreeMap<u64, usize>>,
     /// While this server catches up (`super::rejoin`): the copies it was sent meanwhile.
     pub(super) catching: Mutex<Option<Catching>>,
+    /// The map this server last admitted a request with (`Leases` of client caches: whether
+    /// it took a set over from a server still up, [`Replication::took_over`]) ...
+    led: Mutex<Option<ClusterMap>>,
+    /// ... its epoch + 1 (0: none yet) ...
+    led_epoch: AtomicU64,
+    /// ... and when it last took a set over from a server still up (nanoseconds after
+    /// `born`; 0: never).
+    took_over: AtomicU64,
+    born: Instant,
 }
 
 /// What a catching-up server was sent while it copies: metadata batches, applied after the
@@ -130,7 +140,48 @@ impl Replication {
             handle: OnceLock::new(),
             inflight: Mutex::default(),
             catching: Mutex::default(),
+            led: Mutex::default(),
+            led_epoch: AtomicU64::new(0),
+            took_over: AtomicU64::new(0),
+            born: Instant::now(),
         }
+    }
+
+    /// Notes the map requests are admitted with from now on.
+    fn lead_with(&self, map: &ClusterMap) {
+        if self.led_epoch.load(Acquire) == map.epoch + 1 {
+            return;
+        }
+        let mut led = self.led.lock().unwrap_or_else(|e| e.into_inner());
+        if led.as_ref().is_some_and(|m| m.epoch >= map.epoch) {
+            return;
+        }
+        if super::map::takes_over_from_live(led.as_ref(), map, self.me, self.r) {
+            let at = self.born.elapsed().as_nanos().max(1) as u64;
+            self.took_over.store(at, Release);
+            tracing::info!(
+                "cluster map epoch {}: a replica set taken back from a server still up; \
+                 changes wait out the leases it may have granted",
+                map.epoch
+            );
+        }
+        *led = Some(map.clone());
+        self.led_epoch.store(map.epoch + 1, Release);
+    }
+
+    /// When this server last took a replica set over from a server still up (whose leases
+    /// of client caches it does not know, and which may go on granting them until it
+    /// applies the map: for [`Replication::serving_lag`]), if it ever did.
+    pub fn took_over(&self) -> Option<Instant> {
+        match self.took_over.load(Acquire) {
+            0 => None,
+            ns => Some(self.born + Duration::from_nanos(ns)),
+        }
+    }
+
+    /// How long a server that lost a set may go on serving it ([`super::serving_lag`]).
+    pub fn serving_lag(&self) -> Duration {
+        super::serving_lag(self.copy_timeout())
     }
 
     /// How long a secondary may take to take a copy: `--down-after-ms` (then it is given up
@@ -266,6 +317,7 @@ impl Replication {
             return Err(Errno::EREMCHG);
         }
         let map = node.map();
+        self.lead_with(&map);
         let set = who.set.unwrap_or(self.me);
         if map.primary(set, self.r) != Some(self.me) {
             return Err(Errno::EREMCHG);

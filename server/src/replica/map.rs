@@ -121,6 +121,29 @@ impl ClusterMap {
     }
 }
 
+/// Does server `me`, with map `now`, lead a replica set whose clients may hold leases (of
+/// their caches) that another server still up granted, since `prev`, the map it served with
+/// before (`None`: none)? A set taken from a primary that is down needs no wait: a primary
+/// stops serving (and granting) before it can be marked down, and a replicated cluster's
+/// leases end before that ([`crate::replica::lease_cap`]). One taken from a primary still
+/// up (a rejoined server taking its sets back) does: the other served until it applied
+/// `now`. When epochs were skipped (this server was frozen, or has just started), every led
+/// set with another member not down counts.
+pub fn takes_over_from_live(prev: Option<&ClusterMap>, now: &ClusterMap, me: u32, r: u32) -> bool {
+    let n = now.states.len() as u32;
+    let follows = prev.filter(|p| p.epoch == now.epoch || p.epoch + 1 == now.epoch);
+    (0..n)
+        .filter(|set| now.primary(*set, r) == Some(me))
+        .any(|set| match follows {
+            Some(p) => p
+                .primary(set, r)
+                .is_some_and(|q| q != me && now.state(q) != State::Down),
+            None => {
+                now.epoch > 0 && replicas(set, n, r).any(|m| m != me && now.state(m) != State::Down)
+            }
+        })
+}
+
 /// The voters of a cluster of `n` servers' Raft group: all of them below 3, the first 3
 /// below 5, else the first 5; the others are learners.
 pub fn voters(n: u32) -> BTreeSet<u64> {
@@ -199,5 +222,28 @@ mod tests {
         assert_eq!(voters(2).len(), 2);
         assert_eq!(voters(4), (0..3).collect());
         assert_eq!(voters(16), (0..5).collect());
+    }
+
+    #[test]
+    fn a_set_taken_back_from_a_live_primary_waits_out_its_leases() {
+        let mut m = ClusterMap::new(3);
+        m.r = 2;
+        let start = m.clone();
+        assert!(!takes_over_from_live(None, &m, 0, 2), "a new cluster");
+        assert!(!takes_over_from_live(Some(&start), &m, 0, 2));
+        // server 0 dies: server 1 leads set 0, taken from a dead server (no wait)
+        m.apply(Change::Down(0));
+        let down = m.clone();
+        assert!(!takes_over_from_live(Some(&start), &m, 1, 2));
+        m.apply(Change::Rejoining(0));
+        let rejoining = m.clone();
+        assert!(!takes_over_from_live(Some(&down), &m, 1, 2));
+        // server 0 is back: it takes set 0 from server 1, which is up and served until now
+        m.apply(Change::Up(0));
+        assert!(takes_over_from_live(Some(&rejoining), &m, 0, 2));
+        assert!(!takes_over_from_live(Some(&rejoining), &m, 1, 2));
+        // epochs skipped (a server that slept through them, or just started): it waits
+        assert!(takes_over_from_live(Some(&start), &m, 0, 2));
+        assert!(takes_over_from_live(None, &m, 0, 2));
     }
 }

@@ -17,6 +17,7 @@
 
 use madfs_proto::{tag, Callback};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -96,8 +97,10 @@ pub struct Leases {
     /// nothing waits (what a coherence checker must catch).
     no_callbacks: bool,
     /// Until then, every change waits: leases this server granted before it was restarted
-    /// (which it does not know any more) may still be held.
-    fresh_until: Instant,
+    /// (which it does not know any more), or that another server granted on what this one
+    /// serves now ([`Leases::wait_out`]), may still be held. Nanoseconds after `born`.
+    fresh_until: AtomicU64,
+    born: Instant,
 }
 
 /// Counters of the lease table.
@@ -117,7 +120,7 @@ impl Leases {
         if no_callbacks {
             tracing::warn!("MADFS_FAULT=no-callbacks: leases are granted and never called back");
         }
-        Leases {
+        let l = Leases {
             lease,
             max,
             server,
@@ -125,15 +128,49 @@ impl Leases {
             acked: Condvar::new(),
             out: Mutex::new(None),
             no_callbacks,
-            fresh_until: Instant::now() + lease + lease / 64 + Duration::from_millis(2),
-        }
+            fresh_until: AtomicU64::new(0),
+            born: Instant::now(),
+        };
+        l.wait_out(Duration::ZERO);
+        l
     }
 
     /// A server that never ran before (its store is new) has no leases of a former life to
     /// wait out.
-    pub fn first_life(mut self) -> Leases {
-        self.fresh_until = Instant::now();
+    pub fn first_life(self) -> Leases {
+        self.fresh_until.store(0, Relaxed);
         self
+    }
+
+    /// How long a lease lasts on the server's side (a little longer than the client
+    /// keeps it).
+    fn full(&self) -> Duration {
+        self.lease + self.lease / 64 + Duration::from_millis(2)
+    }
+
+    /// Leases this server does not know of may be held on what it serves from now on (it
+    /// took replica sets over from a server that is still up, which may go on granting
+    /// for up to `lag`): every change waits until they have ended, one lease and `lag`
+    /// from now. (Every change of the server: one that takes sets back serves no others.)
+    pub fn wait_out(&self, lag: Duration) {
+        self.wait_out_since(Instant::now(), lag);
+    }
+
+    /// [`Leases::wait_out`] from `since`. (Cheap when it was already noted: a load.)
+    pub fn wait_out_since(&self, since: Instant, lag: Duration) {
+        if !self.enabled() {
+            return;
+        }
+        let until =
+            (since.saturating_duration_since(self.born) + self.full() + lag).as_nanos() as u64;
+        if self.fresh_until.load(Relaxed) < until {
+            self.fresh_until.fetch_max(until, Relaxed);
+        }
+    }
+
+    /// Until when every change waits ([`Leases::wait_out`]).
+    fn fresh_until(&self) -> Instant {
+        self.born + Duration::from_nanos(self.fresh_until.load(Relaxed))
     }
 
     /// [`Leases::first_life`] unless `restarted`.
@@ -191,7 +228,7 @@ impl Leases {
         let now = Instant::now();
         // the server keeps it a little longer than the client (which counts from before
         // its request left): clocks of two hosts may run at slightly different rates
-        let until = now + self.lease + self.lease / 64 + Duration::from_millis(2);
+        let until = now + self.full();
         if let Some(holds) = t.held.get_mut(path) {
             if let Some(h) = holds.iter_mut().find(|h| h.who.holder == who.holder) {
                 *h = Hold {
@@ -223,7 +260,7 @@ impl Leases {
         if !self.enabled() || paths.is_empty() || self.no_callbacks {
             return false;
         }
-        if Instant::now() < self.fresh_until {
+        if Instant::now() < self.fresh_until() {
             return true;
         }
         let t = self.table();
@@ -283,8 +320,9 @@ impl Leases {
         };
         r.marked[..marked.len()].copy_from_slice(marked);
         // (a server just started waits out the leases of its former life)
-        if !self.no_callbacks && r.until < self.fresh_until {
-            r.until = self.fresh_until;
+        let fresh_until = self.fresh_until();
+        if !self.no_callbacks && r.until < fresh_until {
+            r.until = fresh_until;
             r.fresh = true;
         }
         if t.count == 0 {
