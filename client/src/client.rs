@@ -14,6 +14,9 @@ use std::cell::RefCell;
 use std::collections::{BTreeSet, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+mod open;
+pub use open::{OpenKind, OpenSpec, Opening};
+
 /// Chunk RPCs in flight at once for one large read or write.
 const WINDOW: usize = 16;
 /// Reply room for metadata replies.
@@ -47,6 +50,21 @@ pub struct OpenFile {
 }
 
 impl OpenFile {
+    /// A handle of the regular file at `path` (normal form; its entry on server `meta`),
+    /// opened with `attr` and granted `cap`.
+    fn opened(path: String, attr: Attr, cap: Cap, meta: u32) -> OpenFile {
+        OpenFile {
+            path,
+            attr,
+            cap,
+            meta,
+            orphan: false,
+            written: 0,
+            dirty: false,
+            touched: BTreeSet::new(),
+        }
+    }
+
     /// Size as this handle sees it: published size or what it wrote, whichever is larger.
     pub fn size(&self) -> u64 {
         self.attr.size.max(self.written)
@@ -782,96 +800,6 @@ impl Client {
         (res, r)
     }
 
-    /// An open for reading of a path in normal form, for a handle ([`Client::handle`]): its
-    /// attributes and capability.
-    pub fn open_read(&self, path: &str) -> FsResult<(Attr, Cap)> {
-        granted(self.call_on(
-            path,
-            &Request::Open {
-                path,
-                access: madfs_proto::ACCESS_R,
-                holder: 0,
-            },
-        )?)
-    }
-
-    /// `open` wanting `access` (`ACCESS_R` | `ACCESS_W`) of an existing file: the server
-    /// checks it against the file's mode for this connection's user (EACCES).
-    pub fn open_as(&self, path: &str, flags: OpenFlags, access: u32) -> FsResult<OpenFile> {
-        let path = normalize(path)?;
-
-        let meta = self.meta_of(&path);
-        let (attr, cap) = if flags.create {
-            if path == "/" {
-                return Err(Errno::EISDIR);
-            }
-            self.check_parent(&path)?;
-            let req = Request::Create {
-                path: &path,
-                mode: flags.mode,
-                uid: self.uid,
-                gid: self.gid,
-                excl: flags.excl,
-                trunc: flags.trunc,
-                access,
-                holder: crate::hold::holder(),
-            };
-            match self.call(meta, &req)? {
-                Reply::Created {
-                    attr,
-                    existed,
-                    old_size,
-                    cap,
-                } => {
-                    self.held(meta, &attr, cap)?;
-                    // the server truncated what it holds: chunk 0 too unless that lives on
-                    // the file's home server elsewhere (renamed across servers)
-                    let elsewhere = home_server(attr.id, self.n) != meta;
-                    if existed
-                        && flags.trunc
-                        && (old_size > attr.chunk_size as u64 || (elsewhere && old_size > 0))
-                    {
-                        self.drop_chunks(attr.id, 0, attr.chunk_size, cap)?;
-                    }
-                    (attr, cap)
-                }
-                _ => return Err(Errno::EPROTO),
-            }
-        } else {
-            let (a, cap) = granted(self.call_on(
-                &path,
-                &Request::Open {
-                    path: &path,
-                    access,
-                    holder: crate::hold::holder(),
-                },
-            )?)?;
-            self.held(meta, &a, cap)?;
-            if a.is_dir() {
-                return Err(Errno::EISDIR);
-            }
-            if a.is_special() {
-                return Err(Errno::ENXIO); // no data: see docs/consistency.md
-            }
-            if flags.trunc && a.size > 0 {
-                self.truncate(&path, 0)?;
-                (Attr { size: 0, ..a }, cap)
-            } else {
-                (a, cap)
-            }
-        };
-        Ok(OpenFile {
-            path,
-            attr,
-            cap,
-            meta,
-            orphan: false,
-            written: 0,
-            dirty: false,
-            touched: BTreeSet::new(),
-        })
-    }
-
     /// A regular file opened with this process as holder (granted `cap`) is held: counted
     /// here, and told to its home server when the entry's server (which counted it
     /// otherwise) is another.
@@ -881,7 +809,10 @@ impl Client {
         }
         crate::hold::opened(a.id, cap);
         if home_server(a.id, self.n) != meta {
-            self.hold_elsewhere(a.id, cap)?;
+            if let Err(e) = self.hold_elsewhere(a.id, cap) {
+                crate::hold::closed(a.id);
+                return Err(e);
+            }
         }
         Ok(())
     }

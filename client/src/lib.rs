@@ -18,7 +18,10 @@ pub mod fuse;
 pub mod hold;
 mod local;
 
-pub use client::{dir_pos, mutations, Client, DirCursor, Looked, OpenFile, DIR_POS_END};
+pub use client::{
+    dir_pos, mutations, Client, DirCursor, Looked, OpenFile, OpenKind, OpenSpec, Opening,
+    DIR_POS_END,
+};
 pub use config::ClientConfig;
 pub use fs::{DirEntry, FileSystem, OpenFlags};
 pub use madfs_proto::{Attr, Errno, FindFilter, FsResult, StatFs, TimeSpec};

@@ -8,9 +8,9 @@ use super::follow::with_links;
 use super::paths::{ours, target, Target};
 use crate::conn;
 use crate::fdtable::{self, Desc, KIND_DIR, KIND_FILE};
-use madfs_client::{FileSystem, OpenFlags};
+use madfs_client::{OpenKind, OpenSpec};
 use madfs_hookabi::raw;
-use madfs_proto::{Attr, Errno, FsResult};
+use madfs_proto::{Errno, FsResult};
 use std::sync::atomic::Ordering::*;
 use std::sync::Arc;
 
@@ -28,24 +28,6 @@ fn open_path(p: String, flags: i32, mode: u32) -> FsResult<i32> {
     )
 }
 
-/// The open reference a successful lookup took (`madfs_client::hold`), given back unless
-/// the open ends with a description that will.
-struct Held(Option<u64>);
-
-impl Held {
-    fn of(a: &Attr) -> Held {
-        Held(a.is_file().then_some(a.id))
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        if let Some(id) = self.0.take() {
-            madfs_client::hold::closed(id);
-        }
-    }
-}
-
 /// `open` of madfs path `p`; ELOOP when `p` is a symbolic link.
 fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
     if conn::in_vfork_child() {
@@ -56,23 +38,7 @@ fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
         // as O_CREAT/O_TRUNC); its parent opens them and passes the fd.
         return Err(Errno::ENOTSUP);
     }
-    let access = flags & libc::O_ACCMODE;
-    let create = flags & libc::O_CREAT != 0;
-    let excl = flags & libc::O_EXCL != 0;
-    // as the kernel: O_TRUNC truncates (and needs write permission) with O_RDONLY too
-    let trunc = flags & libc::O_TRUNC != 0 && flags & libc::O_PATH == 0;
-    let mode = mode & !UMASK.load(Relaxed) & 0o7777;
-    // what the server checks against the file's mode bits
-    let want = if flags & libc::O_PATH != 0 {
-        0
-    } else {
-        match access {
-            libc::O_WRONLY => madfs_proto::ACCESS_W,
-            libc::O_RDWR => madfs_proto::ACCESS_R | madfs_proto::ACCESS_W,
-            _ if trunc => madfs_proto::ACCESS_R | madfs_proto::ACCESS_W,
-            _ => madfs_proto::ACCESS_R,
-        }
-    };
+    let spec = OpenSpec::from_flags(flags, mode, UMASK.load(Relaxed));
     let keep = !(libc::O_CREAT
         | libc::O_EXCL
         | libc::O_TRUNC
@@ -86,73 +52,19 @@ fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
     let cloexec = flags & libc::O_CLOEXEC != 0;
     // the kernel fd of a plain open is made while its lookup is on the wire (dropped, as
     // on every error below, it is closed)
-    let mut early: Option<fdtable::KernelFd> = None;
-    let mut held = Held(None);
-    let looked_up = conn::with(|c| {
-        if create {
-            if flags & libc::O_DIRECTORY != 0 {
-                return Err(Errno::EINVAL);
-            }
-            let f = c.open_as(
-                p,
-                OpenFlags {
-                    create,
-                    excl,
-                    trunc,
-                    mode,
-                },
-                want,
-            )?;
-            held = Held::of(&f.attr);
-            if f.attr.is_link() {
-                return Err(Errno::ELOOP);
-            }
-            return Ok((KIND_FILE, f.attr, f.cap));
-        }
-        let (a, k) = c.open_normalized_overlapped(p, want, || fdtable::new_kernel_fd(cloexec));
-        if let Ok((a, _)) = &a {
-            held = Held::of(a);
-        }
-        // no fd (EMFILE) fails the open before anything else, as in the kernel, and so
-        // before O_TRUNC changes the file
-        early = Some(k?);
-        let (a, cap) = a?;
-        if a.is_link() {
-            if flags & libc::O_PATH != 0 && flags & libc::O_NOFOLLOW != 0 {
-                if flags & libc::O_DIRECTORY != 0 {
-                    // (coreutils' `ln -n` asks so whether its destination is a directory)
-                    return Err(Errno::ENOTDIR);
-                }
-                // the link itself, for fstat and *at(fd, "", AT_EMPTY_PATH) (glibc's
-                // fchmodat(AT_SYMLINK_NOFOLLOW) opens it so to answer EOPNOTSUPP)
-                return Ok((KIND_FILE, a, cap));
-            }
-            return Err(Errno::ELOOP);
-        }
-        if a.is_dir() {
-            if access != libc::O_RDONLY {
-                return Err(Errno::EISDIR);
-            }
-            return Ok((KIND_DIR, a, cap));
-        }
-        if flags & libc::O_DIRECTORY != 0 {
-            return Err(Errno::ENOTDIR);
-        }
-        if a.is_special() {
-            return Ok((KIND_FILE, a, cap));
-        }
-        if trunc && a.size > 0 {
-            c.truncate(p, 0)?;
-            return Ok((KIND_FILE, Attr { size: 0, ..a }, cap));
-        }
-        Ok((KIND_FILE, a, cap))
-    });
-    let (kind, attr, cap) = looked_up?;
-    if attr.is_special() {
+    let (opening, early) =
+        conn::with(|c| c.open_with(p, &spec, || fdtable::new_kernel_fd(cloexec)))?;
+    if opening.kind == OpenKind::Special {
         // node-local: a host object behind it (`crate::special`), not a madfs descriptor
         drop(early);
-        return crate::special::open(&attr, flags);
+        return crate::special::open(&opening.attr, flags);
     }
+    let (create, trunc) = (spec.create, spec.trunc);
+    let (attr, cap) = (opening.attr, opening.cap);
+    let kind = match opening.kind {
+        OpenKind::Dir => KIND_DIR,
+        _ => KIND_FILE,
+    };
     // fstat may use the answer of a lookup, or of a create whose request was the one change
     // any client of the process made meanwhile (a truncate makes several: no)
     let now = madfs_client::mutations();
@@ -172,7 +84,7 @@ fn open_once(p: &str, flags: i32, mode: u32) -> FsResult<i32> {
     };
     let fd = k.fd();
     let d = Desc::create_on(k, kind, status, p, &attr, &cap, fresh)?;
-    held.0 = None; // the description's drop gives it back
+    opening.keep(); // the description's drop gives the open reference back
     fdtable::insert(fd, d);
     Ok(fd)
 }
