@@ -1,4 +1,4 @@
-/* madfs ioctls on a directory fd of a madfs path under LD_PRELOAD=libmadfs.so.
+/* madfs ioctls on a (directory) fd of a madfs path under LD_PRELOAD=libmadfs.so.
  * The Rust definitions are in crates/proto/src/ioctl.rs; docs/architecture.md explains them. */
 #ifndef MADFS_H
 #define MADFS_H
@@ -29,5 +29,15 @@ struct madfs_find {
 #define MADFS_IOC_FIND_LIST _IOWR('m', 2, struct madfs_find)
 /* Run the find; fill in the counts only. */
 #define MADFS_IOC_FIND_COUNT _IOWR('m', 3, struct madfs_find)
+
+/* On any madfs fd (file or directory): this process's client cache counters. */
+struct madfs_cache_counts {
+	uint64_t hits;		/* lookups answered from the cache */
+	uint64_t misses;	/* lookups sent to a server */
+	uint64_t revoked;	/* entries the servers called back */
+	uint64_t entries;	/* entries kept now */
+	uint64_t bytes;		/* bytes they take (estimated) */
+};
+#define MADFS_IOC_CACHE_COUNTS _IOR('m', 4, struct madfs_cache_counts)
 
 #endif

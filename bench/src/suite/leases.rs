@@ -1,9 +1,44 @@
-//! What the servers saw of the client cache during one phase (madfs targets, rank 0): the
+//! What the client cache did during one phase (madfs targets): the ranks' own counters
+//! ([`own`]: hits, misses, entries called back), and what the servers saw (rank 0): the
 //! lookups that reached them (`look`; `look_dir`, statahead pages) — every other stat was
 //! answered by a rank's cache — and the changes that waited for callbacks, with their
 //! waits' p50 and p99 (the servers' `revoke_waits`, per power of two of microseconds).
 
 use std::path::Path;
+
+/// The client cache counters (hits, misses, entries called back) of this process when it
+/// runs under libmadfs.so and `dir` is a madfs directory (`MADFS_IOC_CACHE_COUNTS`), else
+/// `None`.
+pub fn own(dir: &str) -> Option<[u64; 3]> {
+    use madfs_proto::ioctl::{CacheCounts, MADFS_IOC_CACHE_COUNTS};
+    let path = std::ffi::CString::new(dir).ok()?;
+    // SAFETY: open(2) of a NUL-terminated path.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY) };
+    if fd < 0 {
+        return None;
+    }
+    let mut c = CacheCounts::default();
+    // SAFETY: the ioctl fills in a CacheCounts (anything but madfs answers ENOTTY).
+    let r = unsafe { libc::ioctl(fd, MADFS_IOC_CACHE_COUNTS as _, &mut c as *mut CacheCounts) };
+    // SAFETY: closing the fd opened above.
+    unsafe { libc::close(fd) };
+    (r == 0).then_some([c.hits, c.misses, c.revoked])
+}
+
+/// What the ranks' caches did in a phase (each rank's counters after less before, summed).
+pub fn own_note(per_rank: &[Option<[u64; 3]>]) -> Option<String> {
+    let mut sum = [0u64; 3];
+    for c in per_rank {
+        let c = (*c)?;
+        for (s, v) in sum.iter_mut().zip(c) {
+            *s += v;
+        }
+    }
+    Some(format!(
+        "cache hits {}, misses {}, called back {}",
+        sum[0], sum[1], sum[2]
+    ))
+}
 
 /// Counters of every server of a cluster at one moment.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -76,6 +111,17 @@ pub fn note(before: &Snapshot, after: &Snapshot, ops: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ranks_cache_counts_are_summed_when_every_rank_has_them() {
+        assert_eq!(
+            own_note(&[Some([5, 1, 0]), Some([7, 2, 3])]).as_deref(),
+            Some("cache hits 12, misses 3, called back 3")
+        );
+        assert_eq!(own_note(&[Some([5, 1, 0]), None]), None);
+        // (a local directory answers ENOTTY)
+        assert_eq!(own("/tmp"), None);
+    }
 
     #[test]
     fn a_phase_note_counts_what_the_servers_saw() {

@@ -23,6 +23,10 @@ struct RankOut {
     secs: f64,
     found: u64,
     p50_us: f64,
+    /// The rank's client cache in the phase: hits, misses, entries called back (madfs
+    /// targets under libmadfs.so).
+    #[serde(default)]
+    cache: Option<[u64; 3]>,
 }
 
 /// Barriers through files in a shared directory: each rank publishes `name.<rank>`
@@ -241,7 +245,15 @@ pub(super) fn run<T: Target>(
         if rank == 0 && say_phases() {
             eprintln!("madfs-bench: {phase} starts");
         }
-        let out = run_phase(t, &cx, phase).with_context(|| format!("{phase}, rank {rank}"))?;
+        let cache_before = super::leases::own(&cx.w);
+        let mut out = run_phase(t, &cx, phase).with_context(|| format!("{phase}, rank {rank}"))?;
+        out.cache = cache_before.zip(super::leases::own(&cx.w)).map(|(b, a)| {
+            [
+                a[0].saturating_sub(b[0]),
+                a[1].saturating_sub(b[1]),
+                a[2].saturating_sub(b[2]),
+            ]
+        });
         let all = sync.allgather(&format!("{phase}.done"), &serde_json::to_vec(&out)?)?;
         let all: Vec<RankOut> = all
             .iter()
@@ -249,6 +261,13 @@ pub(super) fn run<T: Target>(
             .collect::<Result<_, _>>()?;
         if rank == 0 {
             let mut r = summarise(&cx, phase, &all)?;
+            let caches: Vec<Option<[u64; 3]>> = all.iter().map(|o| o.cache).collect();
+            if let Some(n) = super::leases::own_note(&caches) {
+                if !r.note.is_empty() {
+                    r.note.push_str("; ");
+                }
+                r.note.push_str(&n);
+            }
             if let (Some(b), Some(a)) = (&before, servers.and_then(super::leases::snapshot)) {
                 if !r.note.is_empty() {
                     r.note.push_str("; ");

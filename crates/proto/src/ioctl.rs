@@ -1,4 +1,4 @@
-//! The `ioctl`s that libmadfs.so answers on a directory fd of madfs (C declarations in
+//! The `ioctl`s that libmadfs.so answers on a (directory) fd of madfs (C declarations in
 //! `preload/include/madfs.h`). Encoded like Linux's `_IOW`/`_IOWR` with type `'m'`.
 
 /// `_IOC(dir, 'm', nr, size)`.
@@ -53,6 +53,23 @@ pub const MADFS_IOC_FIND_LIST: u64 = ioc(READ | WRITE, 2, std::mem::size_of::<Fi
 /// `ioctl(dirfd, MADFS_IOC_FIND_COUNT, &FindArgs)`: runs the find and fills in the counts only.
 pub const MADFS_IOC_FIND_COUNT: u64 = ioc(READ | WRITE, 3, std::mem::size_of::<FindArgs>());
 
+/// What the client cache of this process did so far (`docs/consistency.md`, "The client
+/// cache"): lookups answered from it, lookups sent, entries the servers called back, and
+/// what it keeps now.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheCounts {
+    pub hits: u64,
+    pub misses: u64,
+    pub revoked: u64,
+    pub entries: u64,
+    pub bytes: u64,
+}
+
+/// `ioctl(fd, MADFS_IOC_CACHE_COUNTS, &CacheCounts)` on any madfs fd: fills in this
+/// process's cache counters.
+pub const MADFS_IOC_CACHE_COUNTS: u64 = ioc(READ, 4, std::mem::size_of::<CacheCounts>());
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -64,5 +81,7 @@ mod tests {
         assert_eq!(MADFS_IOC_DIR_RANGE, 0x4010_6d01);
         assert_eq!(MADFS_IOC_FIND_LIST, 0xc038_6d02);
         assert_eq!(MADFS_IOC_FIND_COUNT, 0xc038_6d03);
+        // _IOR('m', 4, 40)
+        assert_eq!(MADFS_IOC_CACHE_COUNTS, 0x8028_6d04);
     }
 }

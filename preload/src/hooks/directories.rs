@@ -189,7 +189,8 @@ pub(super) fn sys_getdents64(fd: i64, buf: isize, len: i64) -> Ret {
     }
 }
 
-/// The madfs ioctls on a directory fd (`madfs_proto::ioctl`); anything else: ENOTTY.
+/// The madfs ioctls (`madfs_proto::ioctl`): the cache counters on any madfs fd, the others on
+/// a directory fd; anything else: ENOTTY.
 pub(super) fn sys_ioctl(fd: i64, req: i64, arg: isize) -> Ret {
     use madfs_proto::ioctl::*;
     if !fdtable::is_ours(fd) {
@@ -197,6 +198,22 @@ pub(super) fn sys_ioctl(fd: i64, req: i64, arg: isize) -> Ret {
     }
     let d = fdtable::get(fd)?;
     let req = req as u64 & 0xffff_ffff;
+    if req == MADFS_IOC_CACHE_COUNTS {
+        if arg == 0 {
+            return Some(neg(Errno::EFAULT));
+        }
+        let c = madfs_client::cache::counts();
+        let out = CacheCounts {
+            hits: c.hits,
+            misses: c.misses,
+            revoked: c.revoked,
+            entries: c.entries as u64,
+            bytes: c.bytes as u64,
+        };
+        // SAFETY: the caller passes a struct madfs_cache_counts to fill in.
+        unsafe { std::ptr::write_unaligned(arg as *mut CacheCounts, out) };
+        return Some(0);
+    }
     if !d.is_dir()
         || ![
             MADFS_IOC_DIR_RANGE,
