@@ -959,6 +959,11 @@ impl Client {
     /// (`crate::cache::pages_put`; not kept when a slice grants none, or they would not
     /// fit). Returns whether they were kept.
     fn fetch_pages(&self, dir: &str) -> FsResult<bool> {
+        // (a replicated cluster's set whose primary died: fetched again from the new one)
+        self.t.failing_over(&[], || self.fetch_pages_once(dir))
+    }
+
+    fn fetch_pages_once(&self, dir: &str) -> FsResult<bool> {
         let all = self.connect_all()?;
         let gen = crate::cache::generation();
         let sent = std::time::Instant::now();
