@@ -15,6 +15,7 @@ pub mod probe;
 pub mod progress;
 mod settings;
 mod transport;
+pub mod worker_loop;
 
 pub use async_ucx::ucp::{Context, Endpoint, ErrorMode, Listener, PostedRecv, PostedSend, Worker};
 pub use async_ucx::Error as UcxError;

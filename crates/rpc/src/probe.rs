@@ -11,7 +11,7 @@
 //! while is sent a [`Probe`] (a message from a worker of a thread of its own, over the same
 //! transport). A worker that takes the probe is healthy (it was busy, or had sends pending to
 //! a peer that does not read); one that does not take it within as long again is stalled for
-//! good, and [`crate::progress::run`] ends with [`Stalled`]. Nothing short of a new worker
+//! good, and [`crate::worker_loop::run`] ends with [`Stalled`]. Nothing short of a new worker
 //! (the server restarts itself) gets its FIFO moving again.
 
 use crate::progress::block_on;
@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-/// What [`crate::progress::run`] returns (inside an `io::Error`) when its worker is stalled.
+/// What [`crate::worker_loop::run`] returns (inside an `io::Error`) when its worker is stalled.
 #[derive(Debug)]
 pub struct Stalled(pub Duration);
 
@@ -37,7 +37,7 @@ impl std::fmt::Display for Stalled {
 
 impl std::error::Error for Stalled {}
 
-/// Is `e` the error [`crate::progress::run`] ends with for a stalled worker?
+/// Is `e` the error [`crate::worker_loop::run`] ends with for a stalled worker?
 pub fn is_stalled(e: &std::io::Error) -> bool {
     e.get_ref().is_some_and(|i| i.is::<Stalled>())
 }

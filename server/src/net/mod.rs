@@ -30,7 +30,7 @@ use crate::sync::SyncSender;
 use conns::Conns;
 use madfs_proto::tag;
 use madfs_rpc::probe::{Probe, Watch};
-use madfs_rpc::{progress, Listener, Worker};
+use madfs_rpc::{worker_loop, Listener, Worker};
 use park::{Net, Park};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -72,7 +72,7 @@ pub async fn run(
             freeze_at: ucx::stall_fault(),
         }
     });
-    let progress = tokio::task::spawn_local(progress::run(
+    let progress = tokio::task::spawn_local(worker_loop::run(
         worker.clone(),
         cfg.ucx.spin,
         move || s.load(Relaxed),
