@@ -1527,6 +1527,9 @@ impl Drop for Transport {
             self.settings.spin,
             Instant::now() + Duration::from_millis(200),
         );
+        // callbacks that came while the goodbyes went out are taken too (not acknowledged:
+        // the connections are closed; the servers drop a gone connection's holds)
+        self.callbacks.take(worker, true, |_| None);
         if done.is_none() {
             // a goodbye or a flush that did not finish (a frozen server): closing that
             // endpoint would abort the process in UCX ("pending request … should have been
