@@ -46,6 +46,7 @@ pub fn serve(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer
     let row = table::row(req);
     let who = c.who;
     let (target, rewritten) = checked(s, who, req, &row)?;
+    c.no_leases = target.as_ref().is_some_and(|t| t.rejoining());
     let req = rewritten.as_ref().unwrap_or(req);
     if let Some(e) = s.moving.guard(&row.touches) {
         return Err(e);
@@ -133,8 +134,8 @@ fn admit(
             crate::admit::check(&row.admit, who.set.unwrap_or(s.id), n)?;
             let target = rep.admit(who, req)?;
             // a set taken back from a server still up: its leases are waited out
-            if let Some(at) = rep.took_over() {
-                s.leases.wait_out_since(at, rep.serving_lag());
+            if let Some((at, lag)) = rep.took_over() {
+                s.leases.wait_out_since(at, lag);
             }
             Ok(target)
         }

@@ -153,6 +153,7 @@ fn serve(
         data: read_into,
         sync: None,
         holder,
+        no_leases: false,
     };
     let r = crate::pipeline::serve(s, &mut c, &req);
     s.stats.latency.done(req.name(), started);
@@ -191,6 +192,7 @@ pub fn fsync(
             data: &mut [],
             sync: Some(sync),
             holder,
+            no_leases: false,
         };
         let r = match crate::pipeline::serve(s, &mut c, &req) {
             Ok(Answer::Queued(q)) => return q,

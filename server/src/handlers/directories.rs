@@ -338,7 +338,7 @@ pub(crate) fn look_dir(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsRes
         return Err(Errno::ENOENT);
     }
     // (granted before the scan: a change that comes after it calls the page back)
-    let lease_ms = s.leases.grant_page(dir, c.holder);
+    let lease_ms = s.leases.grant_page(dir, c.lease_holder());
     let max = (max_bytes as usize).min(s.max_list_bytes);
     // (the store counts about 48 bytes an entry besides its name; a packed one takes 67)
     let (v, next) = slice(s, dir, start, max / 2)?;

@@ -197,14 +197,14 @@ pub(crate) fn look(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<
             let ms = if several {
                 0
             } else {
-                s.leases.grant(path, c.holder)
+                s.leases.grant(path, c.lease_holder())
             };
             Ok(Answer::Looked(Some(a), ms))
         }
         // no such name in a directory (root's requests skip the ancestors' checks: an
         // ancestor that is no directory is the client's to tell, ENOTDIR, as for `Stat`)
         Err(Errno::ENOENT) if split_parent(path).is_some_and(|(d, _)| s.dirs.get(d).is_some()) => {
-            Ok(Answer::Looked(None, s.leases.grant(path, c.holder)))
+            Ok(Answer::Looked(None, s.leases.grant(path, c.lease_holder())))
         }
         Err(e) => Err(e),
     }

@@ -29,9 +29,17 @@ pub struct Call<'a> {
     /// The client process the connection serves, if it may be given leases (a UCX
     /// connection whose hello named a holder): `crate::state::leases`.
     pub holder: Option<crate::state::leases::Holder>,
+    /// No lease is granted with this request's answer (a replicated set with a rejoining
+    /// member: `crate::replica::forward::Target::rejoining`).
+    pub no_leases: bool,
 }
 
 impl<'a> Call<'a> {
+    /// Whom a lease may be granted to with this request's answer.
+    pub fn lease_holder(&self) -> Option<crate::state::leases::Holder> {
+        self.holder.filter(|_| !self.no_leases)
+    }
+
     /// A call the server makes of itself (its own identity, no data).
     pub fn own(who: &'a Who) -> Call<'a> {
         Call {
@@ -40,6 +48,7 @@ impl<'a> Call<'a> {
             data: &mut [],
             sync: None,
             holder: None,
+            no_leases: false,
         }
     }
 }

@@ -22,7 +22,7 @@ use madfs_store::rocks::RocksMeta;
 use madfs_store::{ChunkStore, MetadataStore};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Release};
+use std::sync::atomic::{AtomicU64, Ordering::AcqRel, Ordering::Acquire, Ordering::Release};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -45,8 +45,13 @@ pub struct Replication {
     /// ... its epoch + 1 (0: none yet) ...
     led_epoch: AtomicU64,
     /// ... and when it last took a set over from a server still up (nanoseconds after
-    /// `born`; 0: never).
+    /// `born`; 0: never), and how long that server may have gone on granting leases after
+    /// then (nanoseconds).
     took_over: AtomicU64,
+    took_lag: AtomicU64,
+    /// When this server's last rejoin finished its copy (nanoseconds after `born`; 0: none
+    /// not yet used): no lease of its sets was granted after then ([`Target::rejoining`]).
+    caught_up: AtomicU64,
     born: Instant,
 }
 
@@ -76,6 +81,10 @@ pub struct Target {
     set: u32,
     epoch: u64,
     to: Vec<u32>,
+    /// A member of the set is rejoining: no lease of a client cache is granted on it (the
+    /// rejoining server, once up, takes the set back and waits out only what was granted
+    /// before its copy: [`Replication::caught_up`]).
+    rejoining: bool,
 }
 
 /// A request's copies: where they go, and how.
@@ -128,6 +137,11 @@ impl Target {
     pub fn epoch(&self) -> u64 {
         self.epoch
     }
+
+    /// Does a member of the set rejoin (no lease is granted on it)?
+    pub fn rejoining(&self) -> bool {
+        self.rejoining
+    }
 }
 
 impl Replication {
@@ -143,6 +157,8 @@ impl Replication {
             led: Mutex::default(),
             led_epoch: AtomicU64::new(0),
             took_over: AtomicU64::new(0),
+            took_lag: AtomicU64::new(0),
+            caught_up: AtomicU64::new(0),
             born: Instant::now(),
         }
     }
@@ -157,12 +173,24 @@ impl Replication {
             return;
         }
         if super::map::takes_over_from_live(led.as_ref(), map, self.me, self.r) {
-            let at = self.born.elapsed().as_nanos().max(1) as u64;
+            // after this server's own rejoin: what its partners granted before its copy
+            // (from then on they granted nothing on its sets); else from now, and as long as
+            // they may go on serving
+            let (at, lag) = match self.caught_up.swap(0, AcqRel) {
+                0 => (
+                    self.born.elapsed().as_nanos().max(1) as u64,
+                    self.serving_lag(),
+                ),
+                at => (at, Duration::ZERO),
+            };
+            self.took_lag.store(lag.as_nanos() as u64, Release);
             self.took_over.store(at, Release);
             tracing::info!(
                 "cluster map epoch {}: a replica set taken back from a server still up; \
-                 changes wait out the leases it may have granted",
-                map.epoch
+                 changes wait out the leases it may have granted (until {:?} from now)",
+                map.epoch,
+                (self.born + Duration::from_nanos(at) + lag)
+                    .saturating_duration_since(Instant::now())
             );
         }
         *led = Some(map.clone());
@@ -170,13 +198,28 @@ impl Replication {
     }
 
     /// When this server last took a replica set over from a server still up (whose leases
-    /// of client caches it does not know, and which may go on granting them until it
-    /// applies the map: for [`Replication::serving_lag`]), if it ever did.
-    pub fn took_over(&self) -> Option<Instant> {
+    /// of client caches it does not know), and how long after that the other may have gone
+    /// on granting them, if it ever did.
+    pub fn took_over(&self) -> Option<(Instant, Duration)> {
         match self.took_over.load(Acquire) {
             0 => None,
-            ns => Some(self.born + Duration::from_nanos(ns)),
+            ns => Some((
+                self.born + Duration::from_nanos(ns),
+                Duration::from_nanos(self.took_lag.load(Acquire)),
+            )),
         }
+    }
+
+    /// This server's rejoin copied everything (`done`: it asks to be up next; the sets'
+    /// primaries granted no lease on them since they served the copy), or did not get to
+    /// be up after all (`!done`).
+    pub(super) fn caught_up_now(&self, done: bool) {
+        let at = if done {
+            self.born.elapsed().as_nanos().max(1) as u64
+        } else {
+            0
+        };
+        self.caught_up.store(at, Release);
     }
 
     /// How long a server that lost a set may go on serving it ([`super::serving_lag`]).
@@ -322,10 +365,14 @@ impl Replication {
         if map.primary(set, self.r) != Some(self.me) {
             return Err(Errno::EREMCHG);
         }
+        let to = map.secondaries(set, self.r);
         Ok(Some(Target {
             set,
             epoch: map.epoch,
-            to: map.secondaries(set, self.r),
+            rejoining: to
+                .iter()
+                .any(|m| map.state(*m) == super::map::State::Rejoining),
+            to,
         }))
     }
 
@@ -587,6 +634,7 @@ pub fn as_set(
         set,
         epoch: map.epoch,
         to: map.secondaries(set, rep.r),
+        rejoining: false,
     };
     serving(Some(target), Some(rep), peers, f);
 }

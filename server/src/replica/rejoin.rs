@@ -73,7 +73,10 @@ fn step(ops: &Server, rate: u64) -> Result<(), String> {
             begin(ops);
             let t = Instant::now();
             let (records, bytes) = catch_up(ops, map.epoch, rate).map_err(|e| e.to_string())?;
-            let a = rep.propose(Change::Up(rep.me))?;
+            rep.caught_up_now(true);
+            let a = rep
+                .propose(Change::Up(rep.me))
+                .inspect_err(|_| rep.caught_up_now(false))?;
             ops.stats.resync_done();
             tracing::info!(
                 "rejoin: caught up in {:.1} s ({records} records, {bytes} bytes of chunks): up in map epoch {}",
