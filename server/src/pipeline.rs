@@ -46,6 +46,8 @@ pub fn serve(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer
     let row = table::row(req);
     let who = c.who;
     let (target, rewritten) = checked(s, who, req, &row)?;
+    // in flight from here, in the epoch it was admitted in, whatever it waits for below
+    let _flight = forward::flight(target.as_ref(), s.replica.as_ref());
     c.no_leases = target.as_ref().is_some_and(|t| t.rejoining());
     let req = rewritten.as_ref().unwrap_or(req);
     if let Some(e) = s.moving.guard(&row.touches) {

@@ -71,6 +71,16 @@ impl Server {
         if a.is_dir() {
             return self.rename_dir(from, to, noreplace);
         }
+        // `to` another name of the same file (a file with several names) on another server:
+        // the rename does nothing, as POSIX says (on this server the store's rename sees it).
+        // A link or unlink of `to` racing this check is ordered after it.
+        if a.nlink > 1 && meta_server(to, n) != self.here() {
+            if let Ok(t) = self.stat_anywhere(to) {
+                if t.id == a.id {
+                    return Ok(Answer::Replaced(None));
+                }
+            }
+        }
         if !self.moving.claim(from) {
             return Err(Errno::EAGAIN);
         }

@@ -564,7 +564,7 @@ fn files_page(stores: &Stores<'_>, set: u32, after: &[u8], after_id: u64) -> FsR
 const PROPOSE_WAIT: Duration = Duration::from_secs(1);
 
 /// Serves `f` for replica set `target.set`, with the changes it makes copied to the set's
-/// secondaries.
+/// secondaries (the caller counts it in flight from its admission: [`flight`]).
 pub fn serving<T>(
     target: Option<Target>,
     rep: Option<&Arc<Replication>>,
@@ -582,31 +582,47 @@ pub fn serving<T>(
         }
     }
     let _reset = Reset;
-    // counted in flight by its epoch (`Replication::settled`)
-    struct Flight<'a>(&'a Replication, u64);
-    impl Drop for Flight<'_> {
-        fn drop(&mut self) {
-            let mut m = self.0.inflight.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(n) = m.get_mut(&self.1) {
-                *n -= 1;
-                if *n == 0 {
-                    m.remove(&self.1);
-                }
-            }
-        }
-    }
-    *rep.inflight
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .entry(t.epoch)
-        .or_default() += 1;
-    let _flight = Flight(rep, t.epoch);
     SET.with(|c| c.set(Some((t.set, t.epoch))));
     WROTE.with(|c| c.set(false));
     if !t.to.is_empty() {
         TARGET.with(|c| *c.borrow_mut() = Some((t, peers.clone(), rep.clone())));
     }
     f()
+}
+
+/// A request counted in flight by the map epoch it was admitted in, from its admission
+/// (before it waits for callbacks) to its end: a rejoining server's copy is served only once
+/// every request admitted before the rejoin's epoch is over (`Replication::settled`). Counted
+/// from the admission, not from its execution: a request admitted in one epoch copies its
+/// changes to the members that epoch names, however late it runs.
+pub struct Flight<'a>(Option<(&'a Replication, u64)>);
+
+/// Counts a request admitted with `target` in flight until the guard is dropped.
+pub fn flight<'a>(target: Option<&Target>, rep: Option<&'a Arc<Replication>>) -> Flight<'a> {
+    let (Some(t), Some(rep)) = (target, rep) else {
+        return Flight(None);
+    };
+    *rep.inflight
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(t.epoch)
+        .or_default() += 1;
+    Flight(Some((rep, t.epoch)))
+}
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        let Some((rep, epoch)) = self.0 else {
+            return;
+        };
+        let mut m = rep.inflight.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = m.get_mut(&epoch) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&epoch);
+            }
+        }
+    }
 }
 
 /// Runs `f` (a server's own background work for replica set `set`: finishing renames,
@@ -636,6 +652,7 @@ pub fn as_set(
         to: map.secondaries(set, rep.r),
         rejoining: false,
     };
+    let _flight = flight(Some(&target), Some(rep));
     serving(Some(target), Some(rep), peers, f);
 }
 
