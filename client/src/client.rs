@@ -4,7 +4,7 @@ use crate::fs::{DirEntry, FileSystem, OpenFlags};
 use crate::local::{self, LocalReads};
 use crate::ClientConfig;
 use futures::future::join_all;
-use madfs_placement::{chunk_server, home_server, meta_server, normalize, split_parent};
+use madfs_placement::{chunk_server, home_server, meta_server, normalize, split_parent, Layout};
 use madfs_proto::frame::{self, PREFIX};
 use madfs_proto::{
     tag, Attr, Cap, Errno, FindFilter, FsResult, Reply, Request, SizeMode, StatFs, TimeSpec,
@@ -254,7 +254,8 @@ pub struct Client {
     statahead: RefCell<Statahead>,
     close_sync: bool,
     t: Transport,
-    n: u32,
+    /// Which server owns each slot: where every key lives.
+    layout: Layout,
     known_dirs: RefCell<KnownDirs>,
     uid: u32,
     gid: u32,
@@ -263,7 +264,9 @@ pub struct Client {
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client").field("servers", &self.n).finish()
+        f.debug_struct("Client")
+            .field("servers", &self.layout.servers())
+            .finish()
     }
 }
 
@@ -329,7 +332,7 @@ impl Client {
         for (chunk, in_chunk, range) in &plan {
             let (head, tail) = rest.split_at_mut(range.len());
             rest = tail;
-            let server = chunk_server(f.attr.id, *chunk, self.n);
+            let server = chunk_server(f.attr.id, *chunk, &self.layout);
             // chunks ≥ 1 of a server on this host: straight from its chunk file
             if *chunk > 0 && self.is_local(server) {
                 let pos = chunk * cs + *in_chunk as u64;
@@ -385,7 +388,7 @@ impl Client {
         let plan = pieces(offset, data.len(), cs, max_piece);
         let mut calls = Vec::with_capacity(plan.len());
         for (chunk, in_chunk, range) in plan {
-            let server = chunk_server(f.attr.id, chunk, self.n);
+            let server = chunk_server(f.attr.id, chunk, &self.layout);
             self.t.ensure(server)?;
             f.touched.insert(server);
             calls.push((server, chunk, in_chunk, &data[range]));
@@ -395,7 +398,7 @@ impl Client {
         // a write that stays in chunk 0 publishes the file's size in the same request, when
         // chunk 0's server (the file's home) holds its entry too
         let all_inline = calls.iter().all(|c| c.1 == 0);
-        let mut with_size = !f.orphan && chunk_server(id, 0, self.n) == f.meta;
+        let mut with_size = !f.orphan && chunk_server(id, 0, &self.layout) == f.meta;
         let path = f.path.clone();
         mutated();
         // (a write that publishes the size changes the entry: see `Client::call`)
@@ -481,10 +484,10 @@ impl Client {
         // sharing the open file): cover every server that can hold a chunk of the file
         let cs = f.attr.chunk_size.max(1) as u64;
         let chunks = f.size().div_ceil(cs);
-        if chunks > 4 * self.n as u64 {
-            servers.extend(0..self.n);
+        if chunks > 4 * self.layout.servers() as u64 {
+            servers.extend(0..self.layout.servers());
         } else {
-            servers.extend((0..chunks.max(1)).map(|c| chunk_server(f.attr.id, c, self.n)));
+            servers.extend((0..chunks.max(1)).map(|c| chunk_server(f.attr.id, c, &self.layout)));
         }
         let deadline = std::time::Instant::now() + self.t.timeout();
         let mut pause = std::time::Duration::from_millis(1);
@@ -552,8 +555,8 @@ impl Client {
     /// A read, write or fsync of `f` failed with `e`: in a replicated cluster, is it worth sending
     /// again after a failover (`Transport::failover`) of the replica sets of its chunks?
     fn failover_file(&self, f: &OpenFile, e: Errno) -> bool {
-        let sets: Vec<u32> = (0..self.n as u64)
-            .map(|c| chunk_server(f.attr.id, c, self.n))
+        let sets: Vec<u32> = (0..self.layout.servers() as u64)
+            .map(|c| chunk_server(f.attr.id, c, &self.layout))
             .collect();
         self.t.failover(&sets, e)
     }
@@ -595,7 +598,7 @@ impl Client {
                 cfg.identity.checksums == madfs_identity::Checksums::Crc32c,
                 t.servers(),
             ),
-            n: t.servers(),
+            layout: Layout::initial(t.servers()),
             t,
             known_dirs: RefCell::default(),
             uid,
@@ -627,7 +630,7 @@ impl Client {
                 cfg.identity.checksums == madfs_identity::Checksums::Crc32c,
                 t.servers(),
             ),
-            n: t.servers(),
+            layout: Layout::initial(t.servers()),
             t,
             known_dirs: RefCell::default(),
             uid,
@@ -653,12 +656,17 @@ impl Client {
 
     /// Number of servers.
     pub fn servers(&self) -> u32 {
-        self.n
+        self.layout.servers()
+    }
+
+    /// Which server owns each slot.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
     }
 
     /// Metadata server of a normalised path.
     pub fn meta_of(&self, path: &str) -> u32 {
-        meta_server(path, self.n)
+        meta_server(path, &self.layout)
     }
 
     /// Is `server` on this host with chunk files this process can read (local reads)?
@@ -808,7 +816,7 @@ impl Client {
             return Ok(());
         }
         crate::hold::opened(a.id, cap);
-        if home_server(a.id, self.n) != meta {
+        if home_server(a.id, &self.layout) != meta {
             if let Err(e) = self.hold_elsewhere(a.id, cap) {
                 crate::hold::closed(a.id);
                 return Err(e);
@@ -820,7 +828,7 @@ impl Client {
     /// The file of `f` has no entry at its path any more (ESTALE): asks its home server
     /// where it is now and points `f` there (a rename's new path, or its orphan record).
     fn relocate(&self, f: &mut OpenFile) -> FsResult<()> {
-        let home = home_server(f.attr.id, self.n);
+        let home = home_server(f.attr.id, &self.layout);
         let deadline = std::time::Instant::now() + self.t.timeout();
         let mut pause = std::time::Duration::from_millis(1);
         loop {
@@ -856,7 +864,7 @@ impl Client {
         };
         let raw = self
             .t
-            .call_sync(home_server(id, self.n), &req, &[], SMALL_REPLY)?;
+            .call_sync(home_server(id, &self.layout), &req, &[], SMALL_REPLY)?;
         match raw.decode()?.0 {
             Reply::Named(p) => Ok(Ok(p.to_owned())),
             Reply::Attr(a) => Ok(Err(a)),
@@ -930,7 +938,7 @@ impl Client {
         let mut f = self.handle(path.to_owned(), attr, cap);
         if whereabouts.is_empty() {
             f.orphan = true;
-            f.meta = home_server(attr.id, self.n);
+            f.meta = home_server(attr.id, &self.layout);
         } else if whereabouts != path {
             f.path = whereabouts.to_owned();
             f.meta = self.meta_of(whereabouts);
@@ -1451,7 +1459,7 @@ impl Client {
 
     /// Connects to every server (those connected already are kept); returns their ids.
     pub fn connect_all(&self) -> FsResult<Vec<u32>> {
-        let all: Vec<u32> = (0..self.n).collect();
+        let all: Vec<u32> = (0..self.layout.servers()).collect();
         for s in &all {
             // (a replicated cluster's set whose server is gone: connected to its new primary)
             self.t.failing_over(&[*s], || self.t.ensure(*s))?;

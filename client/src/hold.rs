@@ -12,7 +12,7 @@
 //! client: its first flush tells each server everything it holds.
 
 use crate::Client;
-use madfs_placement::home_server;
+use madfs_placement::{home_server, Layout};
 use madfs_proto::{Cap, FsResult, Request};
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
@@ -34,7 +34,8 @@ struct Registry {
     /// The servers know this client with what it holds (false: a fork child holding what it
     /// inherited, told with its first flush).
     announced: bool,
-    /// The servers (ids' top bits, see [`home_server`]) that counted an open of this client.
+    /// The home slots (ids' top bits, see [`home_server`]) of the files this client opened:
+    /// their owners counted its opens.
     homes: std::collections::HashSet<u64>,
     /// The process is exiting: its next flush says so to every server in `homes`.
     gone: bool,
@@ -185,13 +186,13 @@ pub fn ever() -> bool {
 
 /// The `Hold` of each server that needs one: with queued closes, or (`all`) every server
 /// holding something of ours, or not yet told of us.
-fn due(n: u32, all: bool) -> Vec<(u32, u64, Vec<u64>, Vec<Cap>)> {
+fn due(l: &Layout, all: bool) -> Vec<(u32, u64, Vec<u64>, Vec<Cap>)> {
     let mut g = reg();
     let Some(r) = g.as_mut() else {
         return vec![];
     };
     if r.gone {
-        let mut servers: Vec<u32> = r.homes.drain().map(|h| home_server(h << 48, n)).collect();
+        let mut servers: Vec<u32> = r.homes.drain().map(|h| home_server(h << 48, l)).collect();
         servers.sort_unstable();
         servers.dedup();
         return servers
@@ -203,26 +204,26 @@ fn due(n: u32, all: bool) -> Vec<(u32, u64, Vec<u64>, Vec<Cap>)> {
     r.announced = true;
     let mut per: HashMap<u32, Vec<u64>> = HashMap::new();
     for id in r.released.drain(..) {
-        per.entry(home_server(id, n)).or_default().push(id);
+        per.entry(home_server(id, l)).or_default().push(id);
     }
     if all {
         for id in r.held.keys() {
-            per.entry(home_server(*id, n)).or_default();
+            per.entry(home_server(*id, l)).or_default();
         }
     }
     // every server written to gets the whole list of what we hold there (and is told when
     // this process goes)
     r.homes.extend(per.keys().map(|s| *s as u64));
     per.into_iter()
-        .map(|(s, release)| (s, r.client, release, held_on(r, s, n)))
+        .map(|(s, release)| (s, r.client, release, held_on(r, s, l)))
         .collect()
 }
 
-/// What `r` holds on server `s` of `n`: one capability per open description.
-fn held_on(r: &Registry, s: u32, n: u32) -> Vec<Cap> {
+/// What `r` holds on server `s` in layout `l`: one capability per open description.
+fn held_on(r: &Registry, s: u32, l: &Layout) -> Vec<Cap> {
     let mut list = Vec::new();
     for (id, (k, cap)) in &r.held {
-        if home_server(*id, n) == s {
+        if home_server(*id, l) == s {
             list.extend(std::iter::repeat_n(*cap, *k as usize));
         }
     }
@@ -255,7 +256,7 @@ impl Client {
     fn send_holds(&self, all: bool) -> FsResult<()> {
         let mut first = Ok(());
         let gone = reg().as_ref().is_some_and(|r| r.gone);
-        for (s, client, release, held) in due(self.servers(), all) {
+        for (s, client, release, held) in due(self.layout(), all) {
             let req = Request::Hold {
                 client,
                 add: vec![],
@@ -276,13 +277,13 @@ impl Client {
     /// Tells file `id`'s home server of an open it did not serve itself (the file's entry
     /// lives on another server since a rename), granted `cap`.
     pub(crate) fn hold_elsewhere(&self, id: u64, cap: Cap) -> FsResult<()> {
-        let s = home_server(id, self.servers());
+        let s = home_server(id, self.layout());
         let (client, held) = {
             let g = reg();
             let Some(r) = g.as_ref() else {
                 return Ok(());
             };
-            (r.client, held_on(r, s, self.servers()))
+            (r.client, held_on(r, s, self.layout()))
         };
         let req = Request::Hold {
             client,
@@ -312,10 +313,13 @@ mod tests {
         assert!(any());
         assert!(!closed(7));
         assert!(!closed(99), "never held: nothing to tell");
-        let d = due(1, false);
+        let d = due(&Layout::initial(1), false);
         assert_eq!(d, vec![(0, me, vec![7], vec![cap])]);
-        assert!(due(1, false).is_empty());
-        assert_eq!(due(1, true), vec![(0, me, vec![], vec![cap])]);
+        assert!(due(&Layout::initial(1), false).is_empty());
+        assert_eq!(
+            due(&Layout::initial(1), true),
+            vec![(0, me, vec![], vec![cap])]
+        );
         let mut full = false;
         for _ in 0..RELEASE_BATCH {
             opened(8, cap);
@@ -325,7 +329,7 @@ mod tests {
         }
         assert!(full);
         let _ = closed(7);
-        let _ = due(1, false);
+        let _ = due(&Layout::initial(1), false);
         assert!(!any());
     }
 }

@@ -257,7 +257,7 @@ fn child() {
         // they name (`args[0]`: a file of nobody's own, made by the parent's setup)
         "wrong-server" => {
             let own_path = args[0].as_str();
-            let own_server = meta_server(own_path, n);
+            let own_server = meta_server(own_path, &madfs_placement::Layout::initial(n));
             let opened = call(
                 own_server,
                 &Request::Open {
@@ -403,13 +403,17 @@ fn child() {
                     | Request::DropPrivs { path, .. } => *path,
                     _ => unreachable!(),
                 };
-                for s in (0..n).filter(|s| *s != meta_server(path, n)) {
+                for s in
+                    (0..n).filter(|s| *s != meta_server(path, &madfs_placement::Layout::initial(n)))
+                {
                     say(&format!("path-{k}@{s}"), &call(s, req, &[]));
                 }
             }
             // by id: the file's home, and its chunks' servers
             let cs = own.chunk_size;
-            for s in (0..n).filter(|s| *s != home_server(own.id, n)) {
+            for s in
+                (0..n).filter(|s| *s != home_server(own.id, &madfs_placement::Layout::initial(n)))
+            {
                 let w = Request::Where {
                     id: own.id,
                     client: madfs_client::hold::holder(),
@@ -425,9 +429,9 @@ fn child() {
             }
             for chunk in [0u64, 1, 2, 3] {
                 let owner = if chunk == 0 {
-                    home_server(own.id, n)
+                    home_server(own.id, &madfs_placement::Layout::initial(n))
                 } else {
-                    chunk_server(own.id, chunk, n)
+                    chunk_server(own.id, chunk, &madfs_placement::Layout::initial(n))
                 };
                 for s in (0..n).filter(|s| *s != owner) {
                     let w = Request::Write {
@@ -452,7 +456,9 @@ fn child() {
             }
             // a size published with an fsync: the path's server only
             let path = own_path;
-            for s in (0..n).filter(|s| *s != meta_server(path, n)) {
+            for s in
+                (0..n).filter(|s| *s != meta_server(path, &madfs_placement::Layout::initial(n)))
+            {
                 let f = Request::Fsync {
                     id: own.id,
                     size_of: Some(path),
@@ -465,7 +471,7 @@ fn child() {
         // hole 2: a symbolic link opened for writing, its target rewritten through the
         // capability
         "symlink" => {
-            let s = meta_server("/rlink", n);
+            let s = meta_server("/rlink", &madfs_placement::Layout::initial(n));
             let rw = madfs_proto::ACCESS_R | madfs_proto::ACCESS_W;
             let open = Request::Open {
                 path: "/rlink",
@@ -483,14 +489,28 @@ fn child() {
                 size_of: None,
                 cap,
             };
-            say("write", &call(home_server(a.id, n), &w, b"/evil"));
+            say(
+                "write",
+                &call(
+                    home_server(a.id, &madfs_placement::Layout::initial(n)),
+                    &w,
+                    b"/evil",
+                ),
+            );
             let tr = Request::TruncateChunks {
                 id: a.id,
                 size: 0,
                 chunk_size: a.chunk_size,
                 cap,
             };
-            say("truncate", &call(home_server(a.id, n), &tr, &[]));
+            say(
+                "truncate",
+                &call(
+                    home_server(a.id, &madfs_placement::Layout::initial(n)),
+                    &tr,
+                    &[],
+                ),
+            );
             let create = Request::Create {
                 path: "/rlink",
                 mode: 0o777,
@@ -506,12 +526,16 @@ fn child() {
             let cap = cap_of(&r);
             say(
                 "write-created",
-                &call(home_server(a.id, n), &w_cap(&w, cap), b"/evil"),
+                &call(
+                    home_server(a.id, &madfs_placement::Layout::initial(n)),
+                    &w_cap(&w, cap),
+                    b"/evil",
+                ),
             );
         }
         // hole 3: O_TRUNC of a file nobody may write
         "trunc" => {
-            let s = meta_server("/rootfile", n);
+            let s = meta_server("/rootfile", &madfs_placement::Layout::initial(n));
             let create = Request::Create {
                 path: "/rootfile",
                 mode: 0o666,
@@ -526,7 +550,7 @@ fn child() {
         }
         // hole 4: an unlink's answer used to write into the other name's file
         "unlink-cap" => {
-            let s = meta_server("/pubdir/alias", n);
+            let s = meta_server("/pubdir/alias", &madfs_placement::Layout::initial(n));
             let r = call(
                 s,
                 &Request::Unlink {
@@ -545,18 +569,32 @@ fn child() {
                 size_of: None,
                 cap,
             };
-            say("write", &call(home_server(id, n), &w, b"EVIL"));
+            say(
+                "write",
+                &call(
+                    home_server(id, &madfs_placement::Layout::initial(n)),
+                    &w,
+                    b"EVIL",
+                ),
+            );
             let tr = Request::TruncateChunks {
                 id,
                 size: 0,
                 chunk_size: a.chunk_size.max(4096),
                 cap,
             };
-            say("truncate", &call(home_server(id, n), &tr, &[]));
+            say(
+                "truncate",
+                &call(
+                    home_server(id, &madfs_placement::Layout::initial(n)),
+                    &tr,
+                    &[],
+                ),
+            );
         }
         // hole 5: the root directory's entries
         "rootdir" => {
-            let at = |p: &str| meta_server(p, n);
+            let at = |p: &str| meta_server(p, &madfs_placement::Layout::initial(n));
             say(
                 "unlink",
                 &call(at("/top-a"), &Request::Unlink { path: "/top-a" }, &[]),
@@ -586,7 +624,7 @@ fn child() {
         }
         // hole 5, once root made `/` sticky and world-writable (1777)
         "rootdir-sticky" => {
-            let at = |p: &str| meta_server(p, n);
+            let at = |p: &str| meta_server(p, &madfs_placement::Layout::initial(n));
             say(
                 "theirs-unlink",
                 &call(at("/top-a"), &Request::Unlink { path: "/top-a" }, &[]),
@@ -600,7 +638,7 @@ fn child() {
         }
         // hole 7: growing a file nobody may write
         "setsize-max" => {
-            let s = meta_server("/rootfile", n);
+            let s = meta_server("/rootfile", &madfs_placement::Layout::initial(n));
             let grow = Request::SetSize {
                 path: "/rootfile",
                 size: 1 << 30,
@@ -689,7 +727,14 @@ fn child() {
                 id: moved,
                 client: holder,
             };
-            say("where", &call(home_server(moved, n), &w, &[]));
+            say(
+                "where",
+                &call(
+                    home_server(moved, &madfs_placement::Layout::initial(n)),
+                    &w,
+                    &[],
+                ),
+            );
             // (no open of it was granted to nobody: a capability of its own making)
             let forged = Cap {
                 id: doomed,
@@ -704,14 +749,21 @@ fn child() {
                 held: vec![forged],
                 gone: false,
             };
-            say("hold", &call(home_server(doomed, n), &h, &[]));
+            say(
+                "hold",
+                &call(
+                    home_server(doomed, &madfs_placement::Layout::initial(n)),
+                    &h,
+                    &[],
+                ),
+            );
         }
         // hole 9: memory (many client numbers holding one file of nobody's own)
         "hold-flood" => {
             let path = args[0].as_str();
             let count: u64 = args[1].parse().unwrap();
             let r = call(
-                meta_server(path, n),
+                meta_server(path, &madfs_placement::Layout::initial(n)),
                 &Request::Open {
                     path,
                     access: madfs_proto::ACCESS_R,
@@ -729,7 +781,11 @@ fn child() {
                     held: vec![cap],
                     gone: false,
                 };
-                if let Err(e) = call(home_server(a.id, n), &h, &[]) {
+                if let Err(e) = call(
+                    home_server(a.id, &madfs_placement::Layout::initial(n)),
+                    &h,
+                    &[],
+                ) {
                     refused += 1;
                     if first.is_empty() {
                         first = format!("{}@{i}", name(e));
@@ -740,7 +796,7 @@ fn child() {
         }
         // hole 10: a write into a set-id file that skips clearing its bits
         "setid" => {
-            let s = meta_server("/pub/setid", n);
+            let s = meta_server("/pub/setid", &madfs_placement::Layout::initial(n));
             let r = call(
                 s,
                 &Request::Open {
@@ -760,7 +816,14 @@ fn child() {
                 size_of: None,
                 cap,
             };
-            say("raw-write", &call(home_server(a.id, n), &w, b"x"));
+            say(
+                "raw-write",
+                &call(
+                    home_server(a.id, &madfs_placement::Layout::initial(n)),
+                    &w,
+                    b"x",
+                ),
+            );
             let d = Request::DropPrivs {
                 path: "/pub/setid",
                 id: a.id,
@@ -774,12 +837,20 @@ fn child() {
             };
             say(
                 "write-after",
-                &call(home_server(a.id, n), &w_cap(&w, cap), b"y"),
+                &call(
+                    home_server(a.id, &madfs_placement::Layout::initial(n)),
+                    &w_cap(&w, cap),
+                    b"y",
+                ),
             );
         }
         // hole 15: entries made in a set-gid directory
         "setgid" => {
-            let r = call(meta_server("/sg/f", n), &new_file("/sg/f"), &[]);
+            let r = call(
+                meta_server("/sg/f", &madfs_placement::Layout::initial(n)),
+                &new_file("/sg/f"),
+                &[],
+            );
             say("create", &r);
             let mk = Request::Mkdir {
                 path: "/sg/d",
@@ -787,7 +858,14 @@ fn child() {
                 uid: NOBODY,
                 gid: NOBODY,
             };
-            say("mkdir", &call(meta_server("/sg/d", n), &mk, &[]));
+            say(
+                "mkdir",
+                &call(
+                    meta_server("/sg/d", &madfs_placement::Layout::initial(n)),
+                    &mk,
+                    &[],
+                ),
+            );
         }
         other => panic!("no attack {other}"),
     }
@@ -932,7 +1010,7 @@ fn another_users_directory_cannot_be_taken() {
     let mut f = Findings::default();
     let got = as_nobody(&cl, &m, "takeover", &[], false);
     let n = 3;
-    let home = meta_server("/alice", n);
+    let home = meta_server("/alice", &madfs_placement::Layout::initial(n));
     for s in 0..n {
         let mk = &got[&format!("mkdir@{s}")];
         if s == home {
@@ -1230,7 +1308,7 @@ fn open_references_belong_to_their_user() {
     c.close(held).unwrap();
     // the removed file's bytes go (nobody's `Hold` kept nothing)
     c.unlink("/pub3/g").unwrap();
-    let home = home_server(g.id, 3) as usize;
+    let home = home_server(g.id, &madfs_placement::Layout::initial(3)) as usize;
     let chunks = cl
         .root()
         .join(format!("server{home}/data"))
@@ -1456,7 +1534,7 @@ fn a_chmod_a_server_missed_is_an_error() {
     let c = client(&cl, Duration::from_secs(60), "none");
     let d = "/chmod-missed";
     c.mkdir(d, 0o755).unwrap();
-    let home = meta_server(d, 3);
+    let home = meta_server(d, &madfs_placement::Layout::initial(3));
     let other = (home + 1) % 3;
     let pid = cl.pid(other as usize).unwrap() as i32;
     // SAFETY: kill(2) of our own child server.

@@ -215,7 +215,8 @@ fn a_published_size_survives_the_primary() {
         c.close(f).unwrap();
         sizes.push((path, 5u64 << 20));
     }
-    let victim = madfs_placement::meta_server("/d/f0", 4) as usize;
+    let victim =
+        madfs_placement::meta_server("/d/f0", &madfs_placement::Layout::initial(4)) as usize;
     cl.kill(victim);
     let rest: Vec<usize> = every.iter().copied().filter(|s| *s != victim).collect();
     until(&cl, &rest, Duration::from_secs(10), "kill", |m| {
@@ -255,7 +256,7 @@ fn a_copy_given_up_on_is_not_sent_when_its_receiver_wakes() {
     // a copy of its write batch is a rendezvous over TCP
     let set0: Vec<String> = (0..)
         .map(|i| format!("/z/f{i}"))
-        .filter(|p| madfs_placement::meta_server(p, 4) == 0)
+        .filter(|p| madfs_placement::meta_server(p, &madfs_placement::Layout::initial(4)) == 0)
         .take(24)
         .collect();
     for p in &set0 {

@@ -706,7 +706,12 @@ fn a_readers_cache_sees_every_change_across_a_failover_and_a_rejoin() {
         .max_by_key(|s| {
             NAMES
                 .iter()
-                .filter(|n| madfs_placement::meta_server(&format!("{DIR}/{n}"), 4) == *s)
+                .filter(|n| {
+                    madfs_placement::meta_server(
+                        &format!("{DIR}/{n}"),
+                        &madfs_placement::Layout::initial(4),
+                    ) == *s
+                })
                 .count()
         })
         .unwrap() as usize;

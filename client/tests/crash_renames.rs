@@ -372,7 +372,10 @@ fn a_server_killed_mid_directory_rename_finishes_it_after_restart() {
         populate(&c);
         // a directory of server 0 (the one that will abort), renamed to a name elsewhere
         let j = (0..DIRS)
-            .find(|j| madfs_placement::meta_server(&dname(*j, 0), 3) == 0)
+            .find(|j| {
+                madfs_placement::meta_server(&dname(*j, 0), &madfs_placement::Layout::initial(3))
+                    == 0
+            })
             .expect("a directory on server 0");
         let t0 = Instant::now();
         let r = c.rename(&dname(j, 0), &dname(j, 1), false);

@@ -362,7 +362,11 @@ fn scenario(transport: &str) {
     let on = |want: bool| {
         (0..1000)
             .map(|i| format!("/mh/f{i}"))
-            .find(|p| (madfs_placement::meta_server(p, SERVERS as u32) == down) == want)
+            .find(|p| {
+                (madfs_placement::meta_server(p, &madfs_placement::Layout::initial(SERVERS as u32))
+                    == down)
+                    == want
+            })
             .expect("a path for each server")
     };
     let (cut_path, kept_path) = (on(true), on(false));

@@ -19,7 +19,9 @@ fn renames_keep_one_name_and_the_data_on_one_server_and_across() {
     let (mut local, mut across) = (0, 0);
     for i in 0..36 {
         let (from, to) = (format!("/r/f{i}"), format!("/r/g{i}"));
-        if meta_server(&from, 3) == meta_server(&to, 3) {
+        if meta_server(&from, &madfs_placement::Layout::initial(3))
+            == meta_server(&to, &madfs_placement::Layout::initial(3))
+        {
             local += 1;
         } else {
             across += 1;
@@ -95,7 +97,10 @@ fn of_concurrent_renames_of_one_source_exactly_one_wins() {
 fn cross_pairs(src: u32, n: usize) -> Vec<(String, String)> {
     (0..)
         .map(|i| (format!("/k/s{i}"), format!("/k/t{i}")))
-        .filter(|(a, b)| meta_server(a, 3) == src && meta_server(b, 3) != src)
+        .filter(|(a, b)| {
+            meta_server(a, &madfs_placement::Layout::initial(3)) == src
+                && meta_server(b, &madfs_placement::Layout::initial(3)) != src
+        })
         .take(n)
         .collect()
 }

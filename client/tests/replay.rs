@@ -50,7 +50,7 @@ fn changes_sent_again_are_answered_not_applied_twice() {
     c.mkdir("/d", 0o755).unwrap();
     let t = c.transport();
     let path = "/d/f";
-    let set = madfs_placement::meta_server(path, 4);
+    let set = madfs_placement::meta_server(path, &madfs_placement::Layout::initial(4));
     let create = excl_create(path);
     let first = once(1, create.clone());
     let id = created(t.call_sync(set, &first, &[], 512)).unwrap();
@@ -72,7 +72,7 @@ fn changes_sent_again_are_answered_not_applied_twice() {
 
     c.mkdir("/d/g", 0o755).unwrap();
     let g = "/d/g";
-    let gs = madfs_placement::meta_server(g, 4);
+    let gs = madfs_placement::meta_server(g, &madfs_placement::Layout::initial(4));
     let rm = once(9, Request::Rmdir { path: g });
     for i in 0..2 {
         let r = t.call_sync(gs, &rm, &[], 512).unwrap();
@@ -80,7 +80,7 @@ fn changes_sent_again_are_answered_not_applied_twice() {
     }
     // an unlink answers the file it removed
     let h = "/d/h";
-    let hs = madfs_placement::meta_server(h, 4);
+    let hs = madfs_placement::meta_server(h, &madfs_placement::Layout::initial(4));
     let h_id = created(t.call_sync(hs, &once(5, excl_create(h)), &[], 512)).unwrap();
     let unlink = once(4, Request::Unlink { path: h });
     for i in 0..2 {
@@ -122,7 +122,7 @@ fn renames_sent_again_are_answered_not_applied_twice() {
     let c = client(&cl, Duration::from_secs(10), "none");
     c.mkdir("/r", 0o755).unwrap();
     let t = c.transport();
-    let set_of = |p: &str| madfs_placement::meta_server(p, 4);
+    let set_of = |p: &str| madfs_placement::meta_server(p, &madfs_placement::Layout::initial(4));
     // a name `<prefix><i>` whose server is (or is not) `from`'s
     let target = |prefix: &str, from: &str, same: bool| {
         (0..1000)
@@ -196,7 +196,7 @@ fn a_move_whose_primary_died_is_finished_by_its_successor() {
     let mut cl = cluster(4, &["--replication", "2"], "none");
     let c = client(&cl, Duration::from_secs(10), "none");
     c.mkdir("/m", 0o755).unwrap();
-    let set_of = |p: &str| madfs_placement::meta_server(p, 4);
+    let set_of = |p: &str| madfs_placement::meta_server(p, &madfs_placement::Layout::initial(4));
     let name = |prefix: &str, set: u32| {
         (0..1000)
             .map(|i| format!("/m/{prefix}{i}"))

@@ -143,7 +143,9 @@ fn malformed_frames_do_not_hurt_the_server() {
     let at = |r: &Request<'_>| match r {
         Request::Read { id, chunk, .. }
         | Request::Write { id, chunk, .. }
-        | Request::WriteData { id, chunk, .. } => madfs_placement::chunk_server(*id, *chunk, 2),
+        | Request::WriteData { id, chunk, .. } => {
+            madfs_placement::chunk_server(*id, *chunk, &madfs_placement::Layout::initial(2))
+        }
         _ => s,
     };
     for r in &hostile {

@@ -286,7 +286,7 @@ fn clients_cannot_plant_entries_or_claim_owners() {
     .enumerate()
     {
         let path = ["/claims-root", "/claims-root-dir", "/claims-root-link"][i];
-        let s = madfs_placement::meta_server(path, 2);
+        let s = madfs_placement::meta_server(path, &madfs_placement::Layout::initial(2));
         t.call_sync(s, req, &[], 512).unwrap().decode().unwrap();
         let a = c.stat_normalized(path).unwrap();
         assert_eq!((a.uid, a.gid), (4321, 4322), "{path}");
@@ -457,7 +457,8 @@ fn data_requests_need_a_capability() {
             let genuine = *cap == read_only;
             // a chunk's reads and writes go to its server (anywhere else: EREMCHG, before
             // any capability is looked at); truncations and fsyncs to every server
-            let chunk_server = madfs_placement::chunk_server(id, 1, 2);
+            let chunk_server =
+                madfs_placement::chunk_server(id, 1, &madfs_placement::Layout::initial(2));
             if s == chunk_server {
                 assert_eq!(
                     answer(s, tag::REQUEST, &write, b"XXXX"),

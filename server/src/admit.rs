@@ -5,7 +5,7 @@
 //! served it would act on a copy of the namespace that is not its own (a second `/alice`
 //! owned by someone else, whose directory-table update replaced the real one everywhere).
 
-use madfs_placement::{chunk_server, home_server, meta_server};
+use madfs_placement::{chunk_server, home_server, meta_server, Layout};
 use madfs_proto::{Errno, FsResult};
 
 /// What a request names, which decides the one server that may serve it.
@@ -28,8 +28,8 @@ pub enum Key<'a> {
 }
 
 /// Is every key in `keys` placed on `set` (a server, or a replica set named by its first
-/// member) among `n` servers? `EREMCHG` if one is not.
-pub fn check(keys: &[Key<'_>], set: u32, n: u32) -> FsResult<()> {
+/// member) by layout `l`? `EREMCHG` if one is not.
+pub fn check(keys: &[Key<'_>], set: u32, l: &Layout) -> FsResult<()> {
     let ours = |owner: u32| {
         if owner == set {
             Ok(())
@@ -42,12 +42,12 @@ pub fn check(keys: &[Key<'_>], set: u32, n: u32) -> FsResult<()> {
             // (a path not in normal form is no key of any server's)
             Key::Path(p) => {
                 madfs_placement::check_normalized(p)?;
-                ours(meta_server(p, n))?
+                ours(meta_server(p, l))?
             }
-            Key::Id(id) => ours(home_server(id, n))?,
-            Key::Chunk(id, c) => ours(chunk_server(id, c, n))?,
-            Key::Ids(v) => v.iter().try_for_each(|id| ours(home_server(*id, n)))?,
-            Key::Caps(v) => v.iter().try_for_each(|c| ours(home_server(c.id, n)))?,
+            Key::Id(id) => ours(home_server(id, l))?,
+            Key::Chunk(id, c) => ours(chunk_server(id, c, l))?,
+            Key::Ids(v) => v.iter().try_for_each(|id| ours(home_server(*id, l)))?,
+            Key::Caps(v) => v.iter().try_for_each(|c| ours(home_server(c.id, l)))?,
             Key::Every | Key::Any => {}
         }
     }
@@ -61,25 +61,26 @@ mod tests {
     #[test]
     fn a_key_is_served_by_its_server_only() {
         let n = 5;
+        let l = &Layout::initial(n);
         let p = "/a/b";
-        let home = meta_server(p, n);
+        let home = meta_server(p, l);
         for s in 0..n {
             assert_eq!(
-                check(&[Key::Path(p)], s, n).is_ok(),
+                check(&[Key::Path(p)], s, l).is_ok(),
                 s == home,
                 "server {s}"
             );
-            assert!(check(&[Key::Any, Key::Every], s, n).is_ok());
+            assert!(check(&[Key::Any, Key::Every], s, l).is_ok());
         }
-        // a file's home, a chunk's server
-        let id = (2u64 << 48) | 7;
-        assert!(check(&[Key::Id(id)], 2, n).is_ok());
-        assert!(check(&[Key::Chunk(id, 0)], 1, n).is_err());
-        let c3 = chunk_server(id, 3, n);
-        assert!(check(&[Key::Chunk(id, 3)], c3, n).is_ok());
-        assert!(check(&[Key::Chunk(id, 3)], (c3 + 1) % n, n).is_err());
+        // a file's home (the owner of the slot its id names), a chunk's server
+        let id = madfs_placement::make_id(2, 7);
+        assert!(check(&[Key::Id(id)], 2, l).is_ok());
+        assert!(check(&[Key::Chunk(id, 0)], 1, l).is_err());
+        let c3 = chunk_server(id, 3, l);
+        assert!(check(&[Key::Chunk(id, 3)], c3, l).is_ok());
+        assert!(check(&[Key::Chunk(id, 3)], (c3 + 1) % n, l).is_err());
         // every one of several
-        let ids = [id, (3u64 << 48) | 1];
-        assert!(check(&[Key::Ids(&ids)], 2, n).is_err() && check(&[Key::Ids(&ids)], 3, n).is_err());
+        let ids = [id, madfs_placement::make_id(3, 1)];
+        assert!(check(&[Key::Ids(&ids)], 2, l).is_err() && check(&[Key::Ids(&ids)], 3, l).is_err());
     }
 }

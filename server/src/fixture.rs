@@ -39,7 +39,7 @@ pub fn server(dir: &std::path::Path) -> Server {
             crate::state::opens::HOLDERS_PER_USER,
         ),
         moving: Default::default(),
-        meta: RocksMeta::open(&dir.join("db"), 0).unwrap(),
+        meta: RocksMeta::open(&dir.join("db")).unwrap(),
         chunks: FsChunks::open(&dir.join("data"), true).unwrap(),
         chunk_size: 4096,
         max_list_bytes: 1 << 16,

@@ -86,7 +86,7 @@ pub fn offline(dirs: &[PathBuf], repair: bool) -> anyhow::Result<bool> {
     let mut opened = Vec::new();
     for d in dirs {
         let r = crate::identity::read_data_dir(d)?;
-        let meta = madfs_store::rocks::RocksMeta::open(&d.join("db"), r.server).map_err(|e| {
+        let meta = madfs_store::rocks::RocksMeta::open(&d.join("db")).map_err(|e| {
             anyhow::anyhow!(
                 "{}: {e:#} (is its server still running? fsck offline needs it stopped)",
                 d.display()

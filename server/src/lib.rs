@@ -239,7 +239,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
             gate.peer_key().clone(),
         )),
         moving: Default::default(),
-        meta: madfs_store::rocks::RocksMeta::open(&cfg.data_dir.join("db"), cfg.id)?,
+        meta: madfs_store::rocks::RocksMeta::open(&cfg.data_dir.join("db"))?,
         chunks: madfs_store::chunks::FsChunks::open(
             &cfg.data_dir.join("data"),
             ident.checksums == madfs_identity::Checksums::Crc32c,
@@ -274,7 +274,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         }),
     });
     if ident.replication >= 2 {
-        ops.meta.keep_own(ident.servers, cfg.id);
+        ops.meta.keep_own(ops.peers.layout(), cfg.id);
         // the stores' writes reach the replica sets' secondaries (replication wraps the
         // store; the store knows nothing of it)
         let copies = Arc::new(replica::tap::Copies);

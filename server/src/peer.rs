@@ -3,6 +3,7 @@
 //! [`Transport`] (UCX workers are `!Send`), found through the cluster file and checked against
 //! the cluster's identity like any client's; every call has the client deadline.
 
+use madfs_placement::Layout;
 use madfs_proto::{Errno, FsResult, Reply, Request};
 use madfs_rpc::{cluster_file, ClusterIdentity, Context, Credentials, Transport, UcxSettings};
 use std::cell::RefCell;
@@ -13,6 +14,8 @@ use std::sync::{Arc, OnceLock};
 /// How this server reaches its peers.
 pub struct Peers {
     identity: ClusterIdentity,
+    /// Which server owns each slot (docs/architecture.md, "Placement").
+    layout: Layout,
     cluster_file: Option<PathBuf>,
     ucx: UcxSettings,
     ctx: OnceLock<Arc<Context>>,
@@ -71,6 +74,7 @@ impl Peers {
     ) -> Self {
         let starts = (0..identity.servers).map(|_| AtomicI64::new(0)).collect();
         Peers {
+            layout: Layout::initial(identity.servers),
             identity,
             cluster_file,
             ucx,
@@ -108,6 +112,11 @@ impl Peers {
     /// Number of servers in the cluster.
     pub fn servers(&self) -> u32 {
         self.identity.servers
+    }
+
+    /// Which server owns each slot: where every key lives.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
     }
 
     /// One call to server `server`: the reply (owned), or the peer's errno; `EIO` when it

@@ -129,11 +129,11 @@ fn admit(
     req: &Request<'_>,
     row: &Row<'_>,
 ) -> FsResult<Option<forward::Target>> {
-    let n = s.peers.servers();
+    let l = s.peers.layout();
     match &s.replica {
-        None => crate::admit::check(&row.admit, s.id, n).map(|()| None),
+        None => crate::admit::check(&row.admit, s.id, l).map(|()| None),
         Some(rep) => {
-            crate::admit::check(&row.admit, who.set.unwrap_or(s.id), n)?;
+            crate::admit::check(&row.admit, who.set.unwrap_or(s.id), l)?;
             let target = rep.admit(who, req)?;
             // a set taken back from a server still up: its leases are waited out
             if let Some((at, lag)) = rep.took_over() {

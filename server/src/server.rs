@@ -128,7 +128,7 @@ impl Server {
         } else {
             format!("{dir}/{name}")
         };
-        madfs_placement::meta_server(&path, self.peers.servers()) == set
+        madfs_placement::meta_server(&path, self.peers.layout()) == set
     }
 
     /// The attributes of `path` (a name of a file with several names: from its home server).
@@ -148,7 +148,7 @@ impl Server {
 
     /// The attributes of `path`, from whichever server holds it.
     pub(crate) fn stat_anywhere(&self, path: &str) -> FsResult<Attr> {
-        let s = madfs_placement::meta_server(path, self.peers.servers());
+        let s = madfs_placement::meta_server(path, self.peers.layout());
         if s == self.here() {
             return self.get(path);
         }

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! # madfs cluster: ID UCX_ADDR CONTROL_ADDR TCP_ADDR
-//! cluster = { id = "5f0c00001234abcd", format = 2, servers = 2, chunk_size = 752128, inline_max = 65536, auth = "key", owner = "1000:1000", replication = 1 }
+//! cluster = { id = "5f0c00001234abcd", format = 3, servers = 2, chunk_size = 752128, inline_max = 65536, auth = "key", owner = "1000:1000", replication = 1 }
 //! 0 127.0.0.1:41000 127.0.0.1:42000 127.0.0.1:43000
 //! 1 127.0.0.1:41001 127.0.0.1:42001 127.0.0.1:43001
 //! ```

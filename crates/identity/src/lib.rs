@@ -3,7 +3,7 @@
 //! read by a client that belongs to another cluster, another size or another data format.
 //!
 //! ```text
-//! cluster = { id = "5f0c…", format = 2, servers = 3, chunk_size = 752128, inline_max = 65536, auth = "key", owner = "1000:1000", replication = 1, checksums = "crc32c" }
+//! cluster = { id = "5f0c…", format = 3, servers = 3, chunk_size = 752128, inline_max = 65536, auth = "key", owner = "1000:1000", replication = 1, checksums = "crc32c" }
 //! ```
 //! - `id`: random, made when the cluster's first server starts on an empty data directory;
 //!   kept in every data directory (`identity.toml`) and in the cluster file's first line, and
@@ -11,8 +11,9 @@
 //!   reused by another cluster's server after a restart, an old cluster file).
 //! - `format`: the on-disk format of a data directory ([`FORMAT_VERSION`]); a server refuses
 //!   a data directory of another format (docs/operations.md, "Upgrades").
-//! - `servers`: placement divides paths and chunks among this many servers: a different count
-//!   moves every file, so servers and clients refuse to run with another one.
+//! - `servers`: how many servers the cluster was made with; the initial slot layout
+//!   (`madfs_placement::Layout::initial`) divides the slots among them, so servers and
+//!   clients refuse to run with another count until membership changes exist (issue 53).
 //! - `chunk_size`, `inline_max`: the default stripe of new files and the bytes of chunk 0
 //!   kept in RocksDB; fixed for the life of the data.
 //! - `auth`, `owner`, `replication`: the security and redundancy settings of the cluster.
@@ -28,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// Format of a data directory (RocksDB keys and values, chunk files) written by this build.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 /// A cluster's random 64-bit id; written as 16 hex digits.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -330,7 +331,7 @@ mod tests {
         assert!(line.contains("id = \"5f0c00001234abcd\""), "{line}");
         assert_eq!(ClusterIdentity::from_line(&line).unwrap(), a);
         // any TOML spelling of the same table
-        let spaced = "cluster={id='5f0c00001234abcd',format=2,servers=3,chunk_size=752128,inline_max=65536,auth='none',replication=1,checksums='crc32c'}";
+        let spaced = "cluster={id='5f0c00001234abcd',format=3,servers=3,chunk_size=752128,inline_max=65536,auth='none',replication=1,checksums='crc32c'}";
         assert_eq!(ClusterIdentity::from_line(spaced).unwrap(), a);
         // a record made before checksums existed has none
         let old = spaced.replace(",checksums='crc32c'", "");

@@ -1039,7 +1039,7 @@ pub struct Refusal {
 
 /// Version of the wire protocol: bumped whenever a request, reply, frame or tag changes
 /// meaning. A client refuses a server whose welcome names another version.
-pub const PROTOCOL_VERSION: u32 = 11;
+pub const PROTOCOL_VERSION: u32 = 12;
 
 /// What a server says to a client right after accepting its connection.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]

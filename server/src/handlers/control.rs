@@ -82,7 +82,7 @@ pub(crate) fn resync(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResul
     let stores = crate::replica::forward::Stores {
         meta: &s.meta,
         chunks: &s.chunks,
-        servers: s.peers.servers(),
+        layout: s.peers.layout(),
         chunk_size: s.chunk_size,
         max_bytes: s.max_list_bytes,
     };

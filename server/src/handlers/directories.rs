@@ -443,7 +443,7 @@ pub fn start_times(
                 }
                 sent.retain(|_, t| now - *t < EVERY);
                 for (dir, time) in due {
-                    let s = meta_server(&dir, ops.peers.servers());
+                    let s = meta_server(&dir, ops.peers.layout());
                     // (a replicated cluster: through the set's primary, which copies it)
                     if s == ops.here() && ops.replica.is_none() {
                         ops.touch(&dir, time);

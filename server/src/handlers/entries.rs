@@ -22,9 +22,10 @@ use madfs_store::rocks::Change;
 use madfs_store::{is_stub, Created, MetadataStore};
 
 impl Server {
-    /// Attributes of a new entry (a fresh id, all times now).
+    /// Attributes of a new entry at `path` (a fresh id of its slot, all times now).
     pub(crate) fn new_attr(
         &self,
+        path: &str,
         mode: u32,
         nlink: u32,
         uid: u32,
@@ -33,7 +34,7 @@ impl Server {
     ) -> FsResult<Attr> {
         let now = now_ns();
         Ok(Attr {
-            id: self.meta.next_id()?,
+            id: self.meta.next_id(madfs_placement::path_slot(path))?,
             mode,
             nlink,
             uid,
@@ -229,7 +230,7 @@ pub(crate) fn create(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResul
     // only a new entry needs room (opening an existing file never)
     let make = &mut || {
         s.chunks.admit_entry()?;
-        s.new_attr(mode, 1, uid, gid, 0)
+        s.new_attr(path, mode, 1, uid, gid, 0)
     };
     // O_EXCL: the insert itself answers EEXIST; else one lookup under the
     // path's lock finds the entry or creates it
@@ -303,7 +304,7 @@ pub(crate) fn symlink(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResu
         return Err(Errno::ENAMETOOLONG);
     }
     let (uid, (mode, gid)) = s.new_owner(c.who, path, libc::S_IFLNK | 0o777);
-    let a = s.new_attr(mode, 1, uid, gid, target.len() as u64)?;
+    let a = s.new_attr(path, mode, 1, uid, gid, target.len() as u64)?;
     // entry and target in one batch
     s.add_entry(path, a, target.as_bytes())
 }
@@ -324,7 +325,7 @@ pub(crate) fn mknod(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult
     let (uid, (mode, gid)) = s.new_owner(c.who, path, mode & (libc::S_IFMT | 0o7777));
     let a = Attr {
         rdev: if dev { rdev } else { 0 },
-        ..s.new_attr(mode, 1, uid, gid, 0)?
+        ..s.new_attr(path, mode, 1, uid, gid, 0)?
     };
     s.add_entry(path, a, &[])
 }
@@ -336,7 +337,7 @@ pub(crate) fn mkdir(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult
     not_root(path, Errno::EEXIST)?;
     s.chunks.admit_entry()?;
     let (uid, (mode, gid)) = s.new_owner(c.who, path, S_IFDIR | (mode & 0o7777));
-    let a = s.new_attr(mode, 2, uid, gid, 0)?;
+    let a = s.new_attr(path, mode, 2, uid, gid, 0)?;
     crate::replica::replay::note(crate::replica::replay::Note::Attr(a));
     s.creating(path, || s.meta.insert(path, &a, &[]))?;
     s.parent_changed(path, a.ctime);
@@ -380,7 +381,7 @@ pub(crate) fn readlink(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -> FsRes
         if !a.is_link() {
             return Err(Errno::EINVAL);
         }
-        let home = madfs_placement::home_server(a.id, s.peers.servers());
+        let home = madfs_placement::home_server(a.id, s.peers.layout());
         if home != s.here() {
             // its target stayed with its home server when its entry moved here
             let req = Request::Readlink { path: "", id: a.id };

@@ -1,8 +1,8 @@
 //! Open files (docs/consistency.md, "Open files"): a file outlives its names while any
 //! process anywhere holds it open.
 //!
-//! * A file's **home server** ([`madfs_placement::home_server`], the server that made its id)
-//!   keeps its chunk 0 and counts its **open references**: per client process (a random number
+//! * A file's **home server** ([`madfs_placement::home_server`], the owner of the slot its id
+//!   names: the slot of the name it was created under) keeps its chunk 0 and counts its **open references**: per client process (a random number
 //!   the process chose, as the user whose connection named it: [`Request::Hold`]), how many
 //!   of its open descriptions name the file (`crate::state::opens`).
 //!   An open or create served by the home server counts one itself (the request names its
@@ -52,7 +52,7 @@ impl Server {
     }
 
     fn is_home(&self, id: u64) -> bool {
-        home_server(id, self.peers.servers()) == self.here()
+        home_server(id, self.peers.layout()) == self.here()
     }
 
     /// The last name of file `a` is gone (this server removed it): its home server keeps it
@@ -62,7 +62,7 @@ impl Server {
         if a.is_dir() {
             return Ok(());
         }
-        let home = home_server(a.id, self.peers.servers());
+        let home = home_server(a.id, self.peers.layout());
         if home != self.here() {
             self.opens.errand(Errand::Forget(home, *a));
             return Ok(());
@@ -123,7 +123,7 @@ impl Server {
 
     /// A rename moved file `id` to `to`: its home server learns where descriptors find it.
     pub(crate) fn moved(&self, id: u64, to: &str) {
-        let home = home_server(id, self.peers.servers());
+        let home = home_server(id, self.peers.layout());
         if home == self.here() {
             self.note_moved(id, to);
         } else if let Err(e) = self.peers.call(home, &Request::Moved { id, to }, &[]) {

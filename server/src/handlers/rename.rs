@@ -63,8 +63,8 @@ impl Server {
         if to.len() > from.len() && to.starts_with(from) && to.as_bytes()[from.len()] == b'/' {
             return Err(Errno::EINVAL);
         }
-        let n = self.peers.servers();
-        if meta_server(from, n) != self.here() {
+        let l = self.peers.layout();
+        if meta_server(from, l) != self.here() {
             return Err(Errno::EINVAL); // sent to the wrong server
         }
         let a = self.get(from)?;
@@ -74,7 +74,7 @@ impl Server {
         // `to` another name of the same file (a file with several names) on another server:
         // the rename does nothing, as POSIX says (on this server the store's rename sees it).
         // A link or unlink of `to` racing this check is ordered after it.
-        if a.nlink > 1 && meta_server(to, n) != self.here() {
+        if a.nlink > 1 && meta_server(to, l) != self.here() {
             if let Ok(t) = self.stat_anywhere(to) {
                 if t.id == a.id {
                     return Ok(Answer::Replaced(None));
@@ -91,7 +91,7 @@ impl Server {
             path: from,
             pending: None,
         };
-        let r = if meta_server(to, n) == self.here() {
+        let r = if meta_server(to, l) == self.here() {
             // a replaced file is forgotten under its name's lock (see `Unlink`)
             let _n = self.opens.name_lock(to);
             self.creating(to, || self.meta.rename_local(from, to, noreplace, now_ns()))
@@ -130,14 +130,14 @@ impl Server {
     /// server) finishes the rename ([`Ops::finish_dir_intents`]). Every step is a call
     /// between servers: no client says what an entry is.
     fn rename_dir(&self, from: &str, to: &str, noreplace: bool) -> FsResult<Answer> {
-        let n = self.peers.servers();
+        let l = self.peers.layout();
         let a = self.get(from)?;
         let stat = |p: &str| self.stat_anywhere(p);
         let replace = match stat(to) {
             Ok(t) if !t.is_dir() => return Err(Errno::ENOTDIR),
             Ok(_) if noreplace => return Err(Errno::EEXIST),
             Ok(_) => {
-                for s in 0..n {
+                for s in 0..l.servers() {
                     if let Answer::Bool(true) = self.on(s, &Request::HasChildren { dir: to })? {
                         return Err(Errno::ENOTEMPTY);
                     }
@@ -200,14 +200,14 @@ impl Server {
     /// first step (the target's name taken meanwhile, its parent gone) ends it with that
     /// errno; after that, or in a later run, a failure leaves the record for the mover.
     fn dir_move(&self, it: &Intent, first: bool) -> FsResult<()> {
-        let n = self.peers.servers();
+        let l = self.peers.layout();
         let (from, to, a) = (it.from.as_str(), it.to.as_str(), it.attr);
         let stat = |p: &str| self.stat_anywhere(p);
         let done = || {
             self.meta.end_dir_move(from)?;
             // the new name is free (if this is lost, its server's mover asks `MoveState`)
             let settle = Request::Settle { path: to, id: a.id };
-            if let Err(e) = self.on(meta_server(to, n), &settle) {
+            if let Err(e) = self.on(meta_server(to, l), &settle) {
                 tracing::debug!("settle {to}: {e}");
             }
             Ok(())
@@ -226,7 +226,7 @@ impl Server {
                 from: pending,
                 src: self.here(),
             };
-            self.on(meta_server(path, n), &req).map(drop)
+            self.on(meta_server(path, l), &req).map(drop)
         };
         // the new directory is a pending move-in until the rename is over: nothing renames,
         // removes or replaces it meanwhile (a client whose answer was lost may try)
@@ -241,7 +241,7 @@ impl Server {
         }
         fault("dirrename-after-attach");
         let mut subtree = Vec::new();
-        for s in 0..n {
+        for s in 0..l.servers() {
             let mut after = Vec::new();
             loop {
                 let (paths, next) = if s == self.here() {
@@ -294,7 +294,7 @@ impl Server {
                 // a move of that file left pending (its server restarted) finishes first
                 let mut tries = 0;
                 loop {
-                    match self.on(meta_server(old, n), &req) {
+                    match self.on(meta_server(old, l), &req) {
                         Err(Errno::EAGAIN) if tries < 100 => {
                             tries += 1;
                             std::thread::sleep(std::time::Duration::from_millis(20));
@@ -310,7 +310,7 @@ impl Server {
         }
         for (d, id) in dirs.iter().rev() {
             let req = Request::Detach { path: d, id: *id };
-            match self.on(meta_server(d, n), &req) {
+            match self.on(meta_server(d, l), &req) {
                 Ok(_) | Err(Errno::ENOENT) => {}
                 Err(e) => return Err(e),
             }
@@ -326,10 +326,10 @@ impl Server {
         if !self.dirs.ready() {
             return Ok(0);
         }
-        let n = self.peers.servers();
+        let l = self.peers.layout();
         let mut left = 0;
         for it in self.meta.dir_intents()? {
-            if !sets.contains(&meta_server(&it.from, n)) || !self.moving.claim_dir(&it.from) {
+            if !sets.contains(&meta_server(&it.from, l)) || !self.moving.claim_dir(&it.from) {
                 continue;
             }
             let r = self.dir_move(&it, false);
@@ -371,7 +371,7 @@ impl Server {
     pub fn renamed_again(&self, from: &str) -> FsResult<Answer> {
         if self.intent_left(from) {
             // (its record may be one a failed primary of this set left: adopted first)
-            let set = [meta_server(from, self.peers.servers())];
+            let set = [meta_server(from, self.peers.layout())];
             self.adopt_moves(&set)?;
             self.finish_intents(&set)?;
             if self.intent_left(from) {
@@ -413,7 +413,7 @@ impl Server {
             from: Some(&it.from),
             src: self.here(),
         };
-        let dst = meta_server(&it.to, self.peers.servers());
+        let dst = meta_server(&it.to, self.peers.layout());
         match self.peers.call(dst, &req, &[]) {
             Ok(Reply::Replaced(old)) => {
                 fault("rename-after-attach");
@@ -460,8 +460,8 @@ impl Server {
     /// set finished meanwhile, or one a rejoin's copy dropped). Returns the moves out of
     /// `sets`.
     pub fn adopt_moves(&self, sets: &[u32]) -> FsResult<usize> {
-        let n = self.peers.servers();
-        let ours = |p: &str| sets.contains(&meta_server(p, n));
+        let l = self.peers.layout();
+        let ours = |p: &str| sets.contains(&meta_server(p, l));
         let intents = self
             .moving
             .release_parked(|| Ok(self.meta.intents()?.into_iter().map(|i| i.from).collect()))?;
@@ -504,12 +504,12 @@ impl Server {
     /// Asks the source's server of every move-in of replica sets `sets` pending for a while
     /// whether its move is over (a `Settle` lost with a crash); settles those that are.
     pub fn settle_arrivals(&self, sets: &[u32]) {
-        let n = self.peers.servers();
+        let l = self.peers.layout();
         for a in self
             .moving
             .stale_arrivals(std::time::Duration::from_secs(1))
             .into_iter()
-            .filter(|a| sets.contains(&meta_server(&a.path, n)))
+            .filter(|a| sets.contains(&meta_server(&a.path, l)))
         {
             let req = Request::MoveState {
                 from: &a.from,
@@ -533,10 +533,10 @@ impl Server {
     /// crash, a failover, or a target that could not be reached), except those a running
     /// rename is finishing. Returns how many are still pending.
     pub fn finish_intents(&self, sets: &[u32]) -> FsResult<usize> {
-        let n = self.peers.servers();
+        let l = self.peers.layout();
         let mut left = 0;
         for it in self.meta.intents()? {
-            if !sets.contains(&meta_server(&it.from, n)) || !self.moving.take_parked(&it.from) {
+            if !sets.contains(&meta_server(&it.from, l)) || !self.moving.take_parked(&it.from) {
                 continue;
             }
             let mut claim = Claimed {

@@ -97,8 +97,8 @@ pub type Records = (Vec<(Vec<u8>, Vec<u8>)>, Option<Vec<u8>>);
 pub struct Stores<'a> {
     pub meta: &'a RocksMeta,
     pub chunks: &'a FsChunks,
-    /// Servers of the cluster.
-    pub servers: u32,
+    /// Where every key lives.
+    pub layout: &'a madfs_placement::Layout,
     /// The cluster's chunk size.
     pub chunk_size: u32,
     /// Largest page of records.
@@ -296,7 +296,7 @@ impl Replication {
         }
         stores
             .meta
-            .records_of_set(stores.servers, set, page.after, max)
+            .records_of_set(stores.layout, set, page.after, max)
     }
 
     pub(super) fn node(&self) -> FsResult<&Arc<Node>> {
@@ -521,7 +521,7 @@ fn files_page(stores: &Stores<'_>, set: u32, after: &[u8], after_id: u64) -> FsR
         0 => (after_id.saturating_add(1), 0),
         _ => return Err(Errno::EINVAL),
     };
-    let (n, cs) = (stores.servers, stores.chunk_size as u64);
+    let (lay, cs) = (stores.layout, stores.chunk_size as u64);
     let mut records = vec![];
     let mut bytes = 0;
     for (id, _) in stores
@@ -535,7 +535,7 @@ fn files_page(stores: &Stores<'_>, set: u32, after: &[u8], after_id: u64) -> FsR
             // only the chunks of `set`: a chunk file holds those of every set this server
             // belongs to, and its data extents are whole blocks (a block shared with
             // another set's chunk would copy zeros over its data)
-            for (a, b) in super::of_sets(id, p, p + l, cs, n, &[set]) {
+            for (a, b) in super::of_sets(id, p, p + l, cs, lay, &[set]) {
                 let a = if id == from { a.max(from_pos) } else { a };
                 if a >= b {
                     continue;

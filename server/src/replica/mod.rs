@@ -392,9 +392,16 @@ pub fn serving_lag(down_after: Duration) -> Duration {
 }
 
 /// The parts of `[from, to)` of file `id`'s chunk file (chunks of `cs` bytes, each at its
-/// byte position in the file) whose chunks belong to one of replica sets `sets` among `n`
-/// servers (a set is named by its first member: the chunk's placement).
-pub fn of_sets(id: u64, from: u64, to: u64, cs: u64, n: u32, sets: &[u32]) -> Vec<(u64, u64)> {
+/// byte position in the file) whose chunks belong to one of replica sets `sets` in layout
+/// `l` (a set is named by its first member: the chunk's placement).
+pub fn of_sets(
+    id: u64,
+    from: u64,
+    to: u64,
+    cs: u64,
+    l: &madfs_placement::Layout,
+    sets: &[u32],
+) -> Vec<(u64, u64)> {
     let mut out: Vec<(u64, u64)> = vec![];
     if cs == 0 || from >= to {
         return out;
@@ -402,7 +409,7 @@ pub fn of_sets(id: u64, from: u64, to: u64, cs: u64, n: u32, sets: &[u32]) -> Ve
     let mut c = from / cs;
     while c * cs < to {
         let (a, b) = ((c * cs).max(from), ((c + 1) * cs).min(to));
-        if sets.contains(&madfs_placement::chunk_server(id, c, n)) {
+        if sets.contains(&madfs_placement::chunk_server(id, c, l)) {
             match out.last_mut() {
                 Some(last) if last.1 == a => last.1 = b,
                 _ => out.push((a, b)),
@@ -430,11 +437,12 @@ mod set_tests {
     #[test]
     fn a_sets_chunks_are_cut_out_of_a_range() {
         let (id, n, cs) = (0x0002_0000_0001_0523u64, 4, 100);
-        let set_of = |c: u64| madfs_placement::chunk_server(id, c, n);
+        let l = &madfs_placement::Layout::initial(n);
+        let set_of = |c: u64| madfs_placement::chunk_server(id, c, l);
         let all: Vec<u32> = (0..n).collect();
-        assert_eq!(of_sets(id, 50, 1000, cs, n, &all), [(50, 1000)]);
+        assert_eq!(of_sets(id, 50, 1000, cs, l, &all), [(50, 1000)]);
         let s = set_of(3);
-        let got = of_sets(id, 0, 1000, cs, n, &[s]);
+        let got = of_sets(id, 0, 1000, cs, l, &[s]);
         assert!(got
             .iter()
             .any(|r| *r == (300, 400) || (r.0 <= 300 && r.1 >= 400)));
@@ -442,6 +450,6 @@ mod set_tests {
             let inside = got.iter().any(|(a, b)| *a <= c * cs && (c + 1) * cs <= *b);
             assert_eq!(inside, set_of(c) == s, "chunk {c}");
         }
-        assert_eq!(of_sets(id, 10, 10, cs, n, &all), []);
+        assert_eq!(of_sets(id, 10, 10, cs, l, &all), []);
     }
 }

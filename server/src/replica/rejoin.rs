@@ -104,7 +104,7 @@ fn catch_up(ops: &Server, epoch: u64, rate: u64) -> FsResult<(u64, u64)> {
     let rep = ops.replica.as_ref().ok_or(Errno::EINVAL)?;
     let n = ops.peers.servers();
     let sets: Vec<u32> = (0..rep.r).map(|i| (rep.me + n - i) % n).collect();
-    let dropped = ops.meta.drop_sets(n, &sets)?;
+    let dropped = ops.meta.drop_sets(ops.peers.layout(), &sets)?;
     tracing::info!("rejoin: copying replica sets {sets:?} (dropped {dropped} stale records)");
     ops.stats.resync_progress(0, 0);
     let mut records = 0u64;
@@ -187,13 +187,13 @@ fn catch_up(ops: &Server, epoch: u64, rate: u64) -> FsResult<(u64, u64)> {
 /// what copies sent meanwhile wrote; returns the bytes dropped.
 fn wipe(ops: &Server, sets: &[u32]) -> FsResult<u64> {
     let rep = ops.replica.as_ref().ok_or(Errno::EINVAL)?;
-    let (n, cs) = (ops.peers.servers(), ops.chunk_size as u64);
+    let (lay, cs) = (ops.peers.layout(), ops.chunk_size as u64);
     let mut wiped = 0;
     for (id, _) in ops.chunks.ids()? {
         let c = rep.catching.lock().unwrap_or_else(|e| e.into_inner());
         let mut ranges = vec![];
         for (p, l) in ops.chunks.extents(id)? {
-            ranges.extend(super::of_sets(id, p, p + l, cs, n, sets));
+            ranges.extend(super::of_sets(id, p, p + l, cs, lay, sets));
         }
         for (a, b) in untouched(c.as_ref(), id, ranges) {
             ops.chunks.punch(id, a, b - a)?;

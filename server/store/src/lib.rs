@@ -231,8 +231,9 @@ pub trait MetadataStore: Send + Sync {
     ) -> FsResult<()>;
     /// Cuts inline chunk 0 of file `id` to `size` bytes.
     fn truncate_inline(&self, id: u64, size: u64) -> FsResult<()>;
-    /// A new file id, unique in the cluster (server id in the top 16 bits).
-    fn next_id(&self) -> FsResult<u64>;
+    /// A new file id of home slot `slot` (the slot of the path it is made for, in the top 16
+    /// bits), unique in the cluster.
+    fn next_id(&self, slot: u32) -> FsResult<u64>;
     /// A mark of the writes so far (monotonic; 0 before the first): what [`Self::sync`]
     /// must cover.
     fn mark(&self) -> u64;

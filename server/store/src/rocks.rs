@@ -16,7 +16,7 @@
 
 use super::flush::SharedFlush;
 use super::{is_stub, Arrival, Created, Entry, Intent, MetadataStore, Tap};
-use madfs_placement::{name_hash, split_parent};
+use madfs_placement::{home_slot, name_hash, path_slot, split_parent, Layout};
 use madfs_proto::{Attr, Errno, FsResult, ATTR_BYTES};
 use rocksdb::{MergeOperands, Options, WriteBatch, WriteOptions, DB};
 use std::path::Path;
@@ -416,7 +416,6 @@ fn size_partial_merge(
 /// The RocksDB metadata store of one server.
 pub struct RocksDbMeta {
     db: DB,
-    server_id: u64,
     next: AtomicU64,
     reserved: Mutex<u64>,
     stripes: Vec<Mutex<()>>,
@@ -429,9 +428,9 @@ pub struct RocksDbMeta {
     /// the scan of orphans (its own open files' work) sees only its own set's. Intents and
     /// move-ins are scanned whole: a server that serves another set after a failover
     /// finishes that set's moves (`replica::forward::primary_of`).
-    own: std::sync::OnceLock<(u32, u32)>,
-    /// A replicated cluster's file ids: made per replica set (its index in the top bits, so
-    /// that a file's home is the set it was made in), from a counter kept in the set's own
+    own: std::sync::OnceLock<(Layout, u32)>,
+    /// A replicated cluster's file ids: the home slot in the top bits (owned by the set it
+    /// was made in, so that a file's home is that set), from a counter kept in the set's own
     /// records (`Z` + set, copied like them): whichever server is the set's primary goes on
     /// from where the last one reserved. Per set: the map epoch the block was taken in, the
     /// next id, the end of the reserved block.
@@ -450,17 +449,24 @@ fn ids_key(set: u32) -> [u8; 5] {
     k
 }
 
-/// The replica set (of `n` servers; the first server of the set, docs/redundancy.md) a
-/// record belongs to: an entry, intent, directory intent or pending move-in by its path
-/// (`meta_server`), a file's inline chunk 0 and orphan record by its id (`home_server`), the
-/// root directory's attributes as `/`.
-/// `None` for what each server keeps of its own (entry counts, the id counter, markers).
-pub fn key_set(key: &[u8], n: u32) -> Option<u32> {
-    let path_set = |p: &[u8]| {
-        std::str::from_utf8(p)
-            .ok()
-            .map(|p| madfs_placement::meta_server(p, n))
-    };
+/// The replica set (the first server of the set, docs/redundancy.md) a record belongs to
+/// in layout `l`: its slot's owner ([`key_slot`]), or the set a replica set's own record
+/// (its id counter, a replay record) names. `None` for what each server keeps of its own
+/// (entry counts, the id counter of an unreplicated server, markers).
+pub fn key_set(key: &[u8], l: &Layout) -> Option<u32> {
+    match *key.first()? {
+        b'Z' => Some(u32::from_be_bytes(key.get(1..5)?.try_into().ok()?)),
+        b'Y' => replay_key_set(key),
+        _ => key_slot(key).map(|s| l.owner(s)),
+    }
+}
+
+/// The slot (docs/architecture.md, "Placement") a record belongs to: an entry, intent,
+/// directory intent or pending move-in by its path ([`path_slot`]), a file's inline chunk 0
+/// and orphan record by its id ([`home_slot`]), the root directory's attributes as `/`.
+/// `None` for records of a server or a replica set rather than of a key.
+pub fn key_slot(key: &[u8]) -> Option<u32> {
+    let of_path = |p: &[u8]| std::str::from_utf8(p).ok().map(path_slot);
     match *key.first()? {
         b'E' => {
             let zero = key.iter().position(|b| *b == 0)?;
@@ -471,16 +477,14 @@ pub fn key_set(key: &[u8], n: u32) -> Option<u32> {
             } else {
                 format!("{parent}/{name}")
             };
-            Some(madfs_placement::meta_server(&path, n))
+            Some(path_slot(&path))
         }
-        b'I' | b'D' | b'A' => path_set(&key[1..]),
+        b'I' | b'D' | b'A' => of_path(&key[1..]),
         b'C' | b'O' => {
             let id = u64::from_be_bytes(key.get(1..9)?.try_into().ok()?);
-            Some(madfs_placement::home_server(id, n))
+            Some(home_slot(id))
         }
-        b'Z' => Some(u32::from_be_bytes(key.get(1..5)?.try_into().ok()?)),
-        b'R' if key == ROOT_KEY => Some(madfs_placement::meta_server("/", n)),
-        b'Y' => replay_key_set(key),
+        b'R' if key == ROOT_KEY => Some(path_slot("/")),
         _ => None,
     }
 }
@@ -559,7 +563,7 @@ impl RocksDbMeta {
     }
 
     /// Opens (creating) the database in `dir`. The WAL stays on.
-    pub fn open(dir: &Path, server_id: u32) -> anyhow::Result<Self> {
+    pub fn open(dir: &Path) -> anyhow::Result<Self> {
         let mut opts = Options::default();
         opts.create_if_missing(true);
         opts.set_merge_operator("madfs.size", size_full_merge, size_partial_merge);
@@ -589,7 +593,6 @@ impl RocksDbMeta {
         };
         Ok(RocksDbMeta {
             db,
-            server_id: server_id as u64,
             next: AtomicU64::new(reserved),
             reserved: Mutex::new(reserved),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
@@ -678,7 +681,7 @@ impl RocksDbMeta {
     /// A new file id of replica set `set` (replicated clusters), served in map `epoch`: a
     /// block taken in another epoch is given up (another server may have been the set's
     /// primary meanwhile) and the counter read again.
-    fn next_id_of_set(&self, set: u32, epoch: u64) -> FsResult<u64> {
+    fn next_id_of_set(&self, set: u32, epoch: u64, slot: u32) -> FsResult<u64> {
         let mut ids = self.set_ids.lock().unwrap_or_else(|e| e.into_inner());
         let fresh = ids.get(&set).is_none_or(|b| b.0 != epoch);
         if fresh {
@@ -701,7 +704,7 @@ impl RocksDbMeta {
             b.2 = new;
         }
         b.1 += 1;
-        Ok(((set as u64) << 48) | n)
+        Ok(madfs_placement::make_id(slot, n))
     }
 
     /// Forgets the id blocks taken (a server that caught up reads the counters again).
@@ -712,18 +715,18 @@ impl RocksDbMeta {
             .clear();
     }
 
-    /// Scans of orphans see only replica set `set`'s (of `n` servers).
-    pub fn keep_own(&self, n: u32, set: u32) {
-        let _ = self.own.set((n, set));
+    /// Scans of orphans see only replica set `set`'s (in layout `l`).
+    pub fn keep_own(&self, l: &Layout, set: u32) {
+        let _ = self.own.set((l.clone(), set));
     }
 
-    /// The records of replica set `set` (of `n` servers; [`key_set`]) in key order after
+    /// The records of replica set `set` (in layout `l`; [`key_set`]) in key order after
     /// `after` (empty: from the start), until about `max_bytes`: what a rejoining server
     /// copies. Returns them and the key to go on after (`None`: done).
     #[allow(clippy::type_complexity)]
     pub fn records_of_set(
         &self,
-        n: u32,
+        l: &Layout,
         set: u32,
         after: &[u8],
         max_bytes: usize,
@@ -740,7 +743,7 @@ impl RocksDbMeta {
             }
         }
         while let (Some(k), Some(v)) = (it.key(), it.value()) {
-            if key_set(k, n) == Some(set) {
+            if key_set(k, l) == Some(set) {
                 bytes += k.len() + v.len() + 16;
                 out.push((k.to_vec(), v.to_vec()));
                 if bytes >= max_bytes {
@@ -754,15 +757,15 @@ impl RocksDbMeta {
         Ok((out, None))
     }
 
-    /// Drops every record of the replica sets `sets` (of `n` servers) held here: a
+    /// Drops every record of the replica sets `sets` (in layout `l`) held here: a
     /// rejoining server's stale copy, before it copies the current one.
-    pub fn drop_sets(&self, n: u32, sets: &[u32]) -> FsResult<u64> {
+    pub fn drop_sets(&self, l: &Layout, sets: &[u32]) -> FsResult<u64> {
         let mut it = self.db.raw_iterator();
         it.seek_to_first();
         let mut b = WriteBatch::default();
         let mut dropped = 0;
         while let Some(k) = it.key() {
-            if key_set(k, n).is_some_and(|s| sets.contains(&s)) {
+            if key_set(k, l).is_some_and(|s| sets.contains(&s)) {
                 b.delete(k);
                 dropped += 1;
                 if b.len() >= 4096 {
@@ -865,8 +868,8 @@ impl RocksDbMeta {
             if k.first() != Some(&kind) {
                 break;
             }
-            if let Some((n, set)) = self.own.get().filter(|_| own_only) {
-                if key_set(k, *n) != Some(*set) {
+            if let Some((l, set)) = self.own.get().filter(|_| own_only) {
+                if key_set(k, l) != Some(*set) {
                     it.next();
                     continue;
                 }
@@ -1358,9 +1361,9 @@ impl MetadataStore for RocksDbMeta {
         Ok(())
     }
 
-    fn next_id(&self) -> FsResult<u64> {
+    fn next_id(&self, slot: u32) -> FsResult<u64> {
         if let Some((set, epoch)) = self.tap().and_then(|t| t.id_scope()) {
-            return self.next_id_of_set(set, epoch);
+            return self.next_id_of_set(set, epoch, slot);
         }
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         if n >= (1u64 << 48) {
@@ -1377,7 +1380,7 @@ impl MetadataStore for RocksDbMeta {
                 .map_err(io)?;
             *reserved = new;
         }
-        Ok((self.server_id << 48) | n)
+        Ok(madfs_placement::make_id(slot, n))
     }
 
     fn mark(&self) -> u64 {
@@ -1450,7 +1453,7 @@ mod tests {
     #[test]
     fn merge_and_list() {
         let dir = tempfile::tempdir().unwrap();
-        let m = RocksDbMeta::open(dir.path(), 3).unwrap();
+        let m = RocksDbMeta::open(dir.path()).unwrap();
         m.insert("/d/a", &attr(1), &[]).unwrap();
         m.merge_size("/d/a", 100, 9).unwrap();
         m.merge_size("/d/a", 50, 2).unwrap();
@@ -1486,7 +1489,7 @@ mod tests {
     #[test]
     fn sizes_folded_at_write_time_keep_the_maximum() {
         let dir = tempfile::tempdir().unwrap();
-        let m = RocksDbMeta::open(dir.path(), 0).unwrap();
+        let m = RocksDbMeta::open(dir.path()).unwrap();
         m.insert("/f", &attr(1), &[]).unwrap();
         // far more publications than MAX_SUCCESSIVE_MERGES, out of order, read in between
         let n = 10 * MAX_SUCCESSIVE_MERGES as u64;
@@ -1514,7 +1517,7 @@ mod tests {
     #[test]
     fn changes_and_publications_apply_in_order() {
         let dir = tempfile::tempdir().unwrap();
-        let m = RocksDbMeta::open(dir.path(), 0).unwrap();
+        let m = RocksDbMeta::open(dir.path()).unwrap();
         m.insert("/d/f", &attr(1), &[]).unwrap();
         m.merge_size("/d/f", 100, 9).unwrap();
         m.change(
@@ -1572,7 +1575,7 @@ mod tests {
     fn entry_counts_follow_inserts_removals_and_survive_reopen() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let m = RocksDbMeta::open(dir.path(), 0).unwrap();
+            let m = RocksDbMeta::open(dir.path()).unwrap();
             assert!(!m.has_children("/").unwrap());
             m.insert("/d", &attr(1), &[]).unwrap();
             assert!(m.has_children("/").unwrap());
@@ -1598,7 +1601,7 @@ mod tests {
             assert!(!m.has_children("/d").unwrap());
         }
         // ... which is counted at open
-        let m = RocksDbMeta::open(dir.path(), 0).unwrap();
+        let m = RocksDbMeta::open(dir.path()).unwrap();
         assert!(m.has_children("/d").unwrap());
         assert!(m.has_children("/").unwrap());
         m.remove_entry("/d/moved").unwrap();
@@ -1610,7 +1613,7 @@ mod tests {
     #[test]
     fn racing_get_or_insert_makes_one_entry() {
         let dir = tempfile::tempdir().unwrap();
-        let m = RocksDbMeta::open(dir.path(), 0).unwrap();
+        let m = RocksDbMeta::open(dir.path()).unwrap();
         for round in 0..50u64 {
             let path = format!("/d/f{round}");
             let made: Vec<Created> = std::thread::scope(|s| {
@@ -1650,19 +1653,19 @@ mod tests {
     fn ids_survive_reopen() {
         let dir = tempfile::tempdir().unwrap();
         let first = {
-            let m = RocksDbMeta::open(dir.path(), 2).unwrap();
-            m.next_id().unwrap()
+            let m = RocksDbMeta::open(dir.path()).unwrap();
+            m.next_id(7).unwrap()
         };
-        let m = RocksDbMeta::open(dir.path(), 2).unwrap();
-        let second = m.next_id().unwrap();
-        assert_eq!(first >> 48, 2);
+        let m = RocksDbMeta::open(dir.path()).unwrap();
+        let second = m.next_id(7).unwrap();
+        assert_eq!(madfs_placement::home_slot(first), 7);
         assert!(second > first);
     }
 
     #[test]
     fn inline_data() {
         let dir = tempfile::tempdir().unwrap();
-        let m = RocksDbMeta::open(dir.path(), 0).unwrap();
+        let m = RocksDbMeta::open(dir.path()).unwrap();
         m.write_inline(5, 3, b"abc", None).unwrap();
         let mut out = [9u8; 10];
         assert_eq!(m.read_inline(5, 0, &mut out).unwrap(), 6);
@@ -1680,7 +1683,7 @@ mod tests {
         assert_eq!(prefix_end(&[0xff]), None);
         // a scan of a prefix whose keys are all deleted, with live keys after it, sees none
         let dir = tempfile::tempdir().unwrap();
-        let m = RocksDbMeta::open(dir.path(), 0).unwrap();
+        let m = RocksDbMeta::open(dir.path()).unwrap();
         for i in 0..100u32 {
             m.db.put(format!("Ax{i}"), b"v").unwrap();
         }
