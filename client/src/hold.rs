@@ -12,7 +12,7 @@
 //! client: its first flush tells each server everything it holds.
 
 use crate::Client;
-use madfs_placement::{home_server, Layout};
+use madfs_placement::{home_server, home_slot, Layout};
 use madfs_proto::{Cap, FsResult, Request};
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
@@ -34,9 +34,9 @@ struct Registry {
     /// The servers know this client with what it holds (false: a fork child holding what it
     /// inherited, told with its first flush).
     announced: bool,
-    /// The home slots (ids' top bits, see [`home_server`]) of the files this client opened:
+    /// The home slots ([`home_slot`]) of the files this client opened:
     /// their owners counted its opens.
-    homes: std::collections::HashSet<u64>,
+    homes: std::collections::HashSet<u32>,
     /// The process is exiting: its next flush says so to every server in `homes`.
     gone: bool,
 }
@@ -95,7 +95,7 @@ pub fn holder() -> u64 {
 pub fn opened(id: u64, cap: Cap) {
     if let Some(r) = reg().as_mut() {
         r.held.entry(id).or_insert((0, cap)).0 += 1;
-        r.homes.insert(id >> 48);
+        r.homes.insert(home_slot(id));
     }
 }
 
@@ -157,10 +157,10 @@ pub fn closed(id: u64) -> bool {
 pub fn exiting() {
     if let Some(r) = reg().as_mut() {
         for id in std::mem::take(&mut r.held).into_keys() {
-            r.homes.insert(id >> 48);
+            r.homes.insert(home_slot(id));
         }
         for id in std::mem::take(&mut r.released) {
-            r.homes.insert(id >> 48);
+            r.homes.insert(home_slot(id));
         }
         r.gone = true;
     }
@@ -192,7 +192,7 @@ fn due(l: &Layout, all: bool) -> Vec<(u32, u64, Vec<u64>, Vec<Cap>)> {
         return vec![];
     };
     if r.gone {
-        let mut servers: Vec<u32> = r.homes.drain().map(|h| home_server(h << 48, l)).collect();
+        let mut servers: Vec<u32> = r.homes.drain().map(|h| l.owner(h)).collect();
         servers.sort_unstable();
         servers.dedup();
         return servers
@@ -212,8 +212,7 @@ fn due(l: &Layout, all: bool) -> Vec<(u32, u64, Vec<u64>, Vec<Cap>)> {
         }
     }
     // every server written to gets the whole list of what we hold there (and is told when
-    // this process goes)
-    r.homes.extend(per.keys().map(|s| *s as u64));
+    // this process goes: `homes` has the home slot of every id `opened` counted)
     per.into_iter()
         .map(|(s, release)| (s, r.client, release, held_on(r, s, l)))
         .collect()

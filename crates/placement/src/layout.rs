@@ -145,24 +145,28 @@ pub fn chunk_slot(id: u64, chunk: u64) -> u32 {
     slot_of_hash(hash64(&key, crate::CHUNK_SEED))
 }
 
-/// The home slot of file `id`: its top 16 bits, which the server that made it set to the
-/// slot of the path it was created under (so its chunk 0, open references and orphan record
-/// start beside its entry and move with that slot). An id naming no slot falls back to a
-/// hash of the id.
+/// Bits of a file id that name its home slot (its low bits: [`SLOTS`] = 2¹²).
+pub const SLOT_BITS: u32 = 12;
+
+/// Ids a server (or a replicated cluster's replica set) can make: its counter's bound.
+pub const ID_COUNTER_END: u64 = 1 << (64 - SLOT_BITS);
+
+/// The home slot of file `id`: its low [`SLOT_BITS`] bits, which the server that made it
+/// set to the slot of the path it was created under (so its chunk 0, open references and
+/// orphan record start beside its entry and move with that slot).
 #[inline]
 pub fn home_slot(id: u64) -> u32 {
-    let s = (id >> 48) as u32;
-    if s < SLOTS {
-        s
-    } else {
-        chunk_slot(id, 0)
-    }
+    (id & (SLOTS as u64 - 1)) as u32
 }
 
-/// A file id of home slot `slot` and counter `n` (< 2⁴⁸).
+/// A file id of home slot `slot` and counter `n` (< [`ID_COUNTER_END`]). The counter takes
+/// the high bits, so the ids one server makes grow with time whatever their slots: keys by
+/// id (inline chunk 0) stay in creation order in RocksDB, as a phase that reads or removes
+/// files in that order wants (with the slot in the high bits, mdtest-hard-read ran at 0.81×
+/// and the deletes at 0.75–0.85×: every read landed in another block).
 #[inline]
 pub fn make_id(slot: u32, n: u64) -> u64 {
-    ((slot as u64) << 48) | (n & ((1 << 48) - 1))
+    (n << SLOT_BITS) | (slot % SLOTS) as u64
 }
 
 #[cfg(test)]
@@ -291,8 +295,9 @@ mod tests {
     #[test]
     fn home_slots() {
         assert_eq!(home_slot(make_id(17, 5)), 17);
-        assert_eq!(make_id(17, 5) & 0xffff_ffff_ffff, 5);
-        let foreign = 0xffffu64 << 48;
-        assert_eq!(home_slot(foreign), chunk_slot(foreign, 0));
+        assert_eq!(make_id(17, 5) >> SLOT_BITS, 5);
+        assert_eq!(1 << SLOT_BITS, SLOTS);
+        // one server's ids grow with its counter, whatever their slots
+        assert!(make_id(4095, 5) < make_id(0, 6));
     }
 }

@@ -18,7 +18,10 @@
 
 mod layout;
 
-pub use layout::{chunk_slot, home_slot, make_id, path_slot, slot_of_hash, Layout, SLOTS};
+pub use layout::{
+    chunk_slot, home_slot, make_id, path_slot, slot_of_hash, Layout, ID_COUNTER_END, SLOTS,
+    SLOT_BITS,
+};
 use madfs_proto::Errno;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
@@ -81,7 +84,7 @@ pub fn replicas(first: u32, n: u32, r: u32) -> impl Iterator<Item = u32> {
 /// directory: one sparse file, each chunk at its byte position in the madfs file (chunk *c* at
 /// *c* × chunk size). Servers write there; clients on the same host read there directly.
 pub fn chunk_file(id: u64) -> String {
-    format!("{:02x}/{id:016x}", id % 256)
+    format!("{:02x}/{id:016x}", (id >> SLOT_BITS) % 256)
 }
 
 /// Name of the file in a server's chunk directory holding the random token it writes at
@@ -244,14 +247,11 @@ mod tests {
             ["/", "/a", "/a/b", "/mdtest/file.123"].map(|p| meta_server(p, &l)),
             PATH_SLOTS.map(|s| s % 7)
         );
-        // chunk 0 on the owner of the id's home slot; an id of no slot falls back to a hash
+        // chunk 0 on the owner of the id's home slot
         let l = Layout::initial(5);
+        assert_eq!(make_id(13, 17), 17 << 12 | 13);
         assert_eq!(chunk_server(make_id(3, 17), 0, &l), 3);
         assert_eq!(home_server(make_id(13, 17), &l), 3);
-        assert_eq!(
-            home_server(0xffff << 48, &l),
-            chunk_slot(0xffff << 48, 0) % 5
-        );
         assert_eq!(chunk_server(99, 7, &l), data_server(99, 7, &l));
     }
     const NAME_HASH_FILE0: u64 = 8_013_791_070_622_528_087;

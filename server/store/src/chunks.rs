@@ -1,5 +1,6 @@
 //! Chunk store on a local directory: the chunks of file *id* that live on this server are
-//! kept in one sparse local file, `data/<id % 256 as 2 hex>/<id as 16 hex>`, each at its byte
+//! kept in one sparse local file, `data/<(id >> 12) % 256 as 2 hex>/<id as 16 hex>`
+//! (`madfs_placement::chunk_file`), each at its byte
 //! position in the madfs file (chunk *c* at *c* × chunk size); the chunks placed on other
 //! servers are holes. One file per madfs file and server, not one per chunk: creating and
 //! deleting a local file per 752 KiB chunk cost more than the writes (ext4 inode allocation

@@ -429,7 +429,7 @@ pub struct RocksDbMeta {
     /// move-ins are scanned whole: a server that serves another set after a failover
     /// finishes that set's moves (`replica::forward::primary_of`).
     own: std::sync::OnceLock<(Layout, u32)>,
-    /// A replicated cluster's file ids: the home slot in the top bits (owned by the set it
+    /// A replicated cluster's file ids: the home slot in the low bits (owned by the set it
     /// was made in, so that a file's home is that set), from a counter kept in the set's own
     /// records (`Z` + set, copied like them): whichever server is the set's primary goes on
     /// from where the last one reserved. Per set: the map epoch the block was taken in, the
@@ -693,7 +693,7 @@ impl RocksDbMeta {
         }
         let b = ids.get_mut(&set).ok_or(Errno::EIO)?;
         let n = b.1;
-        if n >= 1u64 << 48 {
+        if n >= madfs_placement::ID_COUNTER_END {
             return Err(Errno::ENOSPC);
         }
         if n >= b.2 {
@@ -1366,7 +1366,7 @@ impl MetadataStore for RocksDbMeta {
             return self.next_id_of_set(set, epoch, slot);
         }
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        if n >= (1u64 << 48) {
+        if n >= madfs_placement::ID_COUNTER_END {
             return Err(Errno::ENOSPC);
         }
         let mut reserved = self.reserved.lock().unwrap_or_else(|e| e.into_inner());
