@@ -75,9 +75,10 @@ impl Layout {
             servers: new + 1,
             owners: self.owners.clone(),
         };
-        let members = self.shares().iter().filter(|c| **c > 0).count() as u32;
+        let mut shares = next.shares();
+        let members = shares.iter().filter(|c| **c > 0).count() as u32;
+        shares.push(0);
         for _ in 0..SLOTS / (members + 1) {
-            let shares = next.shares();
             let (from, _) = shares
                 .iter()
                 .enumerate()
@@ -88,6 +89,8 @@ impl Layout {
                 .find(|s| next.owner(*s) == from as u32)
                 .expect("the fullest server owns a slot");
             next.owners[slot as usize] = new as u16;
+            shares[from] -= 1;
+            shares[new as usize] += 1;
         }
         next
     }
