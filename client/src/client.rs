@@ -12,6 +12,7 @@ use madfs_proto::{
 use madfs_rpc::{RawReply, Transport};
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashSet, VecDeque};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 mod open;
@@ -24,6 +25,8 @@ const SMALL_REPLY: usize = 512;
 /// Names per readdir page (bytes), and the room for its reply.
 const LIST_BYTES: u32 = 16 << 10;
 const LIST_REPLY: usize = 64 << 10;
+/// Largest reply to `Map` (each server's state, and the layout: 8 KiB).
+const MAP_REPLY: usize = 16 << 10;
 /// Bytes of matches per find page (the server caps pages at half its 64 KiB header room).
 const FIND_BYTES: u32 = 32 << 10;
 /// Header room the server keeps in each frame (`net::HEADER_ROOM` on the server).
@@ -254,8 +257,11 @@ pub struct Client {
     statahead: RefCell<Statahead>,
     close_sync: bool,
     t: Transport,
-    /// Which server owns each slot: where every key lives.
-    layout: Layout,
+    /// Which server owns each slot: where every key lives (the cluster map's, learnt again
+    /// when a server refuses a request for a key it no longer holds, [`Client::relayout`]).
+    layout: RefCell<Rc<Layout>>,
+    /// The map epoch of `layout` (0: the initial layout, not asked yet).
+    layout_epoch: std::cell::Cell<u64>,
     known_dirs: RefCell<KnownDirs>,
     uid: u32,
     gid: u32,
@@ -265,7 +271,7 @@ pub struct Client {
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("servers", &self.layout.servers())
+            .field("servers", &self.layout().servers())
             .finish()
     }
 }
@@ -329,20 +335,47 @@ impl Client {
         let plan = pieces(offset, len, cs, max_piece);
         let mut rest = &mut buf[..len];
         let mut slices = Vec::with_capacity(plan.len());
+        let layout = self.layout();
+        // (a replicated cluster's layout never changes: its map epoch moves with failovers)
+        let checked = !self.t.replicated();
+        // the epoch each local server published before its files were read here
+        let mut read_at: Vec<(u32, u64)> = vec![];
         for (chunk, in_chunk, range) in &plan {
             let (head, tail) = rest.split_at_mut(range.len());
             rest = tail;
-            let server = chunk_server(f.attr.id, *chunk, &self.layout);
-            // chunks ≥ 1 of a server on this host: straight from its chunk file
+            let server = chunk_server(f.attr.id, *chunk, &layout);
+            // chunks ≥ 1 of a server on this host: straight from its chunk file, while this
+            // client's layout is as new as the server's map
             if *chunk > 0 && self.is_local(server) {
-                let pos = chunk * cs + *in_chunk as u64;
-                if let Some(n) = self.local.read(server, f.attr.id, pos, head) {
-                    head[n..].fill(0);
-                    continue;
+                let before = match read_at.iter().find(|(s, _)| *s == server) {
+                    _ if !checked => Some(0),
+                    Some((_, e)) => Some(*e),
+                    None => self.local.published(server),
+                };
+                // a newer map there: learnt first (a read of another layout goes again)
+                if before.is_some_and(|e| e > self.layout_epoch.get()) && self.relayout(server) {
+                    return Err(Errno::EAGAIN);
+                }
+                if let Some(e) = before.filter(|e| *e <= self.layout_epoch.get()) {
+                    let pos = chunk * cs + *in_chunk as u64;
+                    if let Some(n) = self.local.read(server, f.attr.id, pos, head) {
+                        head[n..].fill(0);
+                        if checked && !read_at.iter().any(|(s, _)| *s == server) {
+                            read_at.push((server, e));
+                        }
+                        continue;
+                    }
                 }
             }
             self.t.ensure(server)?;
             slices.push((server, *chunk, *in_chunk, head));
+        }
+        // a slot of a server read here moved meanwhile: the read again
+        if read_at
+            .iter()
+            .any(|(s, e)| self.local.published(*s) != Some(*e))
+        {
+            return Err(Errno::EAGAIN);
         }
         for group in slices.chunks_mut(WINDOW) {
             let involved: Vec<u32> = group.iter().map(|g| g.0).collect();
@@ -388,7 +421,7 @@ impl Client {
         let plan = pieces(offset, data.len(), cs, max_piece);
         let mut calls = Vec::with_capacity(plan.len());
         for (chunk, in_chunk, range) in plan {
-            let server = chunk_server(f.attr.id, chunk, &self.layout);
+            let server = chunk_server(f.attr.id, chunk, &self.layout());
             self.t.ensure(server)?;
             f.touched.insert(server);
             calls.push((server, chunk, in_chunk, &data[range]));
@@ -398,7 +431,7 @@ impl Client {
         // a write that stays in chunk 0 publishes the file's size in the same request, when
         // chunk 0's server (the file's home) holds its entry too
         let all_inline = calls.iter().all(|c| c.1 == 0);
-        let mut with_size = !f.orphan && chunk_server(id, 0, &self.layout) == f.meta;
+        let mut with_size = !f.orphan && chunk_server(id, 0, &self.layout()) == f.meta;
         let path = f.path.clone();
         mutated();
         // (a write that publishes the size changes the entry: see `Client::call`)
@@ -484,10 +517,10 @@ impl Client {
         // sharing the open file): cover every server that can hold a chunk of the file
         let cs = f.attr.chunk_size.max(1) as u64;
         let chunks = f.size().div_ceil(cs);
-        if chunks > 4 * self.layout.servers() as u64 {
-            servers.extend(0..self.layout.servers());
+        if chunks > 4 * self.layout().servers() as u64 {
+            servers.extend(0..self.layout().servers());
         } else {
-            servers.extend((0..chunks.max(1)).map(|c| chunk_server(f.attr.id, c, &self.layout)));
+            servers.extend((0..chunks.max(1)).map(|c| chunk_server(f.attr.id, c, &self.layout())));
         }
         let deadline = std::time::Instant::now() + self.t.timeout();
         let mut pause = std::time::Duration::from_millis(1);
@@ -555,8 +588,21 @@ impl Client {
     /// A read, write or fsync of `f` failed with `e`: in a replicated cluster, is it worth sending
     /// again after a failover (`Transport::failover`) of the replica sets of its chunks?
     fn failover_file(&self, f: &OpenFile, e: Errno) -> bool {
-        let sets: Vec<u32> = (0..self.layout.servers() as u64)
-            .map(|c| chunk_server(f.attr.id, c, &self.layout))
+        if e == Errno::EREMCHG && !self.t.replicated() {
+            // a slot of the file moved: the layout is learnt again (or, when the refusing
+            // server has not applied the move yet, after a pause)
+            if !self.relayout(f.meta) {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            return true;
+        }
+        if e == Errno::EAGAIN && !self.t.replicated() {
+            // a slot of the file is frozen for its move (a write sends its own again)
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            return true;
+        }
+        let sets: Vec<u32> = (0..self.layout().servers() as u64)
+            .map(|c| chunk_server(f.attr.id, c, &self.layout()))
             .collect();
         self.t.failover(&sets, e)
     }
@@ -598,7 +644,8 @@ impl Client {
                 cfg.identity.checksums == madfs_identity::Checksums::Crc32c,
                 t.servers(),
             ),
-            layout: Layout::initial(t.servers()),
+            layout: RefCell::new(Rc::new(Layout::initial(t.servers()))),
+            layout_epoch: Default::default(),
             t,
             known_dirs: RefCell::default(),
             uid,
@@ -630,7 +677,8 @@ impl Client {
                 cfg.identity.checksums == madfs_identity::Checksums::Crc32c,
                 t.servers(),
             ),
-            layout: Layout::initial(t.servers()),
+            layout: RefCell::new(Rc::new(Layout::initial(t.servers()))),
+            layout_epoch: Default::default(),
             t,
             known_dirs: RefCell::default(),
             uid,
@@ -656,17 +704,61 @@ impl Client {
 
     /// Number of servers.
     pub fn servers(&self) -> u32 {
-        self.layout.servers()
+        self.layout().servers()
     }
 
-    /// Which server owns each slot.
-    pub fn layout(&self) -> &Layout {
-        &self.layout
+    /// Which server owns each slot (as this client knows it).
+    pub fn layout(&self) -> Rc<Layout> {
+        self.layout.borrow().clone()
     }
 
     /// Metadata server of a normalised path.
     pub fn meta_of(&self, path: &str) -> u32 {
-        meta_server(path, &self.layout)
+        meta_server(path, &self.layout.borrow())
+    }
+
+    /// A server refused a request for a key it does not hold (`EREMCHG`) in an
+    /// unreplicated cluster: the layout is asked of `asked` (the server that refused, whose
+    /// map is at least as new as the refusal) and learnt. True if it changed (the request
+    /// is worth sending again to the server the new layout names).
+    pub fn relayout(&self, asked: u32) -> bool {
+        if self.t.replicated() {
+            return false;
+        }
+        let n = self.servers();
+        let got = self
+            .t
+            .call_sync(asked, &Request::Map, &[], MAP_REPLY)
+            .and_then(|raw| match raw.decode()?.0 {
+                Reply::Map { epoch, owners, .. } if owners.is_empty() => {
+                    Ok((epoch, Layout::initial(n)))
+                }
+                Reply::Map { epoch, owners, .. } => {
+                    let owners: Vec<u16> = owners
+                        .chunks_exact(2)
+                        .map(|b| u16::from_le_bytes([b[0], b[1]]))
+                        .collect();
+                    Ok((epoch, Layout::from_owners(n, &owners).ok_or(Errno::EPROTO)?))
+                }
+                _ => Err(Errno::EPROTO),
+            });
+        match got {
+            // (a server that has not applied the latest map yet answers an older one)
+            Ok((epoch, l)) if epoch > self.layout_epoch.get() => {
+                self.layout_epoch.set(epoch);
+                let new = *self.layout.borrow().as_ref() != l;
+                if new {
+                    tracing::debug!("madfs: the layout of map epoch {epoch} learnt");
+                    *self.layout.borrow_mut() = Rc::new(l);
+                }
+                new
+            }
+            Ok(_) => false,
+            Err(e) => {
+                tracing::debug!("madfs: the layout asked of server {asked}: {e}");
+                false
+            }
+        }
     }
 
     /// Is `server` on this host with chunk files this process can read (local reads)?
@@ -729,8 +821,38 @@ impl Client {
         r
     }
 
-    /// [`Client::call`] without the cache's part.
+    /// [`Client::call`] without the cache's part. A refusal for a key the server does not
+    /// hold (`EREMCHG`: a slot moved, docs/architecture.md "Membership changes") is sent
+    /// again to the server the layout names then, learnt from the server that refused.
     fn call_retrying(&self, server: u32, req: &Request<'_>) -> FsResult<Reply<'static>> {
+        let deadline = std::time::Instant::now() + self.t.timeout();
+        let mut server = server;
+        let mut pause = std::time::Duration::from_millis(1);
+        loop {
+            match self.call_busy(server, req) {
+                Err(Errno::EREMCHG)
+                    if !self.t.replicated() && std::time::Instant::now() < deadline =>
+                {
+                    self.relayout(server);
+                    match madfs_placement::keys::owner(req, &self.layout()) {
+                        Some(to) if to != server => server = to,
+                        // the owner named has not applied the change yet, or it is under
+                        // way: again after a pause
+                        Some(_) => {
+                            std::thread::sleep(pause);
+                            pause = (pause * 2).min(std::time::Duration::from_millis(50));
+                        }
+                        // its keys are on several servers now: the caller splits it
+                        None => return Err(Errno::EREMCHG),
+                    }
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// [`Client::call_retrying`] without the refusals' part.
+    fn call_busy(&self, server: u32, req: &Request<'_>) -> FsResult<Reply<'static>> {
         // a change that must not be applied twice goes with a request id where a failover
         // may send it again (the servers' replay cache, docs/redundancy.md)
         let once;
@@ -790,8 +912,9 @@ impl Client {
         );
         let res = match raw.and_then(small_reply) {
             Err(Errno::ENOENT) => Err(self.refine_enoent(path)),
-            // busy (a rename in flight, a server still learning the directories): as `call`
-            Err(Errno::EAGAIN) => self.call(
+            // busy (a rename in flight, a server still learning the directories), or the
+            // path's slot moved: as `call`
+            Err(Errno::EAGAIN | Errno::EREMCHG) => self.call(
                 self.meta_of(path),
                 &Request::Open {
                     path,
@@ -816,7 +939,7 @@ impl Client {
             return Ok(());
         }
         crate::hold::opened(a.id, cap);
-        if home_server(a.id, &self.layout) != meta {
+        if home_server(a.id, &self.layout()) != meta {
             if let Err(e) = self.hold_elsewhere(a.id, cap) {
                 crate::hold::closed(a.id);
                 return Err(e);
@@ -828,7 +951,7 @@ impl Client {
     /// The file of `f` has no entry at its path any more (ESTALE): asks its home server
     /// where it is now and points `f` there (a rename's new path, or its orphan record).
     fn relocate(&self, f: &mut OpenFile) -> FsResult<()> {
-        let home = home_server(f.attr.id, &self.layout);
+        let home = home_server(f.attr.id, &self.layout());
         let deadline = std::time::Instant::now() + self.t.timeout();
         let mut pause = std::time::Duration::from_millis(1);
         loop {
@@ -855,6 +978,16 @@ impl Client {
         }
     }
 
+    /// The server of `f`'s entry (or orphan record) in the layout known now (it may have
+    /// moved: [`Client::relayout`]).
+    fn replace_file(&self, f: &mut OpenFile) {
+        f.meta = if f.orphan {
+            home_server(f.attr.id, &self.layout())
+        } else {
+            self.meta_of(&f.path)
+        };
+    }
+
     /// `Where` of open file `id` at its home server: `Ok(path)` naming it now, or
     /// `Err(attributes)` of its orphan record (no name left).
     fn where_is(&self, id: u64) -> FsResult<Result<String, Attr>> {
@@ -864,7 +997,7 @@ impl Client {
         };
         let raw = self
             .t
-            .call_sync(home_server(id, &self.layout), &req, &[], SMALL_REPLY)?;
+            .call_sync(home_server(id, &self.layout()), &req, &[], SMALL_REPLY)?;
         match raw.decode()?.0 {
             Reply::Named(p) => Ok(Ok(p.to_owned())),
             Reply::Attr(a) => Ok(Err(a)),
@@ -938,7 +1071,7 @@ impl Client {
         let mut f = self.handle(path.to_owned(), attr, cap);
         if whereabouts.is_empty() {
             f.orphan = true;
-            f.meta = home_server(attr.id, &self.layout);
+            f.meta = home_server(attr.id, &self.layout());
         } else if whereabouts != path {
             f.path = whereabouts.to_owned();
             f.meta = self.meta_of(whereabouts);
@@ -1459,7 +1592,7 @@ impl Client {
 
     /// Connects to every server (those connected already are kept); returns their ids.
     pub fn connect_all(&self) -> FsResult<Vec<u32>> {
-        let all: Vec<u32> = (0..self.layout.servers()).collect();
+        let all: Vec<u32> = (0..self.layout().servers()).collect();
         for s in &all {
             // (a replicated cluster's set whose server is gone: connected to its new primary)
             self.t.failing_over(&[*s], || self.t.ensure(*s))?;
@@ -1695,7 +1828,7 @@ impl FileSystem for Client {
         loop {
             // a write sent again is the same write (the same bytes at the same place)
             match self.write_once(f, offset, data) {
-                Err(e) if retry.again() && self.failover_file(f, e) => {}
+                Err(e) if retry.again() && self.failover_file(f, e) => self.replace_file(f),
                 r => return r,
             }
         }
@@ -1705,7 +1838,7 @@ impl FileSystem for Client {
         let mut retry = madfs_rpc::Retry::default();
         loop {
             match self.fsync_once(f) {
-                Err(e) if retry.again() && self.failover_file(f, e) => {}
+                Err(e) if retry.again() && self.failover_file(f, e) => self.replace_file(f),
                 r => return r,
             }
         }

@@ -218,6 +218,25 @@ fn due(l: &Layout, all: bool) -> Vec<(u32, u64, Vec<u64>, Vec<Cap>)> {
         .collect()
 }
 
+/// `release` and `held` of one `Hold`, split by their home servers in layout `l`.
+fn split(
+    l: &Layout,
+    client: u64,
+    release: Vec<u64>,
+    held: Vec<Cap>,
+) -> Vec<(u32, u64, Vec<u64>, Vec<Cap>)> {
+    let mut per: HashMap<u32, (Vec<u64>, Vec<Cap>)> = HashMap::new();
+    for id in release {
+        per.entry(home_server(id, l)).or_default().0.push(id);
+    }
+    for cap in held {
+        per.entry(home_server(cap.id, l)).or_default().1.push(cap);
+    }
+    per.into_iter()
+        .map(|(s, (release, held))| (s, client, release, held))
+        .collect()
+}
+
 /// What `r` holds on server `s` in layout `l`: one capability per open description.
 fn held_on(r: &Registry, s: u32, l: &Layout) -> Vec<Cap> {
     let mut list = Vec::new();
@@ -255,7 +274,9 @@ impl Client {
     fn send_holds(&self, all: bool) -> FsResult<()> {
         let mut first = Ok(());
         let gone = reg().as_ref().is_some_and(|r| r.gone);
-        for (s, client, release, held) in due(self.layout(), all) {
+        let mut todo = due(&self.layout(), all);
+        let mut moved = 0;
+        while let Some((s, client, release, held)) = todo.pop() {
             let req = Request::Hold {
                 client,
                 add: vec![],
@@ -263,10 +284,21 @@ impl Client {
                 held,
                 gone,
             };
-            if let Err(e) = self.call_server(s, &req) {
-                tracing::debug!("hold on server {s}: {e}");
-                if first.is_ok() {
-                    first = Err(e);
+            match self.call_server(s, &req) {
+                Ok(_) => {}
+                // files of it live on other servers now (slots moved): to each its part
+                Err(madfs_proto::Errno::EREMCHG) if moved < 4 => {
+                    moved += 1;
+                    let Request::Hold { release, held, .. } = req else {
+                        continue;
+                    };
+                    todo.extend(split(&self.layout(), client, release, held));
+                }
+                Err(e) => {
+                    tracing::debug!("hold on server {s}: {e}");
+                    if first.is_ok() {
+                        first = Err(e);
+                    }
                 }
             }
         }
@@ -276,13 +308,13 @@ impl Client {
     /// Tells file `id`'s home server of an open it did not serve itself (the file's entry
     /// lives on another server since a rename), granted `cap`.
     pub(crate) fn hold_elsewhere(&self, id: u64, cap: Cap) -> FsResult<()> {
-        let s = home_server(id, self.layout());
+        let s = home_server(id, &self.layout());
         let (client, held) = {
             let g = reg();
             let Some(r) = g.as_ref() else {
                 return Ok(());
             };
-            (r.client, held_on(r, s, self.layout()))
+            (r.client, held_on(r, s, &self.layout()))
         };
         let req = Request::Hold {
             client,

@@ -59,6 +59,9 @@ pub(crate) struct LocalReads {
     checksums: bool,
     servers: RefCell<Vec<Where>>,
     fds: RefCell<Vec<Cached>>,
+    /// Per server, its map-epoch file ([`LocalReads::published`]): descriptor, device,
+    /// inode.
+    epochs: RefCell<Vec<Option<(i32, u64, u64)>>>,
 }
 
 /// `fstat` of `fd`: (device, inode, still linked), or `None` if it is not open.
@@ -96,7 +99,33 @@ impl LocalReads {
             boot,
             checksums,
             fds: RefCell::default(),
+            epochs: RefCell::new(vec![None; n as usize]),
         }
+    }
+
+    /// The cluster map epoch local server `server` published (`madfs_placement::EPOCH_FILE`),
+    /// `None` if it cannot be read. A chunk file is read here only while the client's layout
+    /// is at least that new, and only if the epoch did not change meanwhile (a slot's old
+    /// owner publishes a switch before it drops the slot's chunks).
+    pub(crate) fn published(&self, server: u32) -> Option<u64> {
+        let mut epochs = self.epochs.borrow_mut();
+        let e = epochs.get_mut(server as usize)?;
+        if let Some((fd, dev, ino)) = *e {
+            if identity(fd).map(|(d, i, _)| (d, i)) == Some((dev, ino)) {
+                let mut b = [0u8; 8];
+                return (preadv_all(fd, &mut [&mut b], 0)? == 8).then(|| u64::from_le_bytes(b));
+            }
+            *e = None; // closed by the program, or another file now
+        }
+        let dir = match self.servers.borrow().get(server as usize) {
+            Some(Where::Local(d)) => d.clone(),
+            _ => return None,
+        };
+        let fd = open_high(&format!("{dir}/{}\0", madfs_placement::EPOCH_FILE)).ok()?;
+        let (dev, ino, _) = identity(fd)?;
+        *e = Some((fd, dev, ino));
+        let mut b = [0u8; 8];
+        (preadv_all(fd, &mut [&mut b], 0)? == 8).then(|| u64::from_le_bytes(b))
     }
 
     /// Is `server` on this host with its chunk files readable? The first time, `locate` asks
@@ -203,6 +232,11 @@ impl LocalReads {
 
 impl Drop for LocalReads {
     fn drop(&mut self) {
+        for (fd, dev, ino) in self.epochs.get_mut().drain(..).flatten() {
+            if identity(fd).map(|(d, i, _)| (d, i)) == Some((dev, ino)) {
+                close(fd);
+            }
+        }
         for c in self.fds.get_mut().drain(..) {
             if identity(c.fd).map(|(d, i, _)| (d, i)) == Some((c.dev, c.ino)) {
                 close(c.fd);

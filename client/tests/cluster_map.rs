@@ -10,25 +10,6 @@ use madfs_cluster::LocalCluster;
 use madfs_control::MapStatus;
 use std::time::{Duration, Instant};
 
-/// The map as server `i` knows it (`None`: it did not answer).
-fn map_of(cl: &LocalCluster, i: usize) -> Option<MapStatus> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let login = madfs_control::Login::for_cluster(&cl.cluster_file()).ok()?;
-        let c = tokio::time::timeout(
-            Duration::from_secs(2),
-            madfs_control::connect(cl.entry(i).control, &login),
-        )
-        .await
-        .ok()?
-        .ok()?;
-        c.status(madfs_control::context(2)).await.ok()?.ok()?.map
-    })
-}
-
 /// Waits until every server of `on` knows a map for which `want` holds; returns how long it
 /// took and the maps.
 fn until(
@@ -143,10 +124,29 @@ fn servers_are_marked_down_and_back_in_the_map() {
     );
 }
 
+/// An unreplicated cluster runs the map too (it holds the layout, docs/architecture.md
+/// "Membership changes"), but never marks a server down: nobody could take its keys over.
 #[test]
-fn unreplicated_clusters_run_no_map() {
-    let cl = cluster(2, &[], "none");
-    assert_eq!(map_of(&cl, 0), None);
+fn unreplicated_clusters_run_the_map_and_mark_nobody_down() {
+    let mut cl = cluster(3, &[], "none");
+    let (_, maps) = until(&cl, &[0, 1, 2], Duration::from_secs(15), "a map", |m| {
+        m.leader.is_some()
+    });
+    for m in &maps {
+        assert_eq!(m.epoch, 0);
+        assert!(all_up(m));
+        assert_eq!(m.shares, [1366, 1365, 1365]);
+        assert_eq!(m.moving, 0);
+    }
+    let leader = maps[0].leader.unwrap() as usize;
+    let dead = (leader + 1) % 3;
+    cl.kill(dead);
+    std::thread::sleep(Duration::from_secs(3));
+    let alive: Vec<usize> = (0..3).filter(|i| *i != dead).collect();
+    for i in alive {
+        let m = map_of(&cl, i).expect("a map");
+        assert!(all_up(&m) && m.epoch == 0, "server {i}: {m:?}");
+    }
 }
 
 /// A rejoining server copies a file of tens of thousands of data extents (a sparse file

@@ -125,7 +125,7 @@ fn half_sender(cl: &LocalCluster, k: usize, stop: &AtomicBool) {
         let mut seqs = vec![];
         for j in 0..4u64 {
             let chunk = 1 + (round * 4 + j) % 64;
-            let server = madfs_placement::chunk_server(f.attr.id, chunk, c.layout());
+            let server = madfs_placement::chunk_server(f.attr.id, chunk, &c.layout());
             let req = Request::WriteData {
                 id: f.attr.id,
                 chunk,

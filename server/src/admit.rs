@@ -5,33 +5,18 @@
 //! served it would act on a copy of the namespace that is not its own (a second `/alice`
 //! owned by someone else, whose directory-table update replaced the real one everywhere).
 
-use madfs_placement::{chunk_server, home_server, meta_server, Layout};
+use crate::state::frozen::Slots;
+pub use madfs_placement::keys::Key;
+use madfs_placement::{home_slot, path_slot, slot_of_chunk, Layout};
 use madfs_proto::{Errno, FsResult};
 
-/// What a request names, which decides the one server that may serve it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Key<'a> {
-    /// A path: its metadata server.
-    Path(&'a str),
-    /// A file by id: its home server.
-    Id(u64),
-    /// Chunk `.1` of file `.0`: that chunk's server.
-    Chunk(u64, u64),
-    /// Files by id: every one's home server.
-    Ids(&'a [u64]),
-    /// Files by capability: every one's home server.
-    Caps(&'a [madfs_proto::Cap]),
-    /// Every server answers for its own part (a listing, a find, a broadcast).
-    Every,
-    /// Nothing in particular (a ping, the map, a copy with its own checks).
-    Any,
-}
-
 /// Is every key in `keys` placed on `set` (a server, or a replica set named by its first
-/// member) by layout `l`? `EREMCHG` if one is not.
-pub fn check(keys: &[Key<'_>], set: u32, l: &Layout) -> FsResult<()> {
-    let ours = |owner: u32| {
-        if owner == set {
+/// member) by layout `l`? `EREMCHG` if one is not. Their slots are noted in `slots` (a slot
+/// frozen for its move keeps the request out: [`crate::state::frozen`]).
+pub fn check(keys: &[Key<'_>], set: u32, l: &Layout, slots: &mut Slots) -> FsResult<()> {
+    let mut ours = |slot: u32| {
+        slots.push(slot);
+        if l.owner(slot) == set {
             Ok(())
         } else {
             Err(Errno::EREMCHG)
@@ -42,12 +27,12 @@ pub fn check(keys: &[Key<'_>], set: u32, l: &Layout) -> FsResult<()> {
             // (a path not in normal form is no key of any server's)
             Key::Path(p) => {
                 madfs_placement::check_normalized(p)?;
-                ours(meta_server(p, l))?
+                ours(path_slot(p))?
             }
-            Key::Id(id) => ours(home_server(id, l))?,
-            Key::Chunk(id, c) => ours(chunk_server(id, c, l))?,
-            Key::Ids(v) => v.iter().try_for_each(|id| ours(home_server(*id, l)))?,
-            Key::Caps(v) => v.iter().try_for_each(|c| ours(home_server(c.id, l)))?,
+            Key::Id(id) => ours(home_slot(id))?,
+            Key::Chunk(id, c) => ours(slot_of_chunk(id, c))?,
+            Key::Ids(v) => v.iter().try_for_each(|id| ours(home_slot(*id)))?,
+            Key::Caps(v) => v.iter().try_for_each(|c| ours(home_slot(c.id)))?,
             Key::Every | Key::Any => {}
         }
     }
@@ -57,6 +42,11 @@ pub fn check(keys: &[Key<'_>], set: u32, l: &Layout) -> FsResult<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use madfs_placement::{chunk_server, meta_server};
+
+    fn check(keys: &[Key<'_>], set: u32, l: &Layout) -> FsResult<()> {
+        super::check(keys, set, l, &mut Slots::default())
+    }
 
     #[test]
     fn a_key_is_served_by_its_server_only() {

@@ -126,6 +126,18 @@ impl Control for ControlServer {
         }
     }
 
+    async fn drain(self, _: tarpc::context::Context, server: u32) -> Result<u64, String> {
+        self.member()?;
+        match self.replica.get() {
+            Some(n) => {
+                let epoch = n.propose_drain(server).await?;
+                tracing::info!("server {server} drained (map epoch {epoch}): its slots move away");
+                Ok(epoch)
+            }
+            None => Err("this server runs no cluster map (started without a cluster file)".into()),
+        }
+    }
+
     async fn fsck_remove(self, _: tarpc::context::Context, ids: Vec<u64>) -> Result<u64, String> {
         self.member()?;
         let ops = self.ops.clone();

@@ -22,6 +22,7 @@ pub mod identity;
 pub mod invalidate;
 pub mod latency;
 pub mod metrics;
+pub mod migrate;
 pub mod net;
 pub mod peer;
 pub mod pipeline;
@@ -272,9 +273,13 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                 replica.clone(),
             ))
         }),
+        node: replica.clone(),
+        mapped: cfg.cluster_file.is_some(),
+        frozen: Default::default(),
+        strays: Default::default(),
     });
     if ident.replication >= 2 {
-        ops.meta.keep_own(ops.peers.layout(), cfg.id);
+        ops.meta.keep_own(&ops.peers.layout(), cfg.id);
         // the stores' writes reach the replica sets' secondaries (replication wraps the
         // store; the store knows nothing of it)
         let copies = Arc::new(replica::tap::Copies);
@@ -372,9 +377,11 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         let bound = control_rt.block_on(metrics::start(a, ops.clone()))?;
         tracing::info!("metrics: http://{bound}/metrics");
     }
-    // the cluster map (docs/redundancy.md): replicated clusters only
+    // the cluster map (docs/redundancy.md): the layout, and a replicated cluster's states
     match (&cfg.cluster_file, ident.replication) {
-        (Some(f), r) if r >= 2 => {
+        (Some(f), r) => {
+            let peers = ops.peers.clone();
+            let epoch_file = ops.chunks.open_epoch_file()?;
             let node = control_rt.block_on(replica::Node::start(
                 cfg.id,
                 ident.servers,
@@ -382,6 +389,13 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                 &cfg.data_dir,
                 f.clone(),
                 cfg.map.clone(),
+                Arc::new(move |epoch, l| {
+                    peers.set_layout(l);
+                    // (published for the clients that read chunk files here themselves)
+                    if let Err(e) = epoch_file.publish(epoch) {
+                        tracing::error!("the map epoch file: {e}");
+                    }
+                }),
             ))?;
             let _ = replica.set(node);
             if let Some(r) = &ops.replica {
@@ -389,7 +403,16 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                 let (r, n) = (r.clone(), ident.servers);
                 ops.peers.set_map_source(Box::new(move || r.map_states(n)));
             }
-            replica::rejoin::start(ops.clone(), stop.clone(), cfg.map.resync_rate)?;
+            if r >= 2 {
+                replica::rejoin::start(ops.clone(), stop.clone(), cfg.map.resync_rate)?;
+            } else {
+                migrate::start(
+                    ops.clone(),
+                    stop.clone(),
+                    control_rt.clone(),
+                    cfg.map.clone(),
+                )?;
+            }
         }
         (None, r) if r >= 2 => anyhow::bail!("replication {r} needs a cluster file"),
         _ => {}
@@ -409,7 +432,8 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                 // a replicated cluster's server serves once it knows the current map (or
                 // after a while without: `madfs-ctl status` then tells why)
                 let until = std::time::Instant::now() + Duration::from_secs(30);
-                while ops.replica.as_ref().is_some_and(|r| !r.current())
+                while (ops.replica.as_ref().is_some_and(|r| !r.current())
+                    || (ops.mapped && !ops.node.get().is_some_and(|n| n.ready())))
                     && std::time::Instant::now() < until
                 {
                     std::thread::sleep(Duration::from_millis(20));

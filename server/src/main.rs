@@ -101,10 +101,11 @@ struct Args {
     /// at /metrics (no login: bind it to localhost or a monitoring network). Default: none.
     #[arg(long)]
     metrics: Option<SocketAddr>,
-    /// Replicated clusters: milliseconds between the cluster map leader's heartbeats.
+    /// Milliseconds between the cluster map leader's heartbeats (every cluster with a
+    /// cluster file runs the map: it holds the layout).
     #[arg(long, default_value_t = 200)]
     heartbeat_ms: u64,
-    /// Replicated clusters: a follower that hears no leader for this long (to 1.25 times as
+    /// The cluster map: a follower that hears no leader for this long (to 1.25 times as
     /// long, at random) starts an election.
     #[arg(long, default_value_t = 800)]
     election_ms: u64,
@@ -116,6 +117,14 @@ struct Args {
     /// catches up (0: as fast as it can), so that running jobs keep their speed.
     #[arg(long, default_value_t = 200)]
     resync_mib_s: u64,
+    /// MiB per second a slot move (`madfs-ctl drain`) copies chunk data at (0: as fast as
+    /// it can), so that running jobs keep their speed.
+    #[arg(long, default_value_t = 200)]
+    move_mib_s: u64,
+    /// Slots one step of a move freezes and copies together (1 to 4096): fewer make shorter
+    /// pauses for the requests that wait on them, more make the move take fewer steps.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    move_batch_slots: u16,
     /// Milliseconds to wait for a reply to go out before dropping the connection.
     #[arg(long, default_value_t = 5000)]
     send_timeout_ms: u64,
@@ -336,6 +345,8 @@ fn main() {
             election: Duration::from_millis(a.election_ms),
             down_after: Duration::from_millis(a.down_after_ms),
             resync_rate: a.resync_mib_s << 20,
+            move_rate: a.move_mib_s << 20,
+            move_batch: a.move_batch_slots as usize,
         },
     };
     if let Ok(n) = std::env::var(madfs_server::restart::RESTARTS) {

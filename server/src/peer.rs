@@ -14,8 +14,9 @@ use std::sync::{Arc, OnceLock};
 /// How this server reaches its peers.
 pub struct Peers {
     identity: ClusterIdentity,
-    /// Which server owns each slot (docs/architecture.md, "Placement").
-    layout: Layout,
+    /// Which server owns each slot (docs/architecture.md, "Placement"): the cluster map's,
+    /// replaced whole when a map with another layout is applied.
+    layout: arc_swap::ArcSwap<Layout>,
     cluster_file: Option<PathBuf>,
     ucx: UcxSettings,
     ctx: OnceLock<Arc<Context>>,
@@ -74,7 +75,7 @@ impl Peers {
     ) -> Self {
         let starts = (0..identity.servers).map(|_| AtomicI64::new(0)).collect();
         Peers {
-            layout: Layout::initial(identity.servers),
+            layout: arc_swap::ArcSwap::from_pointee(Layout::initial(identity.servers)),
             identity,
             cluster_file,
             ucx,
@@ -114,9 +115,17 @@ impl Peers {
         self.identity.servers
     }
 
-    /// Which server owns each slot: where every key lives.
-    pub fn layout(&self) -> &Layout {
-        &self.layout
+    /// Which server owns each slot: where every key lives. (A load, no lock: every
+    /// request's admission reads it.)
+    pub fn layout(&self) -> arc_swap::Guard<Arc<Layout>> {
+        self.layout.load()
+    }
+
+    /// The cluster map's layout `l` replaces the one known (a slot's move switched).
+    pub fn set_layout(&self, l: Layout) {
+        if **self.layout.load() != l {
+            self.layout.store(Arc::new(l));
+        }
     }
 
     /// One call to server `server`: the reply (owned), or the peer's errno; `EIO` when it

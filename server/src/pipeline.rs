@@ -24,6 +24,7 @@
 use crate::handlers::Call;
 use crate::replica::{forward, history, replay};
 use crate::server::{Answer, Server};
+use crate::state::frozen::{Inside, Slots};
 use crate::state::leases::Holder;
 use crate::table::{self, Grant, Row, Senders};
 use crate::who::Who;
@@ -45,7 +46,7 @@ pub fn serve(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer
     };
     let row = table::row(req);
     let who = c.who;
-    let (target, rewritten) = checked(s, who, req, &row)?;
+    let (target, rewritten, _inside) = checked(s, who, req, &row)?;
     // in flight from here, in the epoch it was admitted in, whatever it waits for below
     let _flight = forward::flight(target.as_ref(), s.replica.as_ref());
     c.no_leases = target.as_ref().is_some_and(|t| t.rejoining());
@@ -98,50 +99,70 @@ pub fn serve(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer
 /// Steps 1 to 3 alone, for a read a transport answers itself (from the page cache or a
 /// mapping of the chunk file, `crate::net::ucx`): may this server serve `req` from `who`?
 pub fn check(s: &Server, who: &Who, req: &Request<'_>) -> FsResult<()> {
+    // (a read answered so is not counted in flight past this check: a slot's old owner
+    // drops its chunks only a while after the switch, `crate::migrate`)
     checked(s, who, req, &table::row(req)).map(drop)
 }
 
-/// Who may send it, admission, authorization: the copies' target (replicated), and the
-/// request to run instead when the permission check rewrote it.
-fn checked<'r>(
-    s: &Server,
+/// Who may send it, admission, authorization: the copies' target (replicated), the
+/// request to run instead when the permission check rewrote it, and its count in flight in
+/// the slots of its keys.
+#[allow(clippy::type_complexity)]
+fn checked<'r, 's>(
+    s: &'s Server,
     who: &Who,
     req: &Request<'r>,
     row: &Row<'r>,
-) -> FsResult<(Option<forward::Target>, Option<Request<'r>>)> {
+) -> FsResult<(Option<forward::Target>, Option<Request<'r>>, Inside<'s>)> {
     if row.senders == Senders::Servers && who.role != Role::Peer {
         return Err(Errno::EPERM);
     }
-    let target = admit(s, who, req, row)?;
+    let (target, inside) = admit(s, who, req, row)?;
     let rewritten = match who.role {
         Role::Peer => None,
         _ => s.authorize(who, &row.perm, req)?,
     };
-    Ok((target, rewritten))
+    Ok((target, rewritten, inside))
 }
 
 /// Admission: does this server hold every key of `row` (unreplicated: itself; replicated:
-/// the connection's replica set, whose primary it must be in a current map)? The copies'
-/// target when it is a replicated request that may write.
-fn admit(
-    s: &Server,
+/// the connection's replica set, whose primary it must be in a current map), none of them
+/// in a slot frozen for its move? The copies' target when it is a replicated request that
+/// may write, and its count in flight.
+fn admit<'s>(
+    s: &'s Server,
     who: &Who,
     req: &Request<'_>,
     row: &Row<'_>,
-) -> FsResult<Option<forward::Target>> {
-    let l = s.peers.layout();
-    match &s.replica {
-        None => crate::admit::check(&row.admit, s.id, l).map(|()| None),
+) -> FsResult<(Option<forward::Target>, Inside<'s>)> {
+    let l = &s.peers.layout();
+    let mut slots = Slots::default();
+    let target = match &s.replica {
+        None => {
+            // an unreplicated server serves clients once its map was current (a layout
+            // that changed while it was away is known), answers the map itself before
+            if s.mapped
+                && who.role != Role::Peer
+                && !s.node.get().is_some_and(|n| n.ready())
+                && row.admit.iter().any(|k| *k != crate::admit::Key::Any)
+            {
+                return Err(Errno::EAGAIN);
+            }
+            crate::admit::check(&row.admit, s.id, l, &mut slots)?;
+            None
+        }
         Some(rep) => {
-            crate::admit::check(&row.admit, who.set.unwrap_or(s.id), l)?;
+            crate::admit::check(&row.admit, who.set.unwrap_or(s.id), l, &mut slots)?;
             let target = rep.admit(who, req)?;
             // a set taken back from a server still up: its leases are waited out
             if let Some((at, lag)) = rep.took_over() {
                 s.leases.wait_out_since(at, lag);
             }
-            Ok(target)
+            target
         }
-    }
+    };
+    let inside = s.frozen.enter(slots).ok_or(Errno::EAGAIN)?;
+    Ok((target, inside))
 }
 
 pub use crate::invalidate::{mark_net_thread, take_rerun};

@@ -298,10 +298,11 @@ fn encode(s: &Server, b: &mut Bufs, result: FsResult<Answer>) -> ([u8; PREFIX], 
                         .collect(),
                     next: next.as_deref(),
                 },
-                Answer::Map(epoch, states, replication) => Reply::Map {
+                Answer::Map(epoch, states, replication, owners) => Reply::Map {
                     epoch: *epoch,
                     states: states.clone(),
                     replication: *replication,
+                    owners: owners.clone(),
                 },
                 Answer::Dirents(v, next) => {
                     dirents = v

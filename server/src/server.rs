@@ -61,8 +61,8 @@ pub enum Answer {
     #[allow(clippy::type_complexity)]
     Records(Vec<(Vec<u8>, Vec<u8>)>, Option<Vec<u8>>),
     /// The cluster map: epoch, each server's state (0 up, 1 down, 2 rejoining), the
-    /// replication factor.
-    Map(u64, Vec<u8>, u32),
+    /// replication factor, each slot's owner (u16 LE; empty: the initial layout).
+    Map(u64, Vec<u8>, u32, Vec<u8>),
     /// An fsync queued for the group-commit sync threads: its result comes later.
     Queued(tokio::sync::oneshot::Receiver<FsResult<()>>),
     /// A lookup's answer (`None`: no such entry) and the lease granted with it, ms.
@@ -103,6 +103,16 @@ pub struct Server {
     pub opens: OpenRefs,
     /// A replicated cluster's primaries, fencing and copies ([`crate::replica::forward`]).
     pub replica: Option<Arc<Replication>>,
+    /// This server's member of the cluster map's Raft group, once started (every cluster
+    /// with a cluster file runs the map, R = 1 too: it holds the layout).
+    pub node: Arc<std::sync::OnceLock<Arc<crate::replica::Node>>>,
+    /// Does this server run the map (it has a cluster file)? Then it serves keys once the
+    /// map was current ([`crate::replica::Node::ready`]).
+    pub mapped: bool,
+    /// Slots frozen for their move, and the requests in flight in each.
+    pub frozen: crate::state::frozen::Frozen,
+    /// Records of slots this server does not own it may hold, and the move it receives.
+    pub strays: crate::state::strays::Strays,
     /// The root directory's attributes until a change of them is stored ([`root_attr`]).
     pub root: Attr,
     /// Leases of client caches on this server's answers ([`crate::state::leases`]).
@@ -118,17 +128,40 @@ impl Server {
     }
 
     /// Is entry `name` of `dir` in the replica set being served (replicated clusters: a
-    /// server holds the entries of several sets)?
+    /// server holds the entries of several sets), or owned by this server (an unreplicated
+    /// one that may hold a slot move's records, [`crate::state::strays`])?
     pub fn in_set(&self, dir: &str, name: &str) -> bool {
-        let Some(set) = crate::replica::forward::serving_set() else {
-            return true;
+        let set = match crate::replica::forward::serving_set() {
+            Some(set) => set,
+            // (unreplicated: only while it may hold records of slots it does not own)
+            None if self.strays.any() => self.id,
+            None => return true,
         };
         let path = if dir == "/" {
             format!("/{name}")
         } else {
             format!("{dir}/{name}")
         };
-        madfs_placement::meta_server(&path, self.peers.layout()) == set
+        madfs_placement::meta_server(&path, &self.peers.layout()) == set
+    }
+
+    /// Does this server hold entries of `dir` that are its own (every entry, unless it may
+    /// hold records of slots it does not own: then a listing that stops at the first)?
+    pub fn has_children(&self, dir: &str) -> FsResult<bool> {
+        if !self.strays.any() || self.replica.is_some() {
+            return self.meta.has_children(dir);
+        }
+        let mut start = 0;
+        loop {
+            let (v, next) = self.meta.list(dir, start, 64 << 10)?;
+            if v.iter().any(|e| self.in_set(dir, &e.name)) {
+                return Ok(true);
+            }
+            match next {
+                Some(n) => start = n,
+                None => return Ok(false),
+            }
+        }
     }
 
     /// The attributes of `path` (a name of a file with several names: from its home server).
@@ -148,7 +181,7 @@ impl Server {
 
     /// The attributes of `path`, from whichever server holds it.
     pub(crate) fn stat_anywhere(&self, path: &str) -> FsResult<Attr> {
-        let s = madfs_placement::meta_server(path, self.peers.layout());
+        let s = madfs_placement::meta_server(path, &self.peers.layout());
         if s == self.here() {
             return self.get(path);
         }

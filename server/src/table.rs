@@ -1,12 +1,12 @@
 //! The table of requests (docs/architecture.md, "One door"): for each request, who may send
-//! it, what it must be admitted by (the keys it names: `crate::admit`), what permission it
+//! it, what it must be admitted by (the keys it names, `madfs_placement::keys`, which
+//! clients use too: `crate::admit`), what permission it
 //! needs (`crate::authorize`), what capability it grants, what entries it touches
 //! (`crate::touches`), where it runs, and its handler (`crate::handlers`). The pipeline
 //! reads a request's row and nothing else decides these.
 //!
 //! Adding a request: its type (`madfs_proto::Request`), its row here, its handler.
 
-use crate::admit::Key::{self, Any, Chunk, Every, Id, Path};
 use crate::authorize::Perm;
 use crate::handlers::{
     attributes, control, data, directories, entries, links, open_files, rename, Call,
@@ -14,6 +14,7 @@ use crate::handlers::{
 use crate::server::{Answer, Server};
 use crate::touches::Touches;
 use crate::who::Who;
+use madfs_placement::keys::{keys, Key};
 use madfs_proto::{FsResult, ReplOp, Request, SizeMode, ACCESS_R, ACCESS_W};
 
 /// Who may send a request.
@@ -87,15 +88,6 @@ impl Runs {
     }
 }
 
-/// A path, or the open-unlinked file `id` at its home server when it is empty.
-fn path_or_id(path: &str, id: u64) -> Key<'_> {
-    if path.is_empty() {
-        Id(id)
-    } else {
-        Path(path)
-    }
-}
-
 /// A path's entry is touched, if the request names one (not an open-unlinked file).
 fn changes(path: &str) -> Touches<'_> {
     if path.is_empty() {
@@ -117,9 +109,9 @@ fn chunk_runs(chunk: u64, offset: u32) -> Runs {
 /// The row of `req` (a `Request::Once`: its inner request's).
 pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
     use Senders::{Anyone, Servers};
-    let row = |senders, admit, perm, grant, touches, runs, handler: Handler| Row {
+    let row = |senders, perm, grant, touches, runs, handler: Handler| Row {
         senders,
-        admit,
+        admit: keys(req),
         perm,
         grant,
         touches,
@@ -132,7 +124,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         Request::Once { req, .. } => row_of_once(req),
         Request::Ping => row(
             Anyone,
-            [Any; 3],
             none,
             Grant::Nothing,
             nothing,
@@ -141,7 +132,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         ),
         Request::Bye => row(
             Anyone,
-            [Any; 3],
             none,
             Grant::Nothing,
             nothing,
@@ -150,7 +140,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         ),
         Request::Map => row(
             Anyone,
-            [Any; 3],
             none,
             Grant::Nothing,
             nothing,
@@ -159,7 +148,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         ),
         Request::Statfs => row(
             Anyone,
-            [Any; 3],
             none,
             Grant::Nothing,
             nothing,
@@ -168,25 +156,15 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         ),
         Request::Locate => row(
             Anyone,
-            [Any; 3],
             none,
             Grant::Nothing,
             nothing,
             Runs::Net,
             data::locate,
         ),
-        Request::Sync { .. } => row(
-            Anyone,
-            [Any; 3],
-            none,
-            Grant::Nothing,
-            nothing,
-            Runs::Io,
-            data::sync,
-        ),
+        Request::Sync { .. } => row(Anyone, none, Grant::Nothing, nothing, Runs::Io, data::sync),
         Request::Stat(path) => row(
             Anyone,
-            [Path(path), Any, Any],
             Perm::Lookup(path),
             Grant::Nothing,
             Touches::Looks(path),
@@ -195,7 +173,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         ),
         Request::Look(path) => row(
             Anyone,
-            [Path(path), Any, Any],
             Perm::Lookup(path),
             Grant::Nothing,
             Touches::Looks(path),
@@ -204,7 +181,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         ),
         Request::LookDir { dir, .. } => row(
             Anyone,
-            [Every, Any, Any],
             Perm::LookIn(dir),
             Grant::Nothing,
             nothing,
@@ -213,7 +189,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         ),
         Request::Open { path, access, .. } => row(
             Anyone,
-            [Path(path), Any, Any],
             Perm::Open {
                 path,
                 access: *access,
@@ -231,7 +206,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
             ..
         } => row(
             Anyone,
-            [Path(path), Any, Any],
             Perm::CreateOrOpen {
                 path,
                 access: *access,
@@ -245,7 +219,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         ),
         Request::Mkdir { path, .. } => row(
             Anyone,
-            [Path(path), Any, Any],
             Perm::Create(path),
             Grant::Nothing,
             Touches::Changes(path),
@@ -254,7 +227,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         ),
         Request::Mknod { path, mode, .. } => row(
             Anyone,
-            [Path(path), Any, Any],
             Perm::Mknod(path, *mode),
             Grant::Nothing,
             Touches::Changes(path),
@@ -263,7 +235,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         ),
         Request::Symlink { path, .. } => row(
             Anyone,
-            [Path(path), Any, Any],
             Perm::Create(path),
             Grant::Nothing,
             Touches::Changes(path),
@@ -272,7 +243,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         ),
         Request::Unlink { path } => row(
             Anyone,
-            [Path(path), Any, Any],
             Perm::Delete(path),
             Grant::Nothing,
             Touches::Removes(path),
@@ -281,7 +251,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         ),
         Request::Rmdir { path } => row(
             Anyone,
-            [Path(path), Any, Any],
             Perm::Delete(path),
             Grant::Nothing,
             Touches::Removes(path),
@@ -290,7 +259,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         ),
         Request::HasChildren { dir } => row(
             Anyone,
-            [Every, Any, Any],
             Perm::List(dir),
             Grant::Nothing,
             nothing,
@@ -299,7 +267,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         ),
         Request::Readdir { dir, .. } => row(
             Anyone,
-            [Every, Any, Any],
             Perm::List(dir),
             Grant::Nothing,
             nothing,
@@ -308,7 +275,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         ),
         Request::Find { dir, .. } => row(
             Anyone,
-            [Every, Any, Any],
             Perm::List(dir),
             Grant::Nothing,
             nothing,
@@ -317,7 +283,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         ),
         Request::SetSize { path, mode, id, .. } => row(
             Anyone,
-            [path_or_id(path, *id), Any, Any],
             Perm::Size {
                 path,
                 mode: *mode,
@@ -333,7 +298,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         ),
         Request::Append { path, id, .. } => row(
             Anyone,
-            [path_or_id(path, *id), Any, Any],
             Perm::Append { path, id: *id },
             Grant::Nothing,
             changes(path),
@@ -342,7 +306,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         ),
         Request::Chmod { path, mode } => row(
             Anyone,
-            [Path(path), Any, Any],
             Perm::Chmod(path, *mode),
             Grant::Nothing,
             Touches::Changes(path),
@@ -356,7 +319,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
             link,
         } => row(
             Anyone,
-            [Path(path), Any, Any],
             Perm::Utimens {
                 path,
                 atime: *atime,
@@ -375,7 +337,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
             link,
         } => row(
             Anyone,
-            [Path(path), Any, Any],
             Perm::Chown {
                 path,
                 uid: *uid,
@@ -389,7 +350,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         ),
         Request::DropPrivs { path, id, cap } => row(
             Anyone,
-            [path_or_id(path, *id), Any, Any],
             Perm::DropPrivs {
                 path,
                 id: *id,
@@ -402,7 +362,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         ),
         Request::Rename { from, to, .. } => row(
             Anyone,
-            [Path(from), Any, Any],
             Perm::Rename { from, to },
             Grant::Nothing,
             Touches::Moves { from, to },
@@ -410,9 +369,8 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
             rename::rename,
         ),
         // (by id: a server asking a link's home for its target)
-        Request::Readlink { path, id } => row(
+        Request::Readlink { path, .. } => row(
             if path.is_empty() { Servers } else { Anyone },
-            [path_or_id(path, *id), Any, Any],
             Perm::Lookup(path),
             Grant::Nothing,
             Touches::Looks(path),
@@ -421,7 +379,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         ),
         Request::Link { from, to } => row(
             Anyone,
-            [Path(from), Any, Any],
             Perm::Link { from, to },
             Grant::Nothing,
             Touches::Links { from, to },
@@ -436,7 +393,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
             ..
         } => row(
             Anyone,
-            [Chunk(*id, *chunk), Any, Any],
             Perm::Cap {
                 id: *id,
                 need: ACCESS_R,
@@ -465,11 +421,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
             ..
         } => row(
             Anyone,
-            [
-                Chunk(*id, *chunk),
-                size_of.map_or(Any, |p| path_or_id(p, *id)),
-                Any,
-            ],
             Perm::Cap {
                 id: *id,
                 need: ACCESS_W,
@@ -488,7 +439,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         ),
         Request::TruncateChunks { id, cap, .. } => row(
             Anyone,
-            [Every, Any, Any],
             Perm::Cap {
                 id: *id,
                 need: ACCESS_W,
@@ -506,7 +456,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
             id, size_of, cap, ..
         } => row(
             Anyone,
-            [size_of.map_or(Any, |p| path_or_id(p, *id)), Any, Any],
             Perm::Cap {
                 id: *id,
                 need: size_of.map_or(0, |_| ACCESS_W),
@@ -518,20 +467,16 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
             Runs::Local,
             data::fsync,
         ),
-        Request::Hold {
-            add, release, held, ..
-        } => row(
+        Request::Hold { add, .. } => row(
             Anyone,
-            [Key::Caps(add), Key::Ids(release), Key::Caps(held)],
             Perm::Holds(add),
             Grant::Nothing,
             nothing,
             Runs::Local,
             open_files::hold,
         ),
-        Request::Where { id, .. } => row(
+        Request::Where { .. } => row(
             Anyone,
-            [Id(*id), Any, Any],
             none,
             Grant::Nothing,
             nothing,
@@ -539,27 +484,24 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
             open_files::where_is,
         ),
         // servers only, from here on
-        Request::Forget { id, .. } => row(
+        Request::Forget { .. } => row(
             Servers,
-            [Id(*id), Any, Any],
             none,
             Grant::Nothing,
             nothing,
             Runs::Io,
             open_files::forget,
         ),
-        Request::Moved { id, .. } => row(
+        Request::Moved { .. } => row(
             Servers,
-            [Id(*id), Any, Any],
             none,
             Grant::Nothing,
             nothing,
             Runs::Local,
             open_files::moved,
         ),
-        Request::Linked { id, .. } => row(
+        Request::Linked { .. } => row(
             Servers,
-            [Id(*id), Any, Any],
             none,
             Grant::Nothing,
             nothing,
@@ -568,7 +510,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         ),
         Request::Attach { path, attr, .. } => row(
             Servers,
-            [Path(path), Any, Any],
             none,
             Grant::Nothing,
             Touches::Arrives { path, id: attr.id },
@@ -577,34 +518,30 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         ),
         Request::Detach { path, .. } => row(
             Servers,
-            [Path(path), Any, Any],
             none,
             Grant::Nothing,
             Touches::Removes(path),
             Runs::Io,
             rename::detach,
         ),
-        Request::Settle { path, .. } => row(
+        Request::Settle { .. } => row(
             Servers,
-            [Path(path), Any, Any],
             none,
             Grant::Nothing,
             nothing,
             Runs::Io,
             rename::settle,
         ),
-        Request::MoveState { from, .. } => row(
+        Request::MoveState { .. } => row(
             Servers,
-            [Path(from), Any, Any],
             none,
             Grant::Nothing,
             nothing,
             Runs::Io,
             rename::move_state,
         ),
-        Request::Touch { dir, .. } => row(
+        Request::Touch { .. } => row(
             Servers,
-            [Path(dir), Any, Any],
             none,
             Grant::Nothing,
             nothing,
@@ -613,7 +550,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         ),
         Request::Seal { .. } => row(
             Servers,
-            [Every, Any, Any],
             none,
             Grant::Nothing,
             nothing,
@@ -622,7 +558,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         ),
         Request::DirSet { .. } => row(
             Servers,
-            [Every, Any, Any],
             none,
             Grant::Nothing,
             nothing,
@@ -631,7 +566,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         ),
         Request::DirList { .. } => row(
             Servers,
-            [Every, Any, Any],
             none,
             Grant::Nothing,
             nothing,
@@ -642,7 +576,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         // wait for copies of their own), a sync of one on a thread of its own
         Request::Replicate { op, .. } => row(
             Servers,
-            [Any; 3],
             none,
             Grant::Nothing,
             nothing,
@@ -655,7 +588,6 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         ),
         Request::Resync { .. } => row(
             Servers,
-            [Any; 3],
             none,
             Grant::Nothing,
             nothing,
@@ -664,12 +596,27 @@ pub fn row<'r>(req: &'r Request<'r>) -> Row<'r> {
         ),
         Request::ResyncRead { .. } => row(
             Servers,
-            [Any; 3],
             none,
             Grant::Nothing,
             nothing,
             Runs::Io,
             control::resync_read,
+        ),
+        Request::MoveIn { .. } => row(
+            Servers,
+            none,
+            Grant::Nothing,
+            nothing,
+            Runs::Io,
+            control::move_in,
+        ),
+        Request::MoveData { .. } => row(
+            Servers,
+            none,
+            Grant::Nothing,
+            nothing,
+            Runs::Io,
+            control::move_data,
         ),
     }
 }
@@ -679,7 +626,7 @@ fn row_of_once<'r>(req: &'r Request<'r>) -> Row<'r> {
     match req {
         Request::Once { .. } => Row {
             senders: Senders::Anyone,
-            admit: [Any; 3],
+            admit: [Key::Any; 3],
             perm: Perm::Nothing,
             grant: Grant::Nothing,
             touches: Touches::Nothing,

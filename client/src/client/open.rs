@@ -193,7 +193,7 @@ impl Client {
         let o = Opening::new(attr, cap);
         // the server truncated what it holds: chunk 0 too unless that lives on the file's
         // home server elsewhere (renamed across servers)
-        let elsewhere = home_server(attr.id, &self.layout) != meta;
+        let elsewhere = home_server(attr.id, &self.layout()) != meta;
         if existed
             && spec.trunc
             && (old_size > attr.chunk_size as u64 || (elsewhere && old_size > 0))

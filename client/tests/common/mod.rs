@@ -165,3 +165,22 @@ pub fn all_up_in(cl: &LocalCluster, n: usize) -> (Option<u64>, String) {
     let up = text.matches(&states).count() == n && epochs.len() == 1;
     (up.then(|| epochs.first()?.parse().ok()).flatten(), text)
 }
+
+/// The cluster map as server `i` knows it (`None`: it did not answer within 2 s).
+pub fn map_of(cl: &LocalCluster, i: usize) -> Option<madfs_control::MapStatus> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let login = madfs_control::Login::for_cluster(&cl.cluster_file()).ok()?;
+        let c = tokio::time::timeout(
+            std::time::Duration::from_secs(2),
+            madfs_control::connect(cl.entry(i).control, &login),
+        )
+        .await
+        .ok()?
+        .ok()?;
+        c.status(madfs_control::context(2)).await.ok()?.ok()?.map
+    })
+}

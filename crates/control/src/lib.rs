@@ -72,6 +72,12 @@ pub struct MapStatus {
     /// While this server catches up (rejoining): records and chunk bytes copied so far.
     #[serde(default)]
     pub resync: Option<(u64, u64)>,
+    /// Slots each server owns (docs/architecture.md, "Placement").
+    #[serde(default)]
+    pub shares: Vec<u32>,
+    /// Slots still to move to reach the target layout (0: none under way).
+    #[serde(default)]
+    pub moving: u32,
 }
 
 /// What `stats` answers: counters since start.
@@ -191,6 +197,9 @@ pub trait Control {
     /// A Raft message between servers (servers only: the peer key's login): `kind` names the
     /// call (`append`, `vote`, `snapshot`, `propose`), `body` is its JSON; answers JSON.
     async fn raft(kind: String, body: String) -> Result<String, String>;
+    /// Drains server `server` of an unreplicated cluster: its slots move to the others while
+    /// the cluster serves. Answers the map epoch that asks for it.
+    async fn drain(server: u32) -> Result<u64, String>;
 }
 
 /// The challenge of a control login (`client_nonce`: the caller's).

@@ -5,6 +5,7 @@
 //! madfs-ctl stats   [ADDR] [--cluster FILE] [--json]
 //! madfs-ctl stop    [ADDR] [--cluster FILE]
 //! madfs-ctl fsck    --cluster FILE [--repair]
+//! madfs-ctl drain   SERVER [--cluster FILE] [--wait SECS]
 //! ```
 //! Without ADDR, every server of the cluster file. The cluster file (`--cluster`, else
 //! `MADFS_CLUSTER`) also says how to log in: with the peer key or the cluster key beside it,
@@ -69,6 +70,19 @@ enum Cmd {
     Stop {
         #[command(flatten)]
         target: Target,
+    },
+    /// Move every slot of a server to the others while the cluster serves (unreplicated
+    /// clusters): its keys, entries and chunk data go, in batches, to the servers owning the
+    /// fewest slots. The server keeps its number and owns nothing afterwards.
+    Drain {
+        /// The server to drain (its id).
+        server: u32,
+        /// The cluster file.
+        #[arg(long, env = "MADFS_CLUSTER")]
+        cluster: PathBuf,
+        /// Wait up to this many seconds for the move to finish, printing its progress.
+        #[arg(long, default_value_t = 0)]
+        wait: u64,
     },
     /// Check every server's chunk files and find orphans (the cluster file's servers).
     Fsck {
@@ -234,6 +248,73 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 bail!("{failed} server(s) did not confirm the stop");
             }
             Ok(())
+        }
+        Cmd::Drain {
+            server,
+            cluster,
+            wait,
+        } => {
+            let target = Target {
+                addr: None,
+                cluster: Some(cluster),
+            };
+            let login = login(&target)?;
+            let addrs = control_addrs(&target)?;
+            let mut why = None;
+            let mut epoch = None;
+            for a in &addrs {
+                let r = async {
+                    let c = connect(*a, &login).await?;
+                    c.drain(context(10), server)
+                        .await?
+                        .map_err(|e| anyhow::anyhow!("{e}"))
+                };
+                match r.await {
+                    Ok(e) => {
+                        epoch = Some(e);
+                        break;
+                    }
+                    Err(e) => why = Some(e),
+                }
+            }
+            let Some(epoch) = epoch else {
+                bail!(
+                    "drain of server {server}: {:#}",
+                    why.expect("no server answered")
+                );
+            };
+            println!("server {server} drains (map epoch {epoch})");
+            if wait == 0 {
+                return Ok(());
+            }
+            let deadline = Instant::now() + Duration::from_secs(wait);
+            loop {
+                let mut left = None;
+                for a in &addrs {
+                    let r = async {
+                        let c = connect(*a, &login).await?;
+                        c.status(context(5))
+                            .await?
+                            .map_err(|e| anyhow::anyhow!("{e}"))
+                    };
+                    if let Ok(Some(m)) = r.await.map(|s| s.map) {
+                        left = Some((m.moving, m.shares));
+                        break;
+                    }
+                }
+                match left {
+                    Some((0, shares)) => {
+                        println!("done: slots per server {shares:?}");
+                        return Ok(());
+                    }
+                    Some((n, _)) if Instant::now() < deadline => {
+                        println!("{n} slot(s) to move");
+                    }
+                    _ if Instant::now() >= deadline => bail!("the move has not finished"),
+                    _ => {}
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
         }
         Cmd::Fsck { cluster, repair } => {
             let (v, freed) = madfs_control::fsck::cluster(&cluster, repair).await?;

@@ -124,6 +124,37 @@ impl Layout {
         Some(next)
     }
 
+    /// Each slot's owner, slot by slot (what the cluster map keeps and sends).
+    pub fn owners(&self) -> &[u16] {
+        &self.owners
+    }
+
+    /// The layout of `servers` server ids whose slots are owned by `owners` (one per slot);
+    /// `None` when that is no layout (another count of slots, an owner out of range, no
+    /// server).
+    pub fn from_owners(servers: u32, owners: &[u16]) -> Option<Layout> {
+        let fits = (1..=u16::MAX as u32).contains(&servers)
+            && owners.len() == SLOTS as usize
+            && owners.iter().all(|o| (*o as u32) < servers);
+        fits.then(|| Layout {
+            servers,
+            owners: owners.into(),
+        })
+    }
+
+    /// The layout with `slots` owned by `to` (a slot's move switched); `None` when `to` is
+    /// no server of it or a slot is out of range.
+    pub fn switched(&self, slots: &[u16], to: u32) -> Option<Layout> {
+        if to >= self.servers || slots.iter().any(|s| *s as u32 >= SLOTS) {
+            return None;
+        }
+        let mut next = self.clone();
+        for s in slots {
+            next.owners[*s as usize] = to as u16;
+        }
+        Some(next)
+    }
+
     /// The slots whose owner differs between `self` and `to`: (slot, old owner, new owner).
     pub fn moves(&self, to: &Layout) -> Vec<(u32, u32, u32)> {
         (0..SLOTS)
@@ -175,6 +206,27 @@ pub fn make_id(slot: u32, n: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_layout_goes_through_its_owners_and_switches_slots() {
+        let l = Layout::initial(3);
+        assert_eq!(Layout::from_owners(3, l.owners()), Some(l.clone()));
+        assert_eq!(
+            Layout::from_owners(2, l.owners()),
+            None,
+            "owner 2 of 2 servers"
+        );
+        assert_eq!(Layout::from_owners(3, &l.owners()[1..]), None);
+        let m = l.switched(&[0, 5, 4095], 1).expect("a server of it");
+        assert_eq!(
+            (m.owner(0), m.owner(5), m.owner(4095), m.owner(1)),
+            (1, 1, 1, 1)
+        );
+        assert_eq!(m.owner(2), 2);
+        assert_eq!(l.moves(&m).len(), 3);
+        assert_eq!(l.switched(&[0], 3), None);
+        assert_eq!(l.switched(&[4096], 0), None);
+    }
 
     /// Copies of slots a change makes (replicas counted): a slot whose owner changes at R
     /// copies moves to each member of its new replica set that was not in its old one.

@@ -16,6 +16,7 @@
 //!   an open descriptor's I/O never follows a name ([`chunk_server`] encodes both rules).
 //! * [`name_hash`]: the directory position of an entry (readdir order and cookie).
 
+pub mod keys;
 mod layout;
 
 pub use layout::{
@@ -73,6 +74,38 @@ pub fn chunk_server(id: u64, chunk: u64, l: &Layout) -> u32 {
     }
 }
 
+/// The parts of `[from, to)` of a file (chunks of `cs` bytes, each at its byte position)
+/// whose chunks `keep` says yes to, adjacent parts joined.
+pub fn chunk_ranges(from: u64, to: u64, cs: u64, keep: impl Fn(u64) -> bool) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = vec![];
+    if cs == 0 || from >= to {
+        return out;
+    }
+    let mut c = from / cs;
+    while c * cs < to {
+        let (a, b) = ((c * cs).max(from), ((c + 1) * cs).min(to));
+        if keep(c) {
+            match out.last_mut() {
+                Some(last) if last.1 == a => last.1 = b,
+                _ => out.push((a, b)),
+            }
+        }
+        c += 1;
+    }
+    out
+}
+
+/// The slot of chunk `chunk` of file `id`: chunk 0's is the file's home slot, the others'
+/// their own ([`chunk_server`] is its owner).
+#[inline]
+pub fn slot_of_chunk(id: u64, chunk: u64) -> u32 {
+    if chunk == 0 {
+        home_slot(id)
+    } else {
+        chunk_slot(id, chunk)
+    }
+}
+
 /// The replica set of a key whose first replica is `first`, among `n` servers keeping `r`
 /// copies: `first` and the next `r − 1` servers on the ring (docs/redundancy.md). With
 /// `r = 1` it is `first` alone, the placement of an unreplicated cluster.
@@ -90,6 +123,10 @@ pub fn chunk_file(id: u64) -> String {
 /// Name of the file in a server's chunk directory holding the random token it writes at
 /// start: a client that reads the server's token there sees the server's chunk files.
 pub const TOKEN_FILE: &str = "token";
+
+/// Name of the file in a server's chunk directory that holds its cluster map's epoch (u64
+/// LE): clients reading chunk files themselves check it.
+pub const EPOCH_FILE: &str = "epoch";
 
 /// Directory position of an entry name.
 pub fn name_hash(name: &str) -> u64 {

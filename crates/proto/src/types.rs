@@ -683,6 +683,24 @@ pub enum Request<'a> {
     /// Servers only: `len` bytes of this server's chunk file of file `id` at byte `pos`
     /// (a rejoining server's copy). Reply: `Records` with one record, the bytes.
     ResyncRead { id: u64, pos: u64, len: u32 },
+    /// Servers only: a page of a slot move's copy (docs/architecture.md, "Membership
+    /// changes") from `from`, the owner of `slots` (u16 LE each), to this server, their owner
+    /// in the map's target layout: metadata records as they are. `first`: the move's first
+    /// page (the receiver drops what it holds of those slots, stops granting leases until
+    /// the switch, and raises its id counter to `ids`). Reply: `Unit`.
+    MoveIn {
+        from: u32,
+        #[serde(with = "serde_bytes")]
+        slots: &'a [u8],
+        first: bool,
+        ids: u64,
+        #[serde(borrow)]
+        records: Vec<(&'a serde_bytes::Bytes, &'a serde_bytes::Bytes)>,
+    },
+    /// Servers only: the request's bulk is the bytes of file `id`'s chunk file at byte
+    /// `pos` on `from`, for a slot move's receiver (every byte in chunks of the move's
+    /// slots). Reply: `Unit`.
+    MoveData { from: u32, id: u64, pos: u64 },
     /// Replicated clusters: `req` (a change that must not be applied twice: an exclusive
     /// create, mkdir, mknod, symlink, unlink, rmdir, append) under request id (`client`,
     /// `seq`), `at` the client's clock (ms since the epoch) when it was first sent. A client
@@ -987,6 +1005,8 @@ impl Request<'_> {
             Request::Replicate { .. } => "replicate",
             Request::Map => "map",
             Request::Resync { .. } => "resync",
+            Request::MoveIn { .. } => "move_in",
+            Request::MoveData { .. } => "move_data",
             Request::ResyncRead { .. } => "resync_read",
             Request::Once { req, .. } => req.name(),
             Request::Look(_) => "look",
@@ -1039,7 +1059,7 @@ pub struct Refusal {
 
 /// Version of the wire protocol: bumped whenever a request, reply, frame or tag changes
 /// meaning. A client refuses a server whose welcome names another version.
-pub const PROTOCOL_VERSION: u32 = 12;
+pub const PROTOCOL_VERSION: u32 = 13;
 
 /// What a server says to a client right after accepting its connection.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
@@ -1250,12 +1270,15 @@ pub enum Reply<'a> {
         #[serde(borrow, with = "serde_bytes")]
         next: Option<&'a [u8]>,
     },
-    /// Answer to `Map`: the epoch, each server's state (0 up, 1 down, 2 rejoining) and the
-    /// replication factor.
+    /// Answer to `Map`: the epoch, each server's state (0 up, 1 down, 2 rejoining), the
+    /// replication factor and the layout: each slot's owner, u16 LE (empty: the initial
+    /// layout of the servers, `Layout::initial`).
     Map {
         epoch: u64,
         states: Vec<u8>,
         replication: u32,
+        #[serde(with = "serde_bytes")]
+        owners: Vec<u8>,
     },
     /// Answer to `Look`: the entry's attributes (`None`: no such entry, its parent a
     /// directory) and how long the answer may be kept, counted from when the request was

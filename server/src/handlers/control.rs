@@ -9,13 +9,22 @@ impl Server {
     /// The cluster map as this server knows it (`Request::Map`).
     fn map_answer(&self) -> Answer {
         let n = self.peers.servers();
-        match &self.replica {
-            None => Answer::Map(0, vec![0; n as usize], 1),
-            Some(rep) => {
-                let (epoch, states) = rep.map_states(n);
-                Answer::Map(epoch, states, rep.r)
-            }
-        }
+        let Some(node) = self.node.get() else {
+            // no map (a one-server cluster without a cluster file, or not started yet)
+            return Answer::Map(0, vec![0; n as usize], 1, vec![]);
+        };
+        let m = node.map();
+        let states = m.state_codes();
+        let owners = if m.layout() == madfs_placement::Layout::initial(n) {
+            vec![]
+        } else {
+            m.layout()
+                .owners()
+                .iter()
+                .flat_map(|o| o.to_le_bytes())
+                .collect()
+        };
+        Answer::Map(m.epoch, states, m.r.max(1), owners)
     }
 }
 
@@ -82,7 +91,7 @@ pub(crate) fn resync(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResul
     let stores = crate::replica::forward::Stores {
         meta: &s.meta,
         chunks: &s.chunks,
-        layout: s.peers.layout(),
+        layout: &s.peers.layout(),
         chunk_size: s.chunk_size,
         max_bytes: s.max_list_bytes,
     };
@@ -98,4 +107,28 @@ pub(crate) fn resync_read(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> Fs
     let want = (len as usize).min(c.data.len());
     let n = s.chunks.read_raw(id, pos, &mut c.data[..want])?;
     Ok(Answer::Records(vec![(vec![], c.data[..n].to_vec())], None))
+}
+
+/// `MoveIn`: a page of a slot move's records (`crate::migrate::target`).
+pub(crate) fn move_in(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
+    let Request::MoveIn {
+        from,
+        slots,
+        first,
+        ids,
+        records,
+    } = req
+    else {
+        return Err(Errno::EINVAL);
+    };
+    let records: Vec<(&[u8], &[u8])> = records.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+    crate::migrate::target::move_in(s, *from, slots, *first, *ids, &records)
+}
+
+/// `MoveData`: a piece of a slot move's chunk data (`crate::migrate::target`).
+pub(crate) fn move_data(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
+    let Request::MoveData { from, id, pos } = *req else {
+        return Err(Errno::EINVAL);
+    };
+    crate::migrate::target::move_data(s, from, id, pos, c.bulk)
 }

@@ -183,7 +183,7 @@ pub(crate) fn truncate_chunks(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -
     if chunk_size == 0 {
         return Err(Errno::EINVAL);
     }
-    if size < chunk_size as u64 && madfs_placement::home_server(id, s.peers.layout()) == s.here() {
+    if size < chunk_size as u64 && madfs_placement::home_server(id, &s.peers.layout()) == s.here() {
         s.meta.truncate_inline(id, size)?; // chunk 0 lives here
     }
     s.chunks.truncate(id, size)?;

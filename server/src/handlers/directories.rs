@@ -229,7 +229,7 @@ impl Server {
         // only a server's own directory rename sees what other finds do not
         let hidden = |parent: &str, name: &str| {
             (!filter.pending && self.moving.hides(parent, name))
-                || (self.replica.is_some() && !self.in_set(parent, name))
+                || ((self.replica.is_some() || self.strays.any()) && !self.in_set(parent, name))
         };
         // matches travel relative to `dir` (fewer bytes, so fewer pages)
         let base = if dir == "/" {
@@ -312,8 +312,9 @@ fn slice(
     if s.moving.active() {
         v.retain(|e| !s.moving.hides(dir, &e.name));
     }
-    if s.replica.is_some() {
-        // this server holds other replica sets' entries too: the set asked for
+    if s.replica.is_some() || s.strays.any() {
+        // this server holds other replica sets' entries too (or a slot move's records):
+        // the set asked for (its own)
         v.retain(|e| s.in_set(dir, &e.name));
     }
     Ok((v, next))
@@ -355,7 +356,7 @@ pub(crate) fn has_children(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -> F
         return Err(Errno::EINVAL);
     };
     path_ok(dir)?;
-    s.meta.has_children(dir).map(Answer::Bool)
+    s.has_children(dir).map(Answer::Bool)
 }
 
 pub(crate) fn dir_set(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer> {
@@ -443,7 +444,7 @@ pub fn start_times(
                 }
                 sent.retain(|_, t| now - *t < EVERY);
                 for (dir, time) in due {
-                    let s = meta_server(&dir, ops.peers.layout());
+                    let s = meta_server(&dir, &ops.peers.layout());
                     // (a replicated cluster: through the set's primary, which copies it)
                     if s == ops.here() && ops.replica.is_none() {
                         ops.touch(&dir, time);

@@ -110,7 +110,7 @@ impl Server {
             return Ok(Answer::Bool(false));
         }
         sealed.insert(dir.to_owned());
-        let busy = self.meta.has_children(dir);
+        let busy = self.has_children(dir);
         if !matches!(busy, Ok(false)) {
             sealed.remove(dir);
         }
@@ -381,7 +381,7 @@ pub(crate) fn readlink(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -> FsRes
         if !a.is_link() {
             return Err(Errno::EINVAL);
         }
-        let home = madfs_placement::home_server(a.id, s.peers.layout());
+        let home = madfs_placement::home_server(a.id, &s.peers.layout());
         if home != s.here() {
             // its target stayed with its home server when its entry moved here
             let req = Request::Readlink { path: "", id: a.id };

@@ -42,7 +42,7 @@ impl Server {
 
     /// `op` on the attributes of file `id` at its home server (here, or a call).
     pub(crate) fn linked(&self, id: u64, op: LinkOp) -> FsResult<Attr> {
-        let home = home_server(id, self.peers.layout());
+        let home = home_server(id, &self.peers.layout());
         if home == self.here() {
             return self.linked_here(id, op);
         }
@@ -201,7 +201,7 @@ impl Server {
             from: None,
             src: self.here(),
         };
-        let s = meta_server(to, self.peers.layout());
+        let s = meta_server(to, &self.peers.layout());
         let made = if s == self.here() {
             self.attach_here(&attach).map(drop)
         } else {

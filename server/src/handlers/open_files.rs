@@ -52,7 +52,7 @@ impl Server {
     }
 
     fn is_home(&self, id: u64) -> bool {
-        home_server(id, self.peers.layout()) == self.here()
+        home_server(id, &self.peers.layout()) == self.here()
     }
 
     /// The last name of file `a` is gone (this server removed it): its home server keeps it
@@ -62,7 +62,7 @@ impl Server {
         if a.is_dir() {
             return Ok(());
         }
-        let home = home_server(a.id, self.peers.layout());
+        let home = home_server(a.id, &self.peers.layout());
         if home != self.here() {
             self.opens.errand(Errand::Forget(home, *a));
             return Ok(());
@@ -123,7 +123,7 @@ impl Server {
 
     /// A rename moved file `id` to `to`: its home server learns where descriptors find it.
     pub(crate) fn moved(&self, id: u64, to: &str) {
-        let home = home_server(id, self.peers.layout());
+        let home = home_server(id, &self.peers.layout());
         if home == self.here() {
             self.note_moved(id, to);
         } else if let Err(e) = self.peers.call(home, &Request::Moved { id, to }, &[]) {

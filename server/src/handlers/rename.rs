@@ -63,7 +63,7 @@ impl Server {
         if to.len() > from.len() && to.starts_with(from) && to.as_bytes()[from.len()] == b'/' {
             return Err(Errno::EINVAL);
         }
-        let l = self.peers.layout();
+        let l = &self.peers.layout();
         if meta_server(from, l) != self.here() {
             return Err(Errno::EINVAL); // sent to the wrong server
         }
@@ -130,7 +130,7 @@ impl Server {
     /// server) finishes the rename ([`Ops::finish_dir_intents`]). Every step is a call
     /// between servers: no client says what an entry is.
     fn rename_dir(&self, from: &str, to: &str, noreplace: bool) -> FsResult<Answer> {
-        let l = self.peers.layout();
+        let l = &self.peers.layout();
         let a = self.get(from)?;
         let stat = |p: &str| self.stat_anywhere(p);
         let replace = match stat(to) {
@@ -200,7 +200,7 @@ impl Server {
     /// first step (the target's name taken meanwhile, its parent gone) ends it with that
     /// errno; after that, or in a later run, a failure leaves the record for the mover.
     fn dir_move(&self, it: &Intent, first: bool) -> FsResult<()> {
-        let l = self.peers.layout();
+        let l = &self.peers.layout();
         let (from, to, a) = (it.from.as_str(), it.to.as_str(), it.attr);
         let stat = |p: &str| self.stat_anywhere(p);
         let done = || {
@@ -326,7 +326,7 @@ impl Server {
         if !self.dirs.ready() {
             return Ok(0);
         }
-        let l = self.peers.layout();
+        let l = &self.peers.layout();
         let mut left = 0;
         for it in self.meta.dir_intents()? {
             if !sets.contains(&meta_server(&it.from, l)) || !self.moving.claim_dir(&it.from) {
@@ -371,7 +371,7 @@ impl Server {
     pub fn renamed_again(&self, from: &str) -> FsResult<Answer> {
         if self.intent_left(from) {
             // (its record may be one a failed primary of this set left: adopted first)
-            let set = [meta_server(from, self.peers.layout())];
+            let set = [meta_server(from, &self.peers.layout())];
             self.adopt_moves(&set)?;
             self.finish_intents(&set)?;
             if self.intent_left(from) {
@@ -413,7 +413,7 @@ impl Server {
             from: Some(&it.from),
             src: self.here(),
         };
-        let dst = meta_server(&it.to, self.peers.layout());
+        let dst = meta_server(&it.to, &self.peers.layout());
         match self.peers.call(dst, &req, &[]) {
             Ok(Reply::Replaced(old)) => {
                 fault("rename-after-attach");
@@ -460,7 +460,7 @@ impl Server {
     /// set finished meanwhile, or one a rejoin's copy dropped). Returns the moves out of
     /// `sets`.
     pub fn adopt_moves(&self, sets: &[u32]) -> FsResult<usize> {
-        let l = self.peers.layout();
+        let l = &self.peers.layout();
         let ours = |p: &str| sets.contains(&meta_server(p, l));
         let intents = self
             .moving
@@ -504,7 +504,7 @@ impl Server {
     /// Asks the source's server of every move-in of replica sets `sets` pending for a while
     /// whether its move is over (a `Settle` lost with a crash); settles those that are.
     pub fn settle_arrivals(&self, sets: &[u32]) {
-        let l = self.peers.layout();
+        let l = &self.peers.layout();
         for a in self
             .moving
             .stale_arrivals(std::time::Duration::from_secs(1))
@@ -533,7 +533,7 @@ impl Server {
     /// crash, a failover, or a target that could not be reached), except those a running
     /// rename is finishing. Returns how many are still pending.
     pub fn finish_intents(&self, sets: &[u32]) -> FsResult<usize> {
-        let l = self.peers.layout();
+        let l = &self.peers.layout();
         let mut left = 0;
         for it in self.meta.intents()? {
             if !sets.contains(&meta_server(&it.from, l)) || !self.moving.take_parked(&it.from) {

@@ -306,18 +306,8 @@ impl Replication {
 
     /// The map's epoch and each server's state (0 up, 1 down, 2 rejoining).
     pub fn map_states(&self, servers: u32) -> (u64, Vec<u8>) {
-        use super::map::State;
         let m = self.map(servers);
-        let states = m
-            .states
-            .iter()
-            .map(|s| match s {
-                State::Up => 0,
-                State::Down => 1,
-                State::Rejoining => 2,
-            })
-            .collect();
-        (m.epoch, states)
+        (m.epoch, m.state_codes())
     }
 
     /// Has the map server `s` down?

@@ -1,7 +1,7 @@
 //! The cluster map: an epoch and each server's state (docs/redundancy.md, "The cluster map").
 //! Changed only by committed Raft entries ([`Change`]); everything else reads it.
 
-use madfs_placement::replicas;
+use madfs_placement::{replicas, Layout};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
@@ -27,7 +27,7 @@ impl std::fmt::Display for State {
 }
 
 /// A change of the map: the command of a Raft log entry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Change {
     /// The server stopped answering (proposed by the Raft leader's watch).
     Down(u32),
@@ -35,6 +35,13 @@ pub enum Change {
     Rejoining(u32),
     /// The server has caught up (asked by the server itself).
     Up(u32),
+    /// `slots` are owned by server `to` from now on: the last step of their move
+    /// (docs/architecture.md, "Membership changes"), proposed by their owner once `to`
+    /// holds everything of them.
+    Switch { slots: Vec<u16>, to: u32 },
+    /// The server hands all its slots to the others (`madfs-ctl drain`): the target layout
+    /// becomes the one without it, which the owners move their slots towards.
+    Drain(u32),
 }
 
 /// The map: raised `epoch` on every change.
@@ -45,6 +52,14 @@ pub struct ClusterMap {
     /// The cluster's replication factor (fixed; set when the map is loaded).
     #[serde(default)]
     pub r: u32,
+    /// Each slot's owner (`Layout::owners`); empty: the initial layout of the servers
+    /// (a map made before slots moved, or by a version without layouts in the map).
+    #[serde(default)]
+    pub owners: Vec<u16>,
+    /// The layout slots are being moved towards (empty: none, every slot is where it
+    /// belongs).
+    #[serde(default)]
+    pub target: Vec<u16>,
 }
 
 impl ClusterMap {
@@ -54,7 +69,51 @@ impl ClusterMap {
             epoch: 0,
             states: vec![State::Up; n as usize],
             r: 0,
+            owners: Vec::new(),
+            target: Vec::new(),
         }
+    }
+
+    /// The layout slots are being moved towards, if a move is under way.
+    pub fn target(&self) -> Option<Layout> {
+        let n = (self.states.len() as u32).max(1);
+        Layout::from_owners(n, &self.target).filter(|t| *t != self.layout())
+    }
+
+    /// The next slots server `me` moves (at most `max`, all to one server): the first of
+    /// its slots the target gives another server, and the following ones going there.
+    pub fn next_moves(&self, me: u32, max: usize) -> Option<(u32, Vec<u16>)> {
+        let target = self.target()?;
+        let now = self.layout();
+        let mut to = None;
+        let mut slots = vec![];
+        for (s, _, t) in now.moves(&target) {
+            if now.owner(s) != me || to.is_some_and(|to| to != t) {
+                continue;
+            }
+            to = Some(t);
+            slots.push(s as u16);
+            if slots.len() >= max {
+                break;
+            }
+        }
+        to.map(|t| (t, slots))
+    }
+
+    /// The layout: which server owns each slot.
+    pub fn layout(&self) -> Layout {
+        let n = (self.states.len() as u32).max(1);
+        Layout::from_owners(n, &self.owners).unwrap_or_else(|| Layout::initial(n))
+    }
+
+    /// Each server's state as `Reply::Map` has it: 0 up, 1 down, 2 rejoining.
+    pub fn state_codes(&self) -> Vec<u8> {
+        let code = |s: &State| match s {
+            State::Up => 0,
+            State::Down => 1,
+            State::Rejoining => 2,
+        };
+        self.states.iter().map(code).collect()
     }
 
     /// The state of server `s` (a server the map does not know is down).
@@ -70,6 +129,8 @@ impl ClusterMap {
             Change::Down(s) => (s, State::Down),
             Change::Rejoining(s) => (s, State::Rejoining),
             Change::Up(s) => (s, State::Up),
+            Change::Switch { slots, to } => return self.switch(&slots, to),
+            Change::Drain(s) => return self.drain(s),
         };
         let Some(from) = self.states.get(s as usize).copied() else {
             return false;
@@ -86,6 +147,46 @@ impl ClusterMap {
             self.epoch += 1;
         }
         allowed
+    }
+
+    /// Slots `slots` owned by `to`: true (and the epoch raised) if one changed owner. A
+    /// switch to a server that is not up, or of a replicated cluster (whose slots move with
+    /// their replica sets, not built yet), is ignored.
+    fn switch(&mut self, slots: &[u16], to: u32) -> bool {
+        if self.r >= 2 || self.state(to) != State::Up {
+            return false;
+        }
+        let now = self.layout();
+        match now.switched(slots, to) {
+            Some(next) if next != now => {
+                self.owners = next.owners().to_vec();
+                if self.target().is_none() {
+                    self.target.clear();
+                }
+                self.epoch += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Server `s` is drained: the target layout (the one under way, else the layout)
+    /// without it. Ignored on a replicated cluster (not built yet), for a server that owns
+    /// nothing there already, or the last one owning slots.
+    fn drain(&mut self, s: u32) -> bool {
+        if self.r >= 2 || s as usize >= self.states.len() {
+            return false;
+        }
+        let base = self.target().unwrap_or_else(|| self.layout());
+        if base.shares()[s as usize] == 0 {
+            return false;
+        }
+        let Some(next) = base.without(s) else {
+            return false;
+        };
+        self.target = next.owners().to_vec();
+        self.epoch += 1;
+        true
     }
 
     /// Is `s` the only member up of a replica set it belongs to? Such a server is never
@@ -214,6 +315,63 @@ mod tests {
         );
         assert!(!m.apply(Change::Down(0)), "set {{0, 1}} would have none");
         assert!(!m.apply(Change::Down(2)), "set {{1, 2}} would have none");
+    }
+
+    #[test]
+    fn a_switch_moves_slots_to_a_server_that_is_up() {
+        let mut m = ClusterMap::new(3);
+        m.r = 1;
+        assert_eq!(m.layout(), Layout::initial(3));
+        assert!(m.apply(Change::Switch {
+            slots: vec![0, 3],
+            to: 2
+        }));
+        assert_eq!(m.epoch, 1);
+        assert_eq!((m.layout().owner(0), m.layout().owner(3)), (2, 2));
+        assert_eq!(m.layout().owner(1), 1);
+        let again = Change::Switch {
+            slots: vec![0],
+            to: 2,
+        };
+        assert!(!m.apply(again), "twice is once");
+        assert!(!m.apply(Change::Switch {
+            slots: vec![1],
+            to: 3
+        }));
+        assert!(!m.apply(Change::Switch {
+            slots: vec![4096],
+            to: 0
+        }));
+        let mut r2 = ClusterMap::new(3);
+        r2.r = 2;
+        assert!(!r2.apply(Change::Switch {
+            slots: vec![0],
+            to: 1
+        }));
+        assert_eq!(m.epoch, 1);
+    }
+
+    #[test]
+    fn a_drain_sets_a_target_its_owners_move_towards() {
+        let mut m = ClusterMap::new(3);
+        m.r = 1;
+        assert!(m.next_moves(0, 8).is_none());
+        assert!(m.apply(Change::Drain(2)));
+        assert!(!m.apply(Change::Drain(2)), "drained already");
+        assert!(m.next_moves(2, 100_000).is_some());
+        assert!(m.next_moves(0, 8).is_none(), "server 0 keeps its slots");
+        let mut moved = 0;
+        while let Some((to, slots)) = m.next_moves(2, 64) {
+            assert!(to < 2 && slots.len() <= 64);
+            moved += slots.len();
+            assert!(m.apply(Change::Switch { slots, to }));
+        }
+        assert_eq!(moved, 1365);
+        assert_eq!(m.layout().shares()[2], 0);
+        assert!(m.target.is_empty(), "reached: none under way");
+        assert!(!m.apply(Change::Drain(2)));
+        assert!(m.apply(Change::Drain(1)));
+        assert!(!m.apply(Change::Drain(0)), "the last server owning slots");
     }
 
     #[test]

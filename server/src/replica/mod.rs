@@ -66,6 +66,10 @@ pub struct Settings {
     pub down_after: Duration,
     /// Bytes per second a rejoining server copies chunk data at (0: unbounded).
     pub resync_rate: u64,
+    /// Bytes per second a slot move copies chunk data at (0: unbounded).
+    pub move_rate: u64,
+    /// Slots one step of a move freezes and copies together.
+    pub move_batch: usize,
 }
 
 impl Default for Settings {
@@ -77,6 +81,8 @@ impl Default for Settings {
             election: Duration::from_millis(800),
             down_after: Duration::from_millis(1500),
             resync_rate: 200 << 20,
+            move_rate: 200 << 20,
+            move_batch: 64,
         }
     }
 }
@@ -98,6 +104,8 @@ pub struct Node {
     /// heartbeat (sent afresh, after the leader heard from it again: by then it has the
     /// map that replaced it, if one did).
     lapsed: std::sync::atomic::AtomicBool,
+    /// Set once the map was current ([`Node::ready`]).
+    ready: std::sync::atomic::AtomicBool,
 }
 
 impl Node {
@@ -110,9 +118,10 @@ impl Node {
         data_dir: &Path,
         cluster_file: PathBuf,
         settings: Settings,
+        on_layout: store::OnLayout,
     ) -> anyhow::Result<Arc<Node>> {
         let db = store::open(data_dir)?;
-        let machine = store::MapMachine::load(db.clone(), servers, replication)?;
+        let machine = store::MapMachine::load(db.clone(), servers, replication, Some(on_layout))?;
         let login = madfs_control::Login::for_cluster(&cluster_file)?;
         let net = net::Network {
             cluster_file,
@@ -145,6 +154,7 @@ impl Node {
             settings,
             took: Default::default(),
             lapsed: std::sync::atomic::AtomicBool::new(true),
+            ready: Default::default(),
         });
         tokio::spawn(node.clone().duties());
         Ok(node)
@@ -167,12 +177,28 @@ impl Node {
     /// server down: a server frozen or cut off long enough to be replaced has stopped
     /// serving by then, and serves again only once it knows the map that replaced it.
     pub fn current(&self) -> bool {
+        let now = self.current_now();
+        if now && !self.ready.load(std::sync::atomic::Ordering::Relaxed) {
+            self.ready.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        now
+    }
+
+    /// Has this server's map been current once since it started ([`Node::current`])? An
+    /// unreplicated server serves from then on: it has learnt the layout that may have
+    /// changed while it was away. (One load: every request's admission asks.)
+    pub fn ready(&self) -> bool {
+        self.ready.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn current_now(&self) -> bool {
         let lease = self.settings.down_after * 2 / 3;
         let m = self.raft.metrics().borrow().clone();
         if m.state == ServerState::Leader {
-            return m
-                .millis_since_quorum_ack
-                .is_some_and(|ms| ms < lease.as_millis() as u64);
+            // (a group of one: the leader is its own quorum)
+            return self.servers == 1
+                || m.millis_since_quorum_ack
+                    .is_some_and(|ms| ms < lease.as_millis() as u64);
         }
         if self.lapsed.load(std::sync::atomic::Ordering::SeqCst) {
             return false;
@@ -182,6 +208,33 @@ impl Node {
             Some((at, commit)) => at.elapsed() < lease && applied >= commit,
             None => false,
         }
+    }
+
+    /// Proposes `slots` owned by server `to` (the switch of their move).
+    pub async fn propose_switch(&self, slots: Vec<u16>, to: u32) -> Result<Applied, String> {
+        self.propose(Change::Switch { slots, to }, 0).await
+    }
+
+    /// Proposes server `s` drained (`madfs-ctl drain`): the epoch of the map that asks
+    /// for it.
+    pub async fn propose_drain(&self, s: u32) -> Result<u64, String> {
+        let m = self.map();
+        if m.r >= 2 {
+            return Err("draining a server of a replicated cluster is not built yet".into());
+        }
+        if s as usize >= m.states.len() {
+            return Err(format!(
+                "no server {s} (the cluster has {})",
+                m.states.len()
+            ));
+        }
+        let a = self.propose(Change::Drain(s), 0).await?;
+        if !a.changed {
+            return Err(format!(
+                "server {s} owns no slot in the layout under way, or is the last one that does"
+            ));
+        }
+        Ok(a.epoch)
     }
 
     /// Proposes server `s` down (a primary whose copies it does not take).
@@ -207,6 +260,8 @@ impl Node {
                 .current_leader
                 .map(|l| l as u32),
             resync: None,
+            shares: m.layout().shares(),
+            moving: m.target().map_or(0, |t| m.layout().moves(&t).len() as u32),
         }
     }
 
@@ -263,7 +318,7 @@ impl Node {
 
     /// Commits `c` through the leader (this server's Raft, or the leader's, `hops` deep).
     async fn propose(&self, c: Change, hops: u32) -> Result<Applied, String> {
-        match self.raft.client_write(c).await {
+        match self.raft.client_write(c.clone()).await {
             Ok(r) => Ok(r.data),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
                 let Some(leader) = f.leader_id.filter(|l| *l != self.id as u64 && hops < 2) else {
@@ -292,6 +347,9 @@ impl Node {
         loop {
             tick.tick().await;
             let metrics = self.raft.metrics().borrow().clone();
+            if !self.ready() {
+                self.current();
+            }
             if self.id == 0 && metrics.current_term == 0 && metrics.current_leader.is_none() {
                 self.make_group().await;
             }
@@ -338,6 +396,10 @@ impl Node {
             }
         }
         let map = self.map();
+        if map.r < 2 {
+            // unreplicated: nobody could take a silent server's keys over
+            return;
+        }
         for s in 0..self.servers {
             if s == self.id || map.state(s) == State::Down {
                 continue;
@@ -402,22 +464,9 @@ pub fn of_sets(
     l: &madfs_placement::Layout,
     sets: &[u32],
 ) -> Vec<(u64, u64)> {
-    let mut out: Vec<(u64, u64)> = vec![];
-    if cs == 0 || from >= to {
-        return out;
-    }
-    let mut c = from / cs;
-    while c * cs < to {
-        let (a, b) = ((c * cs).max(from), ((c + 1) * cs).min(to));
-        if sets.contains(&madfs_placement::chunk_server(id, c, l)) {
-            match out.last_mut() {
-                Some(last) if last.1 == a => last.1 = b,
-                _ => out.push((a, b)),
-            }
-        }
-        c += 1;
-    }
-    out
+    madfs_placement::chunk_ranges(from, to, cs, |c| {
+        sets.contains(&madfs_placement::chunk_server(id, c, l))
+    })
 }
 
 #[cfg(test)]

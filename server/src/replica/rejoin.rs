@@ -104,7 +104,7 @@ fn catch_up(ops: &Server, epoch: u64, rate: u64) -> FsResult<(u64, u64)> {
     let rep = ops.replica.as_ref().ok_or(Errno::EINVAL)?;
     let n = ops.peers.servers();
     let sets: Vec<u32> = (0..rep.r).map(|i| (rep.me + n - i) % n).collect();
-    let dropped = ops.meta.drop_sets(ops.peers.layout(), &sets)?;
+    let dropped = ops.meta.drop_sets(&ops.peers.layout(), &sets)?;
     tracing::info!("rejoin: copying replica sets {sets:?} (dropped {dropped} stale records)");
     ops.stats.resync_progress(0, 0);
     let mut records = 0u64;
@@ -187,7 +187,7 @@ fn catch_up(ops: &Server, epoch: u64, rate: u64) -> FsResult<(u64, u64)> {
 /// what copies sent meanwhile wrote; returns the bytes dropped.
 fn wipe(ops: &Server, sets: &[u32]) -> FsResult<u64> {
     let rep = ops.replica.as_ref().ok_or(Errno::EINVAL)?;
-    let (lay, cs) = (ops.peers.layout(), ops.chunk_size as u64);
+    let (lay, cs) = (&ops.peers.layout(), ops.chunk_size as u64);
     let mut wiped = 0;
     for (id, _) in ops.chunks.ids()? {
         let c = rep.catching.lock().unwrap_or_else(|e| e.into_inner());
@@ -254,7 +254,7 @@ fn cut_ranges(ranges: Vec<(u64, u64)>, from: u64, to: u64) -> Vec<(u64, u64)> {
 }
 
 /// Sleeps so that `bytes` copied since `started` stay within `rate` bytes per second.
-fn throttle(started: Instant, bytes: u64, rate: u64) {
+pub(crate) fn throttle(started: Instant, bytes: u64, rate: u64) {
     if rate == 0 {
         return;
     }

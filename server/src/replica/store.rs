@@ -228,16 +228,21 @@ struct StoredSnapshot {
     data: Vec<u8>,
 }
 
+/// Told the epoch and the layout of every map applied (and of the map loaded at start).
+pub type OnLayout = Arc<dyn Fn(u64, madfs_placement::Layout) + Send + Sync>;
+
 /// The cluster map's state machine (shared with [`super::Node`], which reads the map).
 #[derive(Clone)]
 pub struct MapMachine {
     db: Arc<DB>,
     inner: Arc<Mutex<Machine>>,
+    /// Told every layout a change makes (the server's admission and peer calls follow it).
+    on_layout: Option<OnLayout>,
 }
 
 impl MapMachine {
     /// The state machine of a cluster of `n` servers, as this server last applied it.
-    pub fn load(db: Arc<DB>, n: u32, r: u32) -> anyhow::Result<Self> {
+    pub fn load(db: Arc<DB>, n: u32, r: u32, on_layout: Option<OnLayout>) -> anyhow::Result<Self> {
         let mut m: Machine = match db.get(b"m")? {
             Some(v) => serde_json::from_slice(&v)?,
             None => Machine {
@@ -248,9 +253,13 @@ impl MapMachine {
             },
         };
         m.map.r = r;
+        if let Some(f) = &on_layout {
+            f(m.map.epoch, m.map.layout());
+        }
         Ok(MapMachine {
             db,
             inner: Arc::new(Mutex::new(m)),
+            on_layout,
         })
     }
 
@@ -316,17 +325,21 @@ impl RaftStateMachine<TypeConfig> for MapMachine {
                     false
                 }
                 EntryPayload::Normal(c) => {
+                    let told = match &c {
+                        Change::Down(s) => format!("server {s} down"),
+                        Change::Rejoining(s) => format!("server {s} rejoining"),
+                        Change::Up(s) => format!("server {s} up"),
+                        Change::Switch { slots, to } => {
+                            format!("{} slot(s) to server {to}", slots.len())
+                        }
+                        Change::Drain(s) => format!("server {s} drained"),
+                    };
                     let changed = m.map.apply(c);
                     if changed {
-                        tracing::info!(
-                            "cluster map epoch {}: {}",
-                            m.map.epoch,
-                            match c {
-                                Change::Down(s) => format!("server {s} down"),
-                                Change::Rejoining(s) => format!("server {s} rejoining"),
-                                Change::Up(s) => format!("server {s} up"),
-                            }
-                        );
+                        tracing::info!("cluster map epoch {}: {told}", m.map.epoch);
+                        if let Some(f) = &self.on_layout {
+                            f(m.map.epoch, m.map.layout());
+                        }
                     }
                     changed
                 }
@@ -357,6 +370,9 @@ impl RaftStateMachine<TypeConfig> for MapMachine {
         let map: ClusterMap = serde_json::from_slice(&data)
             .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
         let mut m = self.lock();
+        if let Some(f) = &self.on_layout {
+            f(map.epoch, map.layout());
+        }
         m.map = map;
         m.last_applied = meta.last_log_id;
         m.membership = meta.last_membership.clone();

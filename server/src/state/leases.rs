@@ -101,6 +101,8 @@ pub struct Leases {
     /// serves now ([`Leases::wait_out`]), may still be held. Nanoseconds after `born`.
     fresh_until: AtomicU64,
     born: Instant,
+    /// Moves of slots under way on this server ([`Leases::pause`]): none is granted.
+    paused: std::sync::atomic::AtomicU32,
 }
 
 /// Counters of the lease table.
@@ -130,6 +132,7 @@ impl Leases {
             no_callbacks,
             fresh_until: AtomicU64::new(0),
             born: Instant::now(),
+            paused: Default::default(),
         };
         l.wait_out(Duration::ZERO);
         l
@@ -222,7 +225,7 @@ impl Leases {
     }
 
     fn hold(&self, mut t: MutexGuard<'_, Table>, path: &str, who: Option<Holder>) -> u32 {
-        let Some(who) = who.filter(|_| self.enabled()) else {
+        let Some(who) = who.filter(|_| self.enabled() && self.paused.load(Relaxed) == 0) else {
             return 0;
         };
         let now = Instant::now();
@@ -436,6 +439,70 @@ impl Leases {
             r.ids.push(id);
         }
         Some(r)
+    }
+
+    /// A slot's move begins on this server (docs/architecture.md, "Membership changes"):
+    /// until the returned guard is dropped no lease is granted, and every lease held now is
+    /// called back (each holder told to forget everything this server told it): a lease of
+    /// this server must never cover what another server serves after the switch, nor a
+    /// directory slice that the switch changes. The caller waits with the revocation, and
+    /// ends the pause with [`Leases::resume`].
+    pub fn pause(&self) -> Option<Revocation<'_>> {
+        self.paused.fetch_add(1, Relaxed);
+        if !self.enabled() {
+            return None;
+        }
+        let mut t = self.table();
+        let now = Instant::now();
+        let mut holders: HashMap<u64, (u32, Instant)> = HashMap::new();
+        for (_, holds) in std::mem::take(&mut t.held) {
+            for h in holds.into_iter().filter(|h| h.until > now) {
+                let e = holders.entry(h.who.holder).or_insert((h.who.conn, h.until));
+                e.1 = e.1.max(h.until);
+            }
+        }
+        t.count = 0;
+        let mut r = Revocation {
+            leases: self,
+            marked: [(0, None, false); 2],
+            n: 0,
+            fresh: false,
+            ids: Vec::new(),
+            until: now,
+        };
+        if self.no_callbacks {
+            return Some(r);
+        }
+        let out = self.out.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        for (holder, (conn, until)) in holders {
+            t.next_id = t.next_id.wrapping_add(1).max(1);
+            let id = t.next_id;
+            let cb = Callback {
+                id,
+                paths: Vec::new(),
+                attrs: Vec::new(),
+                all: true,
+            };
+            if let (Some(tx), Ok(bytes)) = (&out, flexbuffers::to_vec(&cb)) {
+                let _ = tx.send(Outgoing {
+                    holder,
+                    conn,
+                    tag: tag::callback(self.server, id),
+                    bytes,
+                });
+            }
+            t.unacked.insert(id, holder);
+            r.ids.push(id);
+            r.until = r.until.max(until);
+        }
+        Some(r)
+    }
+
+    /// The end of a [`Leases::pause`]: leases are granted again once every pause ended.
+    pub fn resume(&self) {
+        let _ = self
+            .paused
+            .fetch_update(Relaxed, Relaxed, |p| Some(p.saturating_sub(1)));
     }
 
     /// A connection of holder `holder` acknowledged callback `id` (one sent to that holder:

@@ -56,6 +56,19 @@ struct Open {
     sums: Option<File>,
 }
 
+/// The map epoch a server publishes in its chunk directory (8 bytes LE, written in place):
+/// a client reading chunk files itself reads them only while its own layout is at least as
+/// new (docs/architecture.md, "Membership changes"): a slot's old owner publishes the switch
+/// before it drops the slot's chunks.
+pub struct EpochFile(File);
+
+impl EpochFile {
+    /// Publishes `epoch`.
+    pub fn publish(&self, epoch: u64) -> std::io::Result<()> {
+        self.0.write_all_at(&epoch.to_le_bytes(), 0)
+    }
+}
+
 /// Local-file chunk store.
 pub struct FsChunks {
     root: PathBuf,
@@ -577,6 +590,15 @@ impl FsChunks {
         ChunkStore::write(self, id, pos, data)
     }
 
+    /// The file in the chunk directory where the server publishes its cluster map's epoch
+    /// for the clients that read chunk files themselves ([`EpochFile`]).
+    pub fn open_epoch_file(&self) -> std::io::Result<EpochFile> {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(self.root.join(madfs_placement::EPOCH_FILE))?;
+        Ok(EpochFile(f))
+    }
+
     /// File ids with a chunk file or a record file here, with their bytes on disk (fsck).
     pub fn ids(&self) -> std::io::Result<Vec<(u64, u64)>> {
         use std::os::unix::fs::MetadataExt;
@@ -779,6 +801,11 @@ fn publish_location(root: &Path) -> std::io::Result<Location> {
         0o644,
         false,
     )?;
+    // (the map's epoch, for clients reading chunk files here: 0 until a map says more)
+    let epoch = root.join(madfs_placement::EPOCH_FILE);
+    if !epoch.exists() {
+        crate::files::replace(&epoch, &0u64.to_le_bytes(), 0o644, false)?;
+    }
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .map(|s| s.trim().to_string())
         .unwrap_or_default();

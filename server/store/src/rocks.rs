@@ -366,6 +366,23 @@ fn count_key(dir: &str) -> Vec<u8> {
     k
 }
 
+/// The `N` key of a directory given as the bytes of its path.
+fn count_key_raw(dir: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(dir.len() + 1);
+    k.push(b'N');
+    k.extend_from_slice(dir);
+    k
+}
+
+/// The directory (its path's bytes) of an entry's key; `None` for any other key.
+fn entry_dir(key: &[u8]) -> Option<&[u8]> {
+    if key.first() != Some(&b'E') {
+        return None;
+    }
+    let zero = key.iter().position(|b| *b == 0)?;
+    Some(&key[1..zero])
+}
+
 fn count_of(v: &[u8]) -> i64 {
     v.try_into().map(i64::from_le_bytes).unwrap_or(0)
 }
@@ -731,30 +748,7 @@ impl RocksDbMeta {
         after: &[u8],
         max_bytes: usize,
     ) -> FsResult<(Vec<(Vec<u8>, Vec<u8>)>, Option<Vec<u8>>)> {
-        let mut out = Vec::new();
-        let mut bytes = 0;
-        let mut it = self.db.raw_iterator();
-        if after.is_empty() {
-            it.seek_to_first();
-        } else {
-            it.seek(after);
-            if it.key() == Some(after) {
-                it.next();
-            }
-        }
-        while let (Some(k), Some(v)) = (it.key(), it.value()) {
-            if key_set(k, l) == Some(set) {
-                bytes += k.len() + v.len() + 16;
-                out.push((k.to_vec(), v.to_vec()));
-                if bytes >= max_bytes {
-                    let next = Some(k.to_vec());
-                    return Ok((out, next));
-                }
-            }
-            it.next();
-        }
-        it.status().map_err(io)?;
-        Ok((out, None))
+        self.records_where(&|k| key_set(k, l) == Some(set), after, max_bytes)
     }
 
     /// Drops every record of the replica sets `sets` (in layout `l`) held here: a
@@ -799,6 +793,143 @@ impl RocksDbMeta {
             b.put(k, v);
         }
         self.db.write(b).map_err(io)
+    }
+
+    /// The records of the slots `moving` says yes to ([`key_slot`]) in key order after
+    /// `after` (empty: from the start), until about `max_bytes`: what a slot's move copies
+    /// to its new owner. Returns them and the key to go on after (`None`: done).
+    #[allow(clippy::type_complexity)]
+    pub fn records_of_slots(
+        &self,
+        moving: &dyn Fn(u32) -> bool,
+        after: &[u8],
+        max_bytes: usize,
+    ) -> FsResult<(Vec<(Vec<u8>, Vec<u8>)>, Option<Vec<u8>>)> {
+        self.records_where(&|k| key_slot(k).is_some_and(moving), after, max_bytes)
+    }
+
+    /// The records whose keys `keep` says yes to, in key order after `after` (empty: from
+    /// the start), until about `max_bytes`, and the key to go on after (`None`: done).
+    #[allow(clippy::type_complexity)]
+    fn records_where(
+        &self,
+        keep: &dyn Fn(&[u8]) -> bool,
+        after: &[u8],
+        max_bytes: usize,
+    ) -> FsResult<(Vec<(Vec<u8>, Vec<u8>)>, Option<Vec<u8>>)> {
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        let mut it = self.db.raw_iterator();
+        if after.is_empty() {
+            it.seek_to_first();
+        } else {
+            it.seek(after);
+            if it.key() == Some(after) {
+                it.next();
+            }
+        }
+        while let (Some(k), Some(v)) = (it.key(), it.value()) {
+            if keep(k) {
+                bytes += k.len() + v.len() + 16;
+                out.push((k.to_vec(), v.to_vec()));
+                if bytes >= max_bytes {
+                    return Ok((out, Some(k.to_vec())));
+                }
+            }
+            it.next();
+        }
+        it.status().map_err(io)?;
+        Ok((out, None))
+    }
+
+    /// Writes records a slot's move copies here, counting the entries they add to their
+    /// directories (`N`), synced: the old owner drops its own once the slot is switched.
+    pub fn put_moved(&self, records: &[(&[u8], &[u8])]) -> FsResult<()> {
+        let mut b = WriteBatch::default();
+        for (k, v) in records {
+            if key_slot(k).is_none() {
+                return Err(Errno::EINVAL);
+            }
+            if let Some(dir) = entry_dir(k) {
+                let was = self.db.get(k).map_err(io)?;
+                let had = was.is_some_and(|w| decode_attr(&w).is_some());
+                let has = decode_attr(v).is_some();
+                if had != has {
+                    b.merge(
+                        count_key_raw(dir),
+                        (if has { 1i64 } else { -1 }).to_le_bytes(),
+                    );
+                }
+            }
+            b.put(k, v);
+        }
+        self.write_synced(b)
+    }
+
+    /// Drops every record of the slots `gone` says yes to, uncounting their entries: what
+    /// a slot's old owner keeps after its switch, or a new owner from an unfinished copy.
+    /// Returns how many it dropped.
+    pub fn drop_slots(&self, gone: &dyn Fn(u32) -> bool) -> FsResult<u64> {
+        let mut it = self.db.raw_iterator();
+        it.seek_to_first();
+        let mut b = WriteBatch::default();
+        let mut dropped = 0;
+        while let (Some(k), Some(v)) = (it.key(), it.value()) {
+            if key_slot(k).is_some_and(gone) {
+                if let Some(dir) = entry_dir(k).filter(|_| decode_attr(v).is_some()) {
+                    b.merge(count_key_raw(dir), (-1i64).to_le_bytes());
+                }
+                b.delete(k);
+                dropped += 1;
+                if b.len() >= 4096 {
+                    self.write_synced(std::mem::take(&mut b))?;
+                }
+            }
+            it.next();
+        }
+        it.status().map_err(io)?;
+        self.write_synced(b)?;
+        Ok(dropped)
+    }
+
+    /// Sets or clears server-state marker `name` (kept as an `S` key, synced).
+    pub fn set_marker(&self, name: &str, on: bool) -> FsResult<()> {
+        let key = [b"S".as_slice(), name.as_bytes()].concat();
+        let mut wo = WriteOptions::default();
+        wo.set_sync(true);
+        if on {
+            self.db.put_opt(key, b"1", &wo).map_err(io)
+        } else {
+            self.db.delete_opt(key, &wo).map_err(io)
+        }
+    }
+
+    /// Is server-state marker `name` set?
+    pub fn marker(&self, name: &str) -> FsResult<bool> {
+        let key = [b"S".as_slice(), name.as_bytes()].concat();
+        Ok(self.db.get(key).map_err(io)?.is_some())
+    }
+
+    /// Every id this (unreplicated) server made or will make before its next reservation
+    /// is below this mark: a slot's new owner raises its own counter to it
+    /// ([`RocksDbMeta::raise_ids`]), so ids it makes in the slot never repeat one made here.
+    pub fn id_mark(&self) -> u64 {
+        *self.reserved.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Ids made here from now on are at or above `mark` (durably, before it returns).
+    pub fn raise_ids(&self, mark: u64) -> FsResult<()> {
+        let mut reserved = self.reserved.lock().unwrap_or_else(|e| e.into_inner());
+        self.next.fetch_max(mark, Ordering::Relaxed);
+        if *reserved < mark {
+            let mut wo = WriteOptions::default();
+            wo.set_sync(true);
+            self.db
+                .put_opt(b"Snext_id", mark.to_le_bytes(), &wo)
+                .map_err(io)?;
+            *reserved = mark;
+        }
+        Ok(())
     }
 
     /// Counts every directory's entries again (after a rejoining server's copy).

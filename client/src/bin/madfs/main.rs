@@ -275,7 +275,7 @@ fn run(c: &Client, cmd: Cmd) -> Result<(), Box<dyn std::error::Error>> {
                     chunk_size: cs,
                     cap: f.cap,
                 };
-                let server = madfs_placement::chunk_server(f.attr.id, 1 + i as u64, c.layout());
+                let server = madfs_placement::chunk_server(f.attr.id, 1 + i as u64, &c.layout());
                 c.transport().send_request(server, &req, &[])?;
             }
             let mut out = std::io::stdout();

@@ -1,0 +1,76 @@
+//! Records of slots a server does not own (docs/architecture.md, "Membership changes"): a
+//! slot move's copy on its receiver before the switch, and on its old owner after it until
+//! it is cleaned. While there may be any, listings, finds and emptiness checks leave out the
+//! entries of slots this server does not own (a count here says so), and the receiver of a
+//! move in progress is noted with it.
+
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// A slot move this server receives.
+#[derive(Debug, Clone)]
+pub struct Incoming {
+    /// The sender (the slots' owner).
+    pub from: u32,
+    pub slots: Vec<u16>,
+    /// When its last page came.
+    pub last: Instant,
+}
+
+/// See the module documentation.
+#[derive(Default)]
+pub struct Strays {
+    /// Reasons this server may hold records of slots it does not own (moves under way,
+    /// cleanings due).
+    count: AtomicU32,
+    incoming: Mutex<Option<Incoming>>,
+}
+
+impl Strays {
+    /// May this server hold records of slots it does not own?
+    pub fn any(&self) -> bool {
+        self.count.load(Relaxed) > 0
+    }
+
+    /// One more reason (until [`Strays::settled`]).
+    pub fn begin(&self) {
+        self.count.fetch_add(1, Relaxed);
+    }
+
+    /// One reason fewer.
+    pub fn settled(&self) {
+        let _ = self
+            .count
+            .fetch_update(Relaxed, Relaxed, |c| Some(c.saturating_sub(1)));
+    }
+
+    /// The move this server receives, if any.
+    pub fn incoming(&self) -> Option<Incoming> {
+        self.lock().clone()
+    }
+
+    /// Notes a page of a move from `from` of `slots`: true if it is a new one (another
+    /// move's, or none was under way).
+    pub fn received(&self, from: u32, slots: &[u16]) -> bool {
+        let mut g = self.lock();
+        let new = g
+            .as_ref()
+            .is_none_or(|i| i.from != from || i.slots != slots);
+        *g = Some(Incoming {
+            from,
+            slots: slots.to_vec(),
+            last: Instant::now(),
+        });
+        new
+    }
+
+    /// The move received is over (switched or given up): the one it was, if any.
+    pub fn take_incoming(&self) -> Option<Incoming> {
+        self.lock().take()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Incoming>> {
+        self.incoming.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
