@@ -59,9 +59,8 @@ pub(crate) struct LocalReads {
     checksums: bool,
     servers: RefCell<Vec<Where>>,
     fds: RefCell<Vec<Cached>>,
-    /// Per server, its map-epoch file ([`LocalReads::published`]): descriptor, device,
-    /// inode.
-    epochs: RefCell<Vec<Option<(i32, u64, u64)>>>,
+    /// Per server, the address of its map-epoch file's mapping ([`LocalReads::published`]).
+    epochs: RefCell<Vec<Option<usize>>>,
 }
 
 /// `fstat` of `fd`: (device, inode, still linked), or `None` if it is not open.
@@ -69,6 +68,13 @@ fn identity(fd: i32) -> Option<(u64, u64, bool)> {
     // SAFETY: fstat with a zeroed out-parameter; a bad descriptor only fails.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino, st.st_nlink > 0))
+}
+
+/// The size of the file open at `fd`, `None` if it cannot be asked.
+fn identity_size(fd: i32) -> Option<i64> {
+    // SAFETY: fstat with a zeroed out-parameter; a bad descriptor only fails.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st.st_size)
 }
 
 fn close(fd: i32) {
@@ -106,26 +112,41 @@ impl LocalReads {
     /// The cluster map epoch local server `server` published (`madfs_placement::EPOCH_FILE`),
     /// `None` if it cannot be read. A chunk file is read here only while the client's layout
     /// is at least that new, and only if the epoch did not change meanwhile (a slot's old
-    /// owner publishes a switch before it drops the slot's chunks).
+    /// owner publishes a switch before it drops the slot's chunks). The file is mapped once:
+    /// a check is one load (two per read, which a 4 KiB random read would pay dearly as
+    /// system calls).
     pub(crate) fn published(&self, server: u32) -> Option<u64> {
         let mut epochs = self.epochs.borrow_mut();
         let e = epochs.get_mut(server as usize)?;
-        if let Some((fd, dev, ino)) = *e {
-            if identity(fd).map(|(d, i, _)| (d, i)) == Some((dev, ino)) {
-                let mut b = [0u8; 8];
-                return (preadv_all(fd, &mut [&mut b], 0)? == 8).then(|| u64::from_le_bytes(b));
+        if e.is_none() {
+            let dir = match self.servers.borrow().get(server as usize) {
+                Some(Where::Local(d)) => d.clone(),
+                _ => return None,
+            };
+            let fd = open_high(&format!("{dir}/{}\0", madfs_placement::EPOCH_FILE)).ok()?;
+            let size = identity_size(fd);
+            // SAFETY: a read-only shared mapping of the first 8 bytes of the file just opened
+            // (checked to hold them); the mapping outlives the descriptor, closed here.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    8,
+                    libc::PROT_READ,
+                    libc::MAP_SHARED,
+                    fd,
+                    0,
+                )
+            };
+            close(fd);
+            if size < Some(8) || p == libc::MAP_FAILED {
+                return None;
             }
-            *e = None; // closed by the program, or another file now
+            *e = Some(p as usize);
         }
-        let dir = match self.servers.borrow().get(server as usize) {
-            Some(Where::Local(d)) => d.clone(),
-            _ => return None,
-        };
-        let fd = open_high(&format!("{dir}/{}\0", madfs_placement::EPOCH_FILE)).ok()?;
-        let (dev, ino, _) = identity(fd)?;
-        *e = Some((fd, dev, ino));
-        let mut b = [0u8; 8];
-        (preadv_all(fd, &mut [&mut b], 0)? == 8).then(|| u64::from_le_bytes(b))
+        let p = (*e)? as *const std::sync::atomic::AtomicU64;
+        // SAFETY: `p` is the page-aligned start of a live mapping of a file of at least 8
+        // bytes (the server writes it in place, never shorter); an aligned 8-byte load.
+        Some(unsafe { (*p).load(std::sync::atomic::Ordering::Acquire) })
     }
 
     /// Is `server` on this host with its chunk files readable? The first time, `locate` asks
@@ -232,10 +253,9 @@ impl LocalReads {
 
 impl Drop for LocalReads {
     fn drop(&mut self) {
-        for (fd, dev, ino) in self.epochs.get_mut().drain(..).flatten() {
-            if identity(fd).map(|(d, i, _)| (d, i)) == Some((dev, ino)) {
-                close(fd);
-            }
+        for p in self.epochs.get_mut().drain(..).flatten() {
+            // SAFETY: a mapping of 8 bytes this module made and nothing else unmaps.
+            unsafe { libc::munmap(p as *mut libc::c_void, 8) };
         }
         for c in self.fds.get_mut().drain(..) {
             if identity(c.fd).map(|(d, i, _)| (d, i)) == Some((c.dev, c.ino)) {

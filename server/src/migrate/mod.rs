@@ -52,6 +52,7 @@ pub fn start(
 ) -> std::io::Result<()> {
     let mut cleanings = vec![];
     if ops.meta.marker(STRAYS).unwrap_or(true) {
+        ops.strays.mark(true);
         // a move or a cleaning was under way when this server stopped
         ops.strays.begin();
         cleanings.push(Cleaning {
@@ -128,16 +129,18 @@ fn step(
             i += 1;
         }
     }
-    if !ops.strays.any() && cleanings.is_empty() {
+    if !ops.strays.any() && cleanings.is_empty() && ops.strays.mark(false) {
         ops.meta
             .set_marker(STRAYS, false)
             .map_err(|e| e.to_string())?;
     }
     // the next batch of this server's slots the target layout gives another server
     if let Some((to, slots)) = map.next_moves(ops.id, settings.move_batch) {
-        ops.meta
-            .set_marker(STRAYS, true)
-            .map_err(|e| e.to_string())?;
+        if ops.strays.mark(true) {
+            ops.meta
+                .set_marker(STRAYS, true)
+                .map_err(|e| e.to_string())?;
+        }
         let moved = source::move_batch(ops, node, rt, settings, to, &slots)?;
         cleanings.push(Cleaning {
             due: Instant::now() + CLEAN_AFTER,

@@ -47,7 +47,9 @@ pub fn move_in(
             Some(_) => drop_unowned(s)?,
             None => {
                 s.strays.begin();
-                s.meta.set_marker(super::STRAYS, true)?;
+                if s.strays.mark(true) {
+                    s.meta.set_marker(super::STRAYS, true)?;
+                }
                 if let Some(mut r) = s.leases.pause() {
                     r.wait();
                 }

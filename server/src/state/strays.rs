@@ -25,6 +25,8 @@ pub struct Strays {
     /// cleanings due).
     count: AtomicU32,
     incoming: Mutex<Option<Incoming>>,
+    /// Whether the store's marker says so (it is written only when this changes).
+    marked: std::sync::atomic::AtomicBool,
 }
 
 impl Strays {
@@ -43,6 +45,12 @@ impl Strays {
         let _ = self
             .count
             .fetch_update(Relaxed, Relaxed, |c| Some(c.saturating_sub(1)));
+    }
+
+    /// Notes whether the store's marker is set; true if that changes it (the caller
+    /// writes the marker then).
+    pub fn mark(&self, on: bool) -> bool {
+        self.marked.swap(on, Relaxed) != on
     }
 
     /// The move this server receives, if any.
