@@ -45,133 +45,124 @@ pub fn move_batch(
     slots: &[u16],
 ) -> Result<Moved, String> {
     ops.strays.begin();
-    let r = copy_and_switch(ops, node, rt, settings, to, slots);
+    let r = (|| {
+        let mut moving = vec![false; SLOTS as usize];
+        slots.iter().for_each(|s| moving[*s as usize] = true);
+        let pred = |s: u32| moving[s as usize];
+        // no lease of this server may outlive the switch: none granted from now, every one
+        // held called back
+        let revocation = ops.leases.pause();
+        let _paused = Paused(ops);
+        if let Some(mut r) = revocation {
+            r.wait();
+        }
+        let freeze = ops
+            .frozen
+            .freeze(slots, WAIT)
+            .ok_or("requests stayed in flight in the slots to move")?;
+        let frozen_at = Instant::now();
+        let err = |what: &str, e: Errno| format!("{what} to server {to}: {e}");
+        let slot_bytes: Vec<u8> = slots.iter().flat_map(|s| s.to_le_bytes()).collect();
+        // the records (every page, the first one even when there is none: the receiver drops
+        // what an earlier try left)
+        let mut after: Vec<u8> = vec![];
+        let mut first = true;
+        let mut records = 0u64;
+        loop {
+            let (page, next) = ops
+                .meta
+                .records_of_slots(&pred, &after, PAGE)
+                .map_err(|e| err("records", e))?;
+            let req = Request::MoveIn {
+                from: ops.id,
+                slots: &slot_bytes,
+                first,
+                ids: ops.meta.id_mark(),
+                records: page
+                    .iter()
+                    .map(|(k, v)| {
+                        (
+                            serde_bytes::Bytes::new(k.as_slice()),
+                            serde_bytes::Bytes::new(v.as_slice()),
+                        )
+                    })
+                    .collect(),
+            };
+            ops.peers
+                .call(to, &req, &[])
+                .map_err(|e| err("records", e))?;
+            first = false;
+            records += page.len() as u64;
+            match next {
+                Some(k) => after = k,
+                None => break,
+            }
+        }
+        // the chunk data, read with its checksums checked
+        let cs = ops.chunk_size as u64;
+        let mut bytes = 0u64;
+        let started = Instant::now();
+        let ids = ops.chunks.ids().map_err(|e| format!("chunk files: {e}"))?;
+        let mut buf = vec![0u8; PIECE as usize];
+        for (id, _) in ids {
+            let extents = ops.chunks.extents(id).map_err(|e| err("chunks", e))?;
+            for (p, l) in extents {
+                for (a, b) in chunk_ranges(p, p + l, cs, |c| pred(slot_of_chunk(id, c))) {
+                    let mut at = a;
+                    while at < b {
+                        let want = PIECE.min(b - at) as usize;
+                        let n = ops
+                            .chunks
+                            .read(id, at, &mut buf[..want])
+                            .map_err(|e| err("chunks", e))?;
+                        if n == 0 {
+                            break;
+                        }
+                        let req = Request::MoveData {
+                            from: ops.id,
+                            id,
+                            pos: at,
+                        };
+                        ops.peers
+                            .call(to, &req, &buf[..n])
+                            .map_err(|e| err("chunks", e))?;
+                        at += n as u64;
+                        bytes += n as u64;
+                        throttle(started, bytes, settings.move_rate);
+                    }
+                }
+            }
+        }
+        // the switch, applied here before the slots are let go (their requests then find them
+        // moved)
+        let proposed = rt.block_on(node.propose_switch(slots.to_vec(), to));
+        let until = Instant::now() + WAIT;
+        loop {
+            let l = node.map().layout();
+            if slots.iter().all(|s| l.owner(*s as u32) == to) {
+                break;
+            }
+            if Instant::now() >= until {
+                return Err(format!(
+                    "the switch of {} slot(s) to server {to} was not applied here ({proposed:?})",
+                    slots.len()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let frozen = frozen_at.elapsed();
+        drop(freeze);
+        Ok(Moved {
+            slots: slots.len(),
+            records,
+            bytes,
+            frozen,
+        })
+    })();
     if r.is_err() {
         ops.strays.settled();
     }
     r
-}
-
-fn copy_and_switch(
-    ops: &Server,
-    node: &Node,
-    rt: &tokio::runtime::Handle,
-    settings: &crate::replica::Settings,
-    to: u32,
-    slots: &[u16],
-) -> Result<Moved, String> {
-    let mut moving = vec![false; SLOTS as usize];
-    slots.iter().for_each(|s| moving[*s as usize] = true);
-    let pred = |s: u32| moving[s as usize];
-    // no lease of this server may outlive the switch: none granted from now, every one
-    // held called back
-    let revocation = ops.leases.pause();
-    let _paused = Paused(ops);
-    if let Some(mut r) = revocation {
-        r.wait();
-    }
-    let freeze = ops
-        .frozen
-        .freeze(slots, WAIT)
-        .ok_or("requests stayed in flight in the slots to move")?;
-    let frozen_at = Instant::now();
-    let err = |what: &str, e: Errno| format!("{what} to server {to}: {e}");
-    let slot_bytes: Vec<u8> = slots.iter().flat_map(|s| s.to_le_bytes()).collect();
-    // the records (every page, the first one even when there is none: the receiver drops
-    // what an earlier try left)
-    let mut after: Vec<u8> = vec![];
-    let mut first = true;
-    let mut records = 0u64;
-    loop {
-        let (page, next) = ops
-            .meta
-            .records_of_slots(&pred, &after, PAGE)
-            .map_err(|e| err("records", e))?;
-        let req = Request::MoveIn {
-            from: ops.id,
-            slots: &slot_bytes,
-            first,
-            ids: ops.meta.id_mark(),
-            records: page
-                .iter()
-                .map(|(k, v)| {
-                    (
-                        serde_bytes::Bytes::new(k.as_slice()),
-                        serde_bytes::Bytes::new(v.as_slice()),
-                    )
-                })
-                .collect(),
-        };
-        ops.peers
-            .call(to, &req, &[])
-            .map_err(|e| err("records", e))?;
-        first = false;
-        records += page.len() as u64;
-        match next {
-            Some(k) => after = k,
-            None => break,
-        }
-    }
-    // the chunk data, read with its checksums checked
-    let cs = ops.chunk_size as u64;
-    let mut bytes = 0u64;
-    let started = Instant::now();
-    let ids = ops.chunks.ids().map_err(|e| format!("chunk files: {e}"))?;
-    let mut buf = vec![0u8; PIECE as usize];
-    for (id, _) in ids {
-        let extents = ops.chunks.extents(id).map_err(|e| err("chunks", e))?;
-        for (p, l) in extents {
-            for (a, b) in chunk_ranges(p, p + l, cs, |c| pred(slot_of_chunk(id, c))) {
-                let mut at = a;
-                while at < b {
-                    let want = PIECE.min(b - at) as usize;
-                    let n = ops
-                        .chunks
-                        .read(id, at, &mut buf[..want])
-                        .map_err(|e| err("chunks", e))?;
-                    if n == 0 {
-                        break;
-                    }
-                    let req = Request::MoveData {
-                        from: ops.id,
-                        id,
-                        pos: at,
-                    };
-                    ops.peers
-                        .call(to, &req, &buf[..n])
-                        .map_err(|e| err("chunks", e))?;
-                    at += n as u64;
-                    bytes += n as u64;
-                    throttle(started, bytes, settings.move_rate);
-                }
-            }
-        }
-    }
-    // the switch, applied here before the slots are let go (their requests then find them
-    // moved)
-    let proposed = rt.block_on(node.propose_switch(slots.to_vec(), to));
-    let until = Instant::now() + WAIT;
-    loop {
-        let l = node.map().layout();
-        if slots.iter().all(|s| l.owner(*s as u32) == to) {
-            break;
-        }
-        if Instant::now() >= until {
-            return Err(format!(
-                "the switch of {} slot(s) to server {to} was not applied here ({proposed:?})",
-                slots.len()
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let frozen = frozen_at.elapsed();
-    drop(freeze);
-    Ok(Moved {
-        slots: slots.len(),
-        records,
-        bytes,
-        frozen,
-    })
 }
 
 /// Drops the records and the chunk data of the slots `gone` says yes to (moved away):
