@@ -420,8 +420,9 @@ impl Client {
         let max_piece = self.max_piece(f.meta)?;
         let plan = pieces(offset, data.len(), cs, max_piece);
         let mut calls = Vec::with_capacity(plan.len());
+        let layout = self.layout();
         for (chunk, in_chunk, range) in plan {
-            let server = chunk_server(f.attr.id, chunk, &self.layout());
+            let server = chunk_server(f.attr.id, chunk, &layout);
             self.t.ensure(server)?;
             f.touched.insert(server);
             calls.push((server, chunk, in_chunk, &data[range]));
@@ -431,7 +432,7 @@ impl Client {
         // a write that stays in chunk 0 publishes the file's size in the same request, when
         // chunk 0's server (the file's home) holds its entry too
         let all_inline = calls.iter().all(|c| c.1 == 0);
-        let mut with_size = !f.orphan && chunk_server(id, 0, &self.layout()) == f.meta;
+        let mut with_size = !f.orphan && chunk_server(id, 0, &layout) == f.meta;
         let path = f.path.clone();
         mutated();
         // (a write that publishes the size changes the entry: see `Client::call`)
@@ -517,10 +518,11 @@ impl Client {
         // sharing the open file): cover every server that can hold a chunk of the file
         let cs = f.attr.chunk_size.max(1) as u64;
         let chunks = f.size().div_ceil(cs);
-        if chunks > 4 * self.layout().servers() as u64 {
-            servers.extend(0..self.layout().servers());
+        let layout = self.layout();
+        if chunks > 4 * layout.servers() as u64 {
+            servers.extend(0..layout.servers());
         } else {
-            servers.extend((0..chunks.max(1)).map(|c| chunk_server(f.attr.id, c, &self.layout())));
+            servers.extend((0..chunks.max(1)).map(|c| chunk_server(f.attr.id, c, &layout)));
         }
         let deadline = std::time::Instant::now() + self.t.timeout();
         let mut pause = std::time::Duration::from_millis(1);
@@ -601,8 +603,9 @@ impl Client {
             std::thread::sleep(std::time::Duration::from_millis(5));
             return true;
         }
-        let sets: Vec<u32> = (0..self.layout().servers() as u64)
-            .map(|c| chunk_server(f.attr.id, c, &self.layout()))
+        let layout = self.layout();
+        let sets: Vec<u32> = (0..layout.servers() as u64)
+            .map(|c| chunk_server(f.attr.id, c, &layout))
             .collect();
         self.t.failover(&sets, e)
     }
