@@ -116,6 +116,10 @@ pub const DIR_POS_END: u64 = 1 << 63;
 pub struct DirCursor {
     dir: String,
     to: u64,
+    /// The name hash the cursor started from, and the last entry it returned (hash and
+    /// name): where servers that joined meanwhile are read from.
+    from: u64,
+    last: Option<(u64, String)>,
     /// Per server: fetched entries not yet returned, and the hash to fetch from next.
     servers: Vec<(VecDeque<DirEntry>, Option<u64>)>,
 }
@@ -647,7 +651,7 @@ impl Client {
                 cfg.identity.checksums == madfs_identity::Checksums::Crc32c,
                 t.servers(),
             ),
-            layout: RefCell::new(Rc::new(Layout::initial(t.servers()))),
+            layout: RefCell::new(Rc::new(Layout::initial(cfg.identity.servers))),
             layout_epoch: Default::default(),
             t,
             known_dirs: RefCell::default(),
@@ -680,7 +684,7 @@ impl Client {
                 cfg.identity.checksums == madfs_identity::Checksums::Crc32c,
                 t.servers(),
             ),
-            layout: RefCell::new(Rc::new(Layout::initial(t.servers()))),
+            layout: RefCell::new(Rc::new(Layout::initial(cfg.identity.servers))),
             layout_epoch: Default::default(),
             t,
             known_dirs: RefCell::default(),
@@ -728,15 +732,25 @@ impl Client {
         if self.t.replicated() {
             return false;
         }
-        let n = self.servers();
         let got = self
             .t
             .call_sync(asked, &Request::Map, &[], MAP_REPLY)
             .and_then(|raw| match raw.decode()?.0 {
-                Reply::Map { epoch, owners, .. } if owners.is_empty() => {
-                    Ok((epoch, Layout::initial(n)))
-                }
-                Reply::Map { epoch, owners, .. } => {
+                Reply::Map {
+                    epoch,
+                    owners,
+                    states,
+                    ..
+                } => {
+                    // (servers that joined are in the states)
+                    let n = if states.is_empty() {
+                        self.servers()
+                    } else {
+                        states.len() as u32
+                    };
+                    if owners.is_empty() {
+                        return Ok((epoch, Layout::initial(n)));
+                    }
                     let owners: Vec<u16> = owners
                         .chunks_exact(2)
                         .map(|b| u16::from_le_bytes([b[0], b[1]]))
@@ -746,8 +760,12 @@ impl Client {
                 _ => Err(Errno::EPROTO),
             });
         match got {
-            // (a server that has not applied the latest map yet answers an older one)
-            Ok((epoch, l)) if epoch > self.layout_epoch.get() => {
+            // (a server that has not applied the latest map yet answers an older one; the
+            // addresses of servers that joined come from the cluster file)
+            Ok((epoch, l))
+                if epoch > self.layout_epoch.get() && self.t.learn_servers(l.servers()) =>
+            {
+                self.local.grow(l.servers());
                 self.layout_epoch.set(epoch);
                 let new = *self.layout.borrow().as_ref() != l;
                 if new {
@@ -1104,11 +1122,13 @@ impl Client {
     /// fit). Returns whether they were kept.
     fn fetch_pages(&self, dir: &str) -> FsResult<bool> {
         // (a replicated cluster's set whose primary died: fetched again from the new one)
-        self.t.failing_over(&[], || self.fetch_pages_once(dir))
+        self.t
+            .failing_over(&[], || self.all_members(|| self.fetch_pages_once(dir)))
     }
 
     fn fetch_pages_once(&self, dir: &str) -> FsResult<bool> {
         let all = self.connect_all()?;
+        let n = all.len() as u32;
         let gen = crate::cache::generation();
         let sent = std::time::Instant::now();
         let futs = all.iter().map(|&s| async move {
@@ -1120,6 +1140,7 @@ impl Client {
                     dir,
                     start,
                     max_bytes: 2 * LIST_BYTES,
+                    servers: n,
                 };
                 let raw = self.t.call(s, tag::REQUEST, &req, &[], LIST_REPLY).await?;
                 let Reply::Looks {
@@ -1297,12 +1318,14 @@ impl Client {
     /// Server-side find: every entry under `dir` (any depth) passing `filter`, evaluated by all
     /// servers in parallel over their own key ranges. Returns (paths sorted, entries examined).
     pub fn find(&self, dir: &str, filter: &FindFilter<'_>) -> FsResult<(Vec<String>, u64)> {
-        self.t.failing_over(&[], || self.find_once(dir, filter))
+        self.t
+            .failing_over(&[], || self.all_members(|| self.find_once(dir, filter)))
     }
 
     fn find_once(&self, dir: &str, filter: &FindFilter<'_>) -> FsResult<(Vec<String>, u64)> {
         let dir = self.directory(dir)?;
         let all = self.connect_all()?;
+        let n = all.len() as u32;
         let dir = dir.as_str();
         let futs = all.iter().map(|&s| async move {
             let mut out = Vec::new();
@@ -1314,6 +1337,7 @@ impl Client {
                     filter: *filter,
                     after: &after,
                     max_bytes: FIND_BYTES,
+                    servers: n,
                 };
                 let raw = self.t.call(s, tag::REQUEST, &req, &[], LIST_REPLY).await?;
                 match raw.decode()?.0 {
@@ -1361,60 +1385,108 @@ impl Client {
         Ok(DirCursor {
             dir,
             to,
+            from: from << 1,
+            last: None,
             servers: all.iter().map(|_| (VecDeque::new(), start)).collect(),
         })
     }
 
-    /// The next entry of a [`DirCursor`], or `None` at its end.
+    /// The next entry of a [`DirCursor`], or `None` at its end. When servers joined since
+    /// the cursor was made (a server answers `EREMCHG`), the layout is learnt and the new
+    /// servers are read too, from the last entry returned on: an entry moved to one of them
+    /// after its old server's page was fetched is skipped the second time (entries come in
+    /// position order, and none is returned twice).
     pub fn dir_next(&self, c: &mut DirCursor) -> FsResult<Option<DirEntry>> {
+        let mut tries = 0;
+        loop {
+            match self.dir_fill(c) {
+                Ok(()) => {}
+                Err(Errno::EREMCHG) if !self.t.replicated() && tries < 50 => {
+                    if !(0..self.servers()).any(|s| self.relayout(s)) {
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                    let from = c.last.as_ref().map_or(c.from, |(h, _)| *h);
+                    while c.servers.len() < self.servers() as usize {
+                        c.servers.push((VecDeque::new(), Some(from)));
+                    }
+                    tries += 1;
+                    continue;
+                }
+                Err(Errno::EAGAIN) if !self.t.replicated() && tries < 500 => {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                    tries += 1;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+            let best = c
+                .servers
+                .iter()
+                .enumerate()
+                .filter_map(|(i, (buf, _))| buf.front().map(|e| (i, e)))
+                .min_by(|x, y| (x.1.hash, &x.1.name).cmp(&(y.1.hash, &y.1.name)))
+                .map(|(i, _)| i);
+            let Some(e) = best.and_then(|i| c.servers[i].0.pop_front()) else {
+                return Ok(None);
+            };
+            let seen = c
+                .last
+                .as_ref()
+                .is_some_and(|(h, n)| (e.hash, e.name.as_str()) <= (*h, n.as_str()));
+            if !seen {
+                c.last = Some((e.hash, e.name.clone()));
+                return Ok(Some(e));
+            }
+        }
+    }
+
+    /// Fetches the next page of every server of `c` whose fetched entries are all returned
+    /// and that has more.
+    fn dir_fill(&self, c: &mut DirCursor) -> FsResult<()> {
         let empty: Vec<u32> = (0..c.servers.len() as u32)
             .filter(|&s| {
                 let (buf, next) = &c.servers[s as usize];
                 buf.is_empty() && next.is_some()
             })
             .collect();
-        if !empty.is_empty() {
-            let (dir, to) = (c.dir.as_str(), c.to);
-            let pages = self.t.failing_over(&empty, || {
-                for s in &empty {
-                    self.t.ensure(*s)?;
-                }
-                let futs = empty.iter().map(|&s| {
-                    let start = c.servers[s as usize].1.unwrap_or(0);
-                    self.list_page(s, dir, start, to)
-                });
-                let pages = self.t.wait(&empty, async { Ok(join_all(futs).await) })?;
-                // a page that failed is asked for again (after a failover)
-                pages.into_iter().collect::<FsResult<Vec<_>>>()
-            })?;
-            for (&s, page) in empty.iter().zip(pages) {
-                let (entries, next) = page;
-                let slot = &mut c.servers[s as usize];
-                slot.0.extend(entries);
-                slot.1 = next;
-            }
+        if empty.is_empty() {
+            return Ok(());
         }
-        let best = c
-            .servers
-            .iter()
-            .enumerate()
-            .filter_map(|(i, (buf, _))| buf.front().map(|e| (i, e)))
-            .min_by(|x, y| (x.1.hash, &x.1.name).cmp(&(y.1.hash, &y.1.name)))
-            .map(|(i, _)| i);
-        Ok(best.and_then(|i| c.servers[i].0.pop_front()))
+        let (dir, to, n) = (c.dir.as_str(), c.to, c.servers.len() as u32);
+        let pages = self.t.failing_over(&empty, || {
+            for s in &empty {
+                self.t.ensure(*s)?;
+            }
+            let futs = empty.iter().map(|&s| {
+                let start = c.servers[s as usize].1.unwrap_or(0);
+                self.list_page(s, n, dir, start, to)
+            });
+            let pages = self.t.wait(&empty, async { Ok(join_all(futs).await) })?;
+            // a page that failed is asked for again (after a failover)
+            pages.into_iter().collect::<FsResult<Vec<_>>>()
+        })?;
+        for (&s, page) in empty.iter().zip(pages) {
+            let (entries, next) = page;
+            let slot = &mut c.servers[s as usize];
+            slot.0.extend(entries);
+            slot.1 = next;
+        }
+        Ok(())
     }
 
     /// Lists `dir` as `k` position ranges at once (every range on every server concurrently);
     /// the same entries, in the same order, as [`FileSystem::readdir`].
     pub fn readdir_parallel(&self, dir: &str, k: usize) -> FsResult<Vec<DirEntry>> {
-        self.t
-            .failing_over(&[], || self.readdir_parallel_once(dir, k))
+        self.t.failing_over(&[], || {
+            self.all_members(|| self.readdir_parallel_once(dir, k))
+        })
     }
 
     fn readdir_parallel_once(&self, dir: &str, k: usize) -> FsResult<Vec<DirEntry>> {
         let k = k.clamp(1, 4096) as u64;
         let dir = self.directory(dir)?;
         let all = self.connect_all()?;
+        let n = all.len() as u32;
         let step = DIR_POS_END / k;
         let dir = dir.as_str();
         let all_ref = &all;
@@ -1431,7 +1503,7 @@ impl Client {
                 let mut out = Vec::new();
                 let mut start = from << 1;
                 loop {
-                    let (page, next) = self.list_page(s, dir, start, to).await?;
+                    let (page, next) = self.list_page(s, n, dir, start, to).await?;
                     out.extend(page);
                     match next {
                         Some(n) => start = n,
@@ -1454,6 +1526,7 @@ impl Client {
     async fn list_page(
         &self,
         s: u32,
+        servers: u32,
         dir: &str,
         start: u64,
         to: u64,
@@ -1462,6 +1535,7 @@ impl Client {
             dir,
             start,
             max_bytes: LIST_BYTES,
+            servers,
         };
         let raw = self.t.call(s, tag::REQUEST, &req, &[], LIST_REPLY).await?;
         match raw.decode()?.0 {
@@ -1591,6 +1665,28 @@ impl Client {
     /// Round trip of an empty request to `server`.
     pub fn ping(&self, server: u32) -> FsResult<()> {
         self.call(server, &Request::Ping).map(|_| ())
+    }
+
+    /// Runs `f`, a request sent to every server (a listing, a find), again while a server
+    /// says servers joined that this client's layout lacks (`EREMCHG`: the layout is learnt
+    /// from the servers, the newest first found) or that it has not applied the join this
+    /// client knows of yet (`EAGAIN`).
+    fn all_members<T>(&self, f: impl Fn() -> FsResult<T>) -> FsResult<T> {
+        let mut tries = 0;
+        loop {
+            match f() {
+                Err(Errno::EREMCHG) if !self.t.replicated() && tries < 50 => {
+                    if !(0..self.servers()).any(|s| self.relayout(s)) {
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                }
+                Err(Errno::EAGAIN) if !self.t.replicated() && tries < 500 => {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                r => return r,
+            }
+            tries += 1;
+        }
     }
 
     /// Connects to every server (those connected already are kept); returns their ids.

@@ -109,6 +109,20 @@ impl LocalReads {
         }
     }
 
+    /// Room for servers up to id `n - 1` (servers that joined: asked where they are on
+    /// first use).
+    pub(crate) fn grow(&self, n: u32) {
+        let mut servers = self.servers.borrow_mut();
+        while servers.len() < n as usize {
+            servers.push(if self.boot.is_some() {
+                Where::Unknown
+            } else {
+                Where::Remote
+            });
+        }
+        self.epochs.borrow_mut().resize(servers.len(), None);
+    }
+
     /// The cluster map epoch local server `server` published (`madfs_placement::EPOCH_FILE`),
     /// `None` if it cannot be read. A chunk file is read here only while the client's layout
     /// is at least that new, and only if the epoch did not change meanwhile (a slot's old

@@ -223,6 +223,7 @@ fn child() {
                     dir: "/alice",
                     start: 0,
                     max_bytes: 4096,
+                    servers: 0,
                 };
                 say(&format!("readdir@{s}"), &call(s, &ls, &[]));
                 say(
@@ -249,6 +250,7 @@ fn child() {
                     dir: "/alice",
                     start: 0,
                     max_bytes: 4096,
+                    servers: 0,
                 };
                 say(&format!("after-readdir@{s}"), &call(s, &ls, &[]));
             }
@@ -672,6 +674,7 @@ fn child() {
                         filter: FindFilter::default(),
                         after: &after,
                         max_bytes: 64,
+                        servers: 0,
                     };
                     let raw = t.call_sync(s, &req, &[], 64 << 10);
                     match raw.as_ref().map(|r| r.decode()) {
@@ -711,6 +714,7 @@ fn child() {
                     filter: FindFilter::default(),
                     after: &crafted,
                     max_bytes: 64,
+                    servers: 0,
                 };
                 let r = t
                     .call_sync(s, &req, &[], 64 << 10)

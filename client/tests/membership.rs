@@ -1,13 +1,15 @@
 //! Membership changes of an unreplicated cluster (docs/architecture.md, "Membership
-//! changes"): a server drained while a client writes and reads; every byte and every entry
-//! stays, the drained server ends up owning and holding nothing, and clients follow the new
-//! layout without noticing.
+//! changes"): a server drained while a client writes and reads; a server added (3 → 4) and
+//! drained again (4 → 3), the CI's short form; every byte and every entry stays, an added
+//! server takes its share and no more, a drained one ends up owning and holding nothing, and
+//! clients follow the new layout without noticing.
 
 mod common;
 
 use common::procs::{bin_dir, show};
 use common::*;
 use madfs_client::{Client, FileSystem, OpenFlags};
+use madfs_cluster::LocalCluster;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -75,57 +77,10 @@ fn a_server_drained_while_a_client_works_hands_everything_over() {
     let i = files + 3;
 
     // a client that goes on creating, writing and reading back through the move
-    let stop = Arc::new(AtomicBool::new(false));
-    let worker = {
-        let (stop, file) = (stop.clone(), cl.cluster_file());
-        std::thread::spawn(move || {
-            let mut cfg = madfs_client::ClientConfig::from_cluster_file(file).unwrap();
-            cfg.timeout = Duration::from_secs(20);
-            let c = Client::new(&cfg).unwrap();
-            let mut made = 0usize;
-            while !stop.load(Relaxed) || made < 20 {
-                let p = format!("/w/f{made}");
-                let bytes = data(size_of(made), 1_000_000 + made as u64);
-                let t = Instant::now();
-                let mut f = c.open(&p, OpenFlags::create_trunc()).unwrap();
-                let t1 = t.elapsed();
-                if !bytes.is_empty() {
-                    c.write(&mut f, 0, &bytes).unwrap();
-                }
-                let t2 = t.elapsed();
-                c.close(f).unwrap();
-                let t3 = t.elapsed();
-                let back = get(&c, &p);
-                if t.elapsed() > Duration::from_secs(1) {
-                    eprintln!(
-                        "slow: {p} open {t1:?} write {t2:?} close {t3:?} all {:?}",
-                        t.elapsed()
-                    );
-                }
-                assert!(back == bytes, "/w/f{made} read back wrong");
-                if made > 0 {
-                    let k = (made * 7919) % made;
-                    let again = get(&c, &format!("/w/f{k}"));
-                    assert!(
-                        again == data(size_of(k), 1_000_000 + k as u64),
-                        "/w/f{k} read again wrong"
-                    );
-                }
-                made += 1;
-            }
-            made
-        })
-    };
+    let (stop, worker) = working_client(&cl, false);
     std::thread::sleep(Duration::from_millis(300));
 
-    let t = Instant::now();
-    let out = std::process::Command::new(bin_dir().join("madfs-ctl"))
-        .args(["drain", "2", "--wait", "120", "--cluster"])
-        .arg(cl.cluster_file())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "drain: {}", show(&out));
-    let took = t.elapsed();
+    let took = ctl_waiting(&cl, &["drain", "2"]);
     stop.store(true, Relaxed);
     let made = worker.join().expect("the working client");
     eprintln!("drained in {took:?}; the working client made {made} files meanwhile");
@@ -154,16 +109,13 @@ fn a_server_drained_while_a_client_works_hands_everything_over() {
     eprintln!("checked at {:?}", t0.elapsed());
     let fresh = client(&cl, Duration::from_secs(20), "none");
     check_tree(&fresh, dirs, files, "a new client");
-    assert_eq!(fresh.readdir("/w").unwrap().len(), made);
-    for k in 0..made {
-        assert!(get(&fresh, &format!("/w/f{k}")) == data(size_of(k), 1_000_000 + k as u64));
-    }
+    check_made(&fresh, made, false, "a new client");
     // a while after its last switch the drained server holds no entry and no chunk byte
     std::thread::sleep(Duration::from_secs(4));
     let held = stats(&cl, 2);
     eprintln!("server 2 after the drain: {held:?}");
     let data_dir = cl.root().join("server2").join("data");
-    let bytes = du(&data_dir);
+    let bytes = chunk_bytes(&cl, 2);
     assert_eq!(
         bytes,
         0,
@@ -171,17 +123,197 @@ fn a_server_drained_while_a_client_works_hands_everything_over() {
         left(&data_dir)
     );
     // and the namespace still works: everything removed, the directories too
+    remove_all(&fresh, dirs, files, made);
+}
+
+/// Bytes of file `/w/f<k>` the working client makes: as the tree's ([`size_of`]), or with
+/// `small` at most 64 KiB (kept inline: no chunk file).
+fn made_size(k: usize, small: bool) -> usize {
+    if small {
+        size_of(k).min(1000 + k)
+    } else {
+        size_of(k)
+    }
+}
+
+/// A client (its own thread) that creates, writes and reads back files `/w/f<k>`
+/// ([`made_size`]) until `stop` is set (at least 20): returns how many it made. `/w` must
+/// exist.
+fn working_client(
+    cl: &LocalCluster,
+    small: bool,
+) -> (Arc<AtomicBool>, std::thread::JoinHandle<usize>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let worker = {
+        let (stop, file) = (stop.clone(), cl.cluster_file());
+        std::thread::spawn(move || {
+            let mut cfg = madfs_client::ClientConfig::from_cluster_file(file).unwrap();
+            cfg.timeout = Duration::from_secs(20);
+            let c = Client::new(&cfg).unwrap();
+            let mut made = 0usize;
+            while !stop.load(Relaxed) || made < 20 {
+                let p = format!("/w/f{made}");
+                let bytes = data(made_size(made, small), 1_000_000 + made as u64);
+                let t = Instant::now();
+                let mut f = c.open(&p, OpenFlags::create_trunc()).unwrap();
+                let t1 = t.elapsed();
+                if !bytes.is_empty() {
+                    c.write(&mut f, 0, &bytes).unwrap();
+                }
+                let t2 = t.elapsed();
+                c.close(f).unwrap();
+                let t3 = t.elapsed();
+                let back = get(&c, &p);
+                if t.elapsed() > Duration::from_secs(1) {
+                    eprintln!(
+                        "slow: {p} open {t1:?} write {t2:?} close {t3:?} all {:?}",
+                        t.elapsed()
+                    );
+                }
+                assert!(back == bytes, "/w/f{made} read back wrong");
+                if made > 0 {
+                    let k = (made * 7919) % made;
+                    let again = get(&c, &format!("/w/f{k}"));
+                    assert!(
+                        again == data(made_size(k, small), 1_000_000 + k as u64),
+                        "/w/f{k} read again wrong"
+                    );
+                }
+                made += 1;
+            }
+            made
+        })
+    };
+    (stop, worker)
+}
+
+/// Every file the working client made reads back right through `c`, and `/w` lists them.
+fn check_made(c: &Client, made: usize, small: bool, who: &str) {
+    assert_eq!(c.readdir("/w").unwrap().len(), made, "{who}: entries of /w");
+    for k in 0..made {
+        assert!(
+            get(c, &format!("/w/f{k}")) == data(made_size(k, small), 1_000_000 + k as u64),
+            "{who}: /w/f{k}"
+        );
+    }
+}
+
+/// Removes the tree and what the working client made; the root is empty afterwards.
+fn remove_all(c: &Client, dirs: usize, files: usize, made: usize) {
     for d in 0..dirs {
         for f in 0..files {
-            fresh.unlink(&format!("/d{d}/f{f}")).unwrap();
+            c.unlink(&format!("/d{d}/f{f}")).unwrap();
         }
-        fresh.rmdir(&format!("/d{d}")).unwrap();
+        c.rmdir(&format!("/d{d}")).unwrap();
     }
     for k in 0..made {
-        fresh.unlink(&format!("/w/f{k}")).unwrap();
+        c.unlink(&format!("/w/f{k}")).unwrap();
     }
-    fresh.rmdir("/w").unwrap();
-    assert!(fresh.readdir("/").unwrap().is_empty());
+    c.rmdir("/w").unwrap();
+    assert!(c.readdir("/").unwrap().is_empty());
+}
+
+/// Runs `madfs-ctl ARGS --wait 120` on `cl`, which must succeed; how long it took.
+fn ctl_waiting(cl: &LocalCluster, args: &[&str]) -> Duration {
+    let t = Instant::now();
+    let out = std::process::Command::new(bin_dir().join("madfs-ctl"))
+        .args(args)
+        .args(["--wait", "120", "--cluster"])
+        .arg(cl.cluster_file())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{args:?}: {}", show(&out));
+    t.elapsed()
+}
+
+/// Bytes of chunk data server `i` holds.
+fn chunk_bytes(cl: &LocalCluster, i: usize) -> u64 {
+    du(&cl.root().join(format!("server{i}")).join("data"))
+}
+
+#[test]
+fn a_server_added_takes_its_share_and_drains_again_while_a_client_works() {
+    let mut cl = cluster(
+        3,
+        &["--chunk-size", "65536", "--move-batch-slots", "128"],
+        "none",
+    );
+    let c = client(&cl, Duration::from_secs(20), "none");
+    let (dirs, files) = (4, 60);
+    tree(&c, dirs, files);
+    c.mkdir("/w", 0o755).unwrap();
+    let held_path = "/d2/f5";
+    let held = c.open(held_path, OpenFlags::default()).unwrap();
+    let i = 2 * files + 5;
+    let before: Vec<u64> = (0..3).map(|s| chunk_bytes(&cl, s)).collect();
+    let total: u64 = before.iter().sum();
+
+    // (its files small: the chunk data is the tree's, whose moves are measured)
+    let (stop, worker) = working_client(&cl, true);
+    std::thread::sleep(Duration::from_millis(300));
+    // a fourth server starts with --join: listed, no member, serving nothing yet
+    let new = cl.start_joining().unwrap();
+    assert_eq!(new, 3);
+    let took = ctl_waiting(&cl, &["add", "3"]);
+    eprintln!("server 3 added in {took:?}");
+    for s in 0..4 {
+        let m = map_of(&cl, s).expect("a map");
+        assert_eq!(m.moving, 0, "server {s}");
+        assert_eq!(m.shares, [1024, 1024, 1024, 1024], "server {s}");
+    }
+    // the client of before (it knows 3 servers) lists and reads everything, through a
+    // handle of before too
+    check_tree(&c, dirs, files, "the first client, after the join");
+    std::thread::sleep(Duration::from_secs(3));
+    let mut back = vec![0u8; size_of(i)];
+    assert_eq!(c.read(&held, 0, &mut back).unwrap(), back.len());
+    assert!(
+        back == data(size_of(i), i as u64),
+        "{held_path} after the join"
+    );
+    // the new server got a quarter of the tree's chunk data: the minimum, no more
+    let after: Vec<u64> = (0..4).map(|s| chunk_bytes(&cl, s)).collect();
+    eprintln!("chunk bytes per server: before {before:?}, after the join {after:?}");
+    let share = after[3] as f64 / (total as f64 / 4.0);
+    assert!(
+        (0.8..=1.2).contains(&share),
+        "moved {share:.2}× the minimum"
+    );
+    let now: u64 = after.iter().sum();
+    assert!(
+        now.abs_diff(total) * 100 <= total,
+        "{total} bytes before, {now} after"
+    );
+
+    // and it drains again: 4 → 3
+    let took = ctl_waiting(&cl, &["drain", "3"]);
+    eprintln!("server 3 drained in {took:?}");
+    stop.store(true, Relaxed);
+    let made = worker.join().expect("the working client");
+    eprintln!("the working client made {made} files meanwhile");
+    for s in 0..4 {
+        let m = map_of(&cl, s).expect("a map");
+        assert_eq!(
+            (m.moving, m.shares[3]),
+            (0, 0),
+            "server {s}: {:?}",
+            m.shares
+        );
+    }
+    check_tree(&c, dirs, files, "the first client, after the drain");
+    check_made(&c, made, true, "the first client");
+    let fresh = client(&cl, Duration::from_secs(20), "none");
+    check_tree(&fresh, dirs, files, "a new client");
+    check_made(&fresh, made, true, "a new client");
+    assert_eq!(c.read(&held, 0, &mut back).unwrap(), back.len());
+    assert!(
+        back == data(size_of(i), i as u64),
+        "{held_path} after the drain"
+    );
+    c.close(held).unwrap();
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(chunk_bytes(&cl, 3), 0, "chunk bytes left on server 3");
+    remove_all(&fresh, dirs, files, made);
 }
 
 /// Bytes of disk the chunk files under the chunk directory `dir` take (allocated blocks):

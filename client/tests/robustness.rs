@@ -106,6 +106,7 @@ fn malformed_frames_do_not_hurt_the_server() {
             dir: "//",
             start: 0,
             max_bytes: u32::MAX,
+            servers: 0,
         },
         Request::TruncateChunks {
             id: hid,

@@ -138,6 +138,18 @@ impl Control for ControlServer {
         }
     }
 
+    async fn add(self, _: tarpc::context::Context, server: u32) -> Result<u64, String> {
+        self.member()?;
+        match self.replica.get() {
+            Some(n) => {
+                let epoch = n.propose_join(server).await?;
+                tracing::info!("server {server} added (map epoch {epoch}): slots move to it");
+                Ok(epoch)
+            }
+            None => Err("this server runs no cluster map (started without a cluster file)".into()),
+        }
+    }
+
     async fn fsck_remove(self, _: tarpc::context::Context, ids: Vec<u64>) -> Result<u64, String> {
         self.member()?;
         let ops = self.ops.clone();

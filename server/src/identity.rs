@@ -42,6 +42,9 @@ pub struct Asked {
     pub checksums: Option<Checksums>,
     /// `--replication` (copies of every key, 1 to 3). A new cluster keeps one.
     pub replication: Option<u32>,
+    /// `--join`: a new server of a running cluster (an id after the ones the cluster was
+    /// made with; `madfs-ctl add` then makes it a member).
+    pub join: bool,
 }
 
 /// Most copies of a key a cluster may keep.
@@ -160,6 +163,15 @@ pub fn settle(
             c
         }
     };
+    if asked.join && record.is_none() {
+        let running = cluster.and_then(|f| cluster_file::read_partial(f).ok()?.identity);
+        if running.is_none() {
+            anyhow::bail!(
+                "--join needs the cluster file of a running cluster (--cluster-file FILE, \
+                 written by its servers)"
+            );
+        }
+    }
     let identity = match cluster {
         Some(f) => cluster_file::settle(f, &proposed)?,
         None => proposed,
@@ -214,13 +226,7 @@ pub fn settle(
             identity.owner.map_or("none".into(), |o| o.to_string())
         );
     }
-    if id >= identity.servers {
-        anyhow::bail!(
-            "server id {id} is outside cluster {} of {} servers (--servers N when the cluster is made)",
-            identity.id,
-            identity.servers
-        );
-    }
+    check_id(id, &identity, record.is_some(), asked.join, cluster)?;
     if record.is_none() {
         write_record(
             &path,
@@ -233,6 +239,52 @@ pub fn settle(
     Ok(identity)
 }
 
+/// May server `id` start in cluster `identity`? One of the servers the cluster was made
+/// with; or, with `--join` (or a data directory that joined before), a later one: an id the
+/// cluster file lists already (a restart), or the next one. A join needs the cluster file of
+/// a running cluster (its identity is written there).
+fn check_id(
+    id: u32,
+    identity: &ClusterIdentity,
+    recorded: bool,
+    join: bool,
+    cluster: Option<&Path>,
+) -> anyhow::Result<()> {
+    if id < identity.servers {
+        if join && !recorded {
+            anyhow::bail!(
+                "--join is for servers after the {} the cluster was made with (ids from {}); \
+                 server {id} is one of those",
+                identity.servers,
+                identity.servers
+            );
+        }
+        return Ok(());
+    }
+    if !join && !recorded {
+        anyhow::bail!(
+            "server id {id} is outside cluster {} of {} servers (--servers N when the cluster is \
+             made; --join to add a server to a running cluster)",
+            identity.id,
+            identity.servers
+        );
+    }
+    let Some(f) = cluster else {
+        anyhow::bail!("--join needs the cluster file of the running cluster (--cluster-file FILE)");
+    };
+    let listed = cluster_file::read_partial(f)?.servers;
+    let next = listed.last().map_or(0, |e| e.id + 1);
+    if !recorded && id > next {
+        anyhow::bail!(
+            "server id {id} would leave a gap: the cluster file {} lists servers up to {}; \
+             the next server to join is {next}",
+            f.display(),
+            next.saturating_sub(1)
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,6 +294,53 @@ mod tests {
             servers: Some(servers),
             ..Asked::default()
         }
+    }
+
+    #[test]
+    fn a_server_joins_with_the_next_id_only() {
+        let root = tempfile::tempdir().unwrap();
+        let cf = root.path().join("cluster");
+        let dir = |i: u32| {
+            let d = root.path().join(format!("s{i}"));
+            std::fs::create_dir_all(&d).unwrap();
+            d
+        };
+        let entry = |i: u32| {
+            cluster_file::parse_line(&format!("{i} 127.0.0.1:1{i} 127.0.0.1:2{i}")).unwrap()
+        };
+        let join = Asked {
+            join: true,
+            ..Asked::default()
+        };
+        // no running cluster: nothing to join
+        let e = settle(&dir(2), 2, join, Some(&cf)).unwrap_err().to_string();
+        assert!(
+            e.contains("needs the cluster file of a running cluster"),
+            "{e}"
+        );
+        let a = settle(&dir(0), 0, asked(2), Some(&cf)).unwrap();
+        cluster_file::register(&cf, entry(0)).unwrap();
+        cluster_file::register(&cf, entry(1)).unwrap();
+        // without --join, an id past the cluster's is refused; with it, only the next one
+        let e = settle(&dir(2), 2, Asked::default(), Some(&cf)).unwrap_err();
+        assert!(e.to_string().contains("--join to add a server"), "{e}");
+        let e = settle(&dir(3), 3, join, Some(&cf)).unwrap_err();
+        assert!(
+            e.to_string().contains("the next server to join is 2"),
+            "{e}"
+        );
+        let e = settle(&dir(1), 1, join, Some(&cf)).unwrap_err();
+        assert!(e.to_string().contains("one of those"), "{e}");
+        assert_eq!(settle(&dir(2), 2, join, Some(&cf)).unwrap(), a);
+        // it keeps the cluster's identity (2 servers made) and restarts without --join
+        assert_eq!(
+            settle(&dir(2), 2, Asked::default(), Some(&cf))
+                .unwrap()
+                .servers,
+            2
+        );
+        cluster_file::register(&cf, entry(2)).unwrap();
+        assert_eq!(cluster_file::read(&cf).unwrap().1.len(), 3);
     }
 
     #[test]

@@ -426,14 +426,21 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         std::thread::Builder::new()
             .name("madfs-ready".into())
             .spawn(move || {
-                while !ops.dirs.ready() {
+                // a server that joins (not a member yet) is ready to be added at once: it
+                // learns the directories and the map once it is one
+                let joining = ops
+                    .node
+                    .get()
+                    .is_some_and(|n| n.map().states.len() <= ops.id as usize);
+                while !ops.dirs.ready() && !joining {
                     std::thread::sleep(Duration::from_millis(5));
                 }
                 // a replicated cluster's server serves once it knows the current map (or
                 // after a while without: `madfs-ctl status` then tells why)
                 let until = std::time::Instant::now() + Duration::from_secs(30);
-                while (ops.replica.as_ref().is_some_and(|r| !r.current())
-                    || (ops.mapped && !ops.node.get().is_some_and(|n| n.ready())))
+                while !joining
+                    && (ops.replica.as_ref().is_some_and(|r| !r.current())
+                        || (ops.mapped && !ops.node.get().is_some_and(|n| n.ready())))
                     && std::time::Instant::now() < until
                 {
                     std::thread::sleep(Duration::from_millis(20));

@@ -40,6 +40,12 @@ struct Args {
     /// PMI_SIZE, PMIX_SIZE, SLURM_NTASKS), else 1.
     #[arg(long)]
     servers: Option<u32>,
+    /// A new server of a running cluster: --id is the next id after the cluster file's
+    /// servers, and the data directory is new (or one that joined before). It registers,
+    /// serves nothing, and becomes a member with `madfs-ctl add ID`, which moves its share
+    /// of the slots to it (docs/operations.md, "Growing a cluster").
+    #[arg(long, requires = "cluster_file", conflicts_with = "servers")]
+    join: bool,
     /// Default chunk (stripe) size of new files, bytes, fixed when the cluster is made
     /// (default: the recorded value; for a new cluster 16 × 47,008, the ior-hard record).
     #[arg(long)]
@@ -117,7 +123,7 @@ struct Args {
     /// catches up (0: as fast as it can), so that running jobs keep their speed.
     #[arg(long, default_value_t = 200)]
     resync_mib_s: u64,
-    /// MiB per second a slot move (`madfs-ctl drain`) copies chunk data at (0: as fast as
+    /// MiB per second a slot move (`madfs-ctl drain`, `add`) copies chunk data at (0: as fast as
     /// it can), so that running jobs keep their speed.
     #[arg(long, default_value_t = 200)]
     move_mib_s: u64,
@@ -290,6 +296,7 @@ fn main() {
         owner: a.owner,
         checksums: a.checksums,
         replication: a.replication,
+        join: a.join,
     };
     // UCX shared memory and cross-memory attach work only between processes of one user:
     // a server that serves other users (MUNGE, or a key owned by someone else) must not

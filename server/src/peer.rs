@@ -24,8 +24,8 @@ pub struct Peers {
     key: madfs_auth::Key,
     /// When this server started (ns), told to its peers with `DirList`.
     started: i64,
-    /// Per server: when it last said it started (0: not yet).
-    starts: Vec<AtomicI64>,
+    /// Per server id (up to `MAX_SERVERS`): when it last said it started (0: not yet).
+    starts: Box<[AtomicI64]>,
     /// A replicated cluster's map as this server knows it (epoch, each server's state):
     /// calls go to each replica set's primary in it.
     map: OnceLock<MapSource>,
@@ -73,7 +73,9 @@ impl Peers {
         ucx: UcxSettings,
         key: madfs_auth::Key,
     ) -> Self {
-        let starts = (0..identity.servers).map(|_| AtomicI64::new(0)).collect();
+        let starts = (0..madfs_placement::MAX_SERVERS)
+            .map(|_| AtomicI64::new(0))
+            .collect();
         Peers {
             layout: arc_swap::ArcSwap::from_pointee(Layout::initial(identity.servers)),
             identity,
@@ -110,9 +112,10 @@ impl Peers {
         &self.key
     }
 
-    /// Number of servers in the cluster.
+    /// Number of server ids of the cluster: the layout's (its first servers, those that
+    /// joined, drained ones too: they own no slot and are asked nothing keyed).
     pub fn servers(&self) -> u32 {
-        self.identity.servers
+        self.layout.load().servers()
     }
 
     /// Which server owns each slot: where every key lives. (A load, no lock: every
@@ -158,6 +161,7 @@ impl Peers {
             },
             after,
             max_bytes: FIND_PAGE as u32,
+            servers: 0,
         };
         self.call_with(server, &req, &[], 2 * FIND_PAGE, |reply| match reply {
             Reply::Found { paths, next, .. } => Ok((
@@ -327,6 +331,10 @@ impl Peers {
                 *slot = Some((t, seen));
             }
             let (t, seen) = slot.as_mut().ok_or(Errno::EIO)?;
+            // a server that joined after this transport was made: its address is read
+            if server >= t.servers() {
+                t.learn_servers(server + 1);
+            }
             // this server's own map says where each replica set is served
             if let (Some(src), true) = (self.map.get(), own.is_none_or(|o| o.1)) {
                 let (epoch, states) = src();

@@ -710,6 +710,7 @@ mod tests {
                 },
                 after,
                 max_bytes: 1 << 20,
+                servers: 0,
             };
             match o.execute_with(&req, b"", &mut Vec::new()).unwrap() {
                 Answer::Found(paths, scanned, next) => (paths.len(), scanned, next),

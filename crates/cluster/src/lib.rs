@@ -295,10 +295,16 @@ impl LocalCluster {
                 c
             }
         };
+        // (a server after the ones the cluster was made with joins it)
+        let (size_flag, size) = if i < self.opts.servers {
+            ("--servers", Some(self.opts.servers.to_string()))
+        } else {
+            ("--join", None)
+        };
         cmd.arg("--id")
             .arg(i.to_string())
-            .arg("--servers")
-            .arg(self.servers.len().to_string())
+            .arg(size_flag)
+            .args(size)
             .arg("--listen")
             .arg(e.ucx.to_string())
             .arg("--control")
@@ -384,6 +390,52 @@ impl LocalCluster {
             }
             let _ = c.kill();
             let _ = c.wait();
+        }
+    }
+
+    /// Starts one more server, the next id, with `--join` (the cluster file lists it; it is
+    /// no member until `madfs-ctl add`), and waits until it listens. Returns its id.
+    pub fn start_joining(&mut self) -> std::io::Result<usize> {
+        let i = self.servers.len();
+        if (i + 1) * 3 > PORTS_PER_BLOCK as usize {
+            return Err(std::io::Error::other(format!(
+                "at most {} servers per local cluster",
+                PORTS_PER_BLOCK / 3
+            )));
+        }
+        self.servers.push(Server {
+            child: None,
+            data_dir: self.root.path().join(format!("server{i}")),
+            entry: None,
+        });
+        self.spawn(i)?;
+        self.wait_ready(i)?;
+        Ok(i)
+    }
+
+    /// Number of servers started (those the cluster was made with, and those that joined).
+    pub fn server_count(&self) -> usize {
+        self.servers.len()
+    }
+
+    /// Runs `madfs-ctl ARGS --cluster FILE`: whether it succeeded, and its stdout and
+    /// stderr.
+    pub fn ctl(&self, args: &[&str]) -> (bool, String) {
+        match Command::new(find_bin("madfs-ctl"))
+            .args(args)
+            .arg("--cluster")
+            .arg(self.cluster_file())
+            .output()
+        {
+            Ok(o) => (
+                o.status.success(),
+                format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                ),
+            ),
+            Err(e) => (false, e.to_string()),
         }
     }
 

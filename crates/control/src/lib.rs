@@ -200,6 +200,10 @@ pub trait Control {
     /// Drains server `server` of an unreplicated cluster: its slots move to the others while
     /// the cluster serves. Answers the map epoch that asks for it.
     async fn drain(server: u32) -> Result<u64, String>;
+    /// Adds server `server` (started with `--join`, the next id) to an unreplicated
+    /// cluster: it becomes a member and its share of the slots moves to it while the cluster
+    /// serves. Answers the map epoch that has it.
+    async fn add(server: u32) -> Result<u64, String>;
 }
 
 /// The challenge of a control login (`client_nonce`: the caller's).

@@ -6,6 +6,7 @@
 //! madfs-ctl stop    [ADDR] [--cluster FILE]
 //! madfs-ctl fsck    --cluster FILE [--repair]
 //! madfs-ctl drain   SERVER [--cluster FILE] [--wait SECS]
+//! madfs-ctl add     SERVER [--cluster FILE] [--wait SECS]
 //! ```
 //! Without ADDR, every server of the cluster file. The cluster file (`--cluster`, else
 //! `MADFS_CLUSTER`) also says how to log in: with the peer key or the cluster key beside it,
@@ -84,6 +85,19 @@ enum Cmd {
         #[arg(long, default_value_t = 0)]
         wait: u64,
     },
+    /// Make a server started with `--join` (the next id) a member of an unreplicated
+    /// cluster: its share of the slots (their keys, entries and chunk data) moves to it from
+    /// the others, in batches, while the cluster serves.
+    Add {
+        /// The server to add (its id).
+        server: u32,
+        /// The cluster file.
+        #[arg(long, env = "MADFS_CLUSTER")]
+        cluster: PathBuf,
+        /// Wait up to this many seconds for the move to finish, printing its progress.
+        #[arg(long, default_value_t = 0)]
+        wait: u64,
+    },
     /// Check every server's chunk files and find orphans (the cluster file's servers).
     Fsck {
         /// The cluster file.
@@ -93,6 +107,90 @@ enum Cmd {
         #[arg(long)]
         repair: bool,
     },
+}
+
+/// A membership change `madfs-ctl` asks for.
+#[derive(Clone, Copy)]
+enum Membership {
+    Drain,
+    Add,
+}
+
+/// Asks the servers of `cluster` (the first that answers) for `change` of server `server`;
+/// with `wait`, prints the move's progress until it is over (at most `wait` seconds).
+async fn membership(
+    change: Membership,
+    server: u32,
+    cluster: PathBuf,
+    wait: u64,
+) -> anyhow::Result<()> {
+    let target = Target {
+        addr: None,
+        cluster: Some(cluster),
+    };
+    let login = login(&target)?;
+    let addrs = control_addrs(&target)?;
+    let (what, done) = match change {
+        Membership::Drain => ("drain", "drains"),
+        Membership::Add => ("add", "joins"),
+    };
+    let mut why = None;
+    let mut epoch = None;
+    for a in &addrs {
+        let r = async {
+            let c = connect(*a, &login).await?;
+            let r = match change {
+                Membership::Drain => c.drain(context(10), server).await?,
+                Membership::Add => c.add(context(10), server).await?,
+            };
+            r.map_err(|e| anyhow::anyhow!("{e}"))
+        };
+        match r.await {
+            Ok(e) => {
+                epoch = Some(e);
+                break;
+            }
+            Err(e) => why = Some(e),
+        }
+    }
+    let Some(epoch) = epoch else {
+        bail!(
+            "{what} of server {server}: {:#}",
+            why.expect("no server answered")
+        );
+    };
+    println!("server {server} {done} (map epoch {epoch})");
+    if wait == 0 {
+        return Ok(());
+    }
+    let deadline = Instant::now() + Duration::from_secs(wait);
+    loop {
+        let mut left = None;
+        for a in &addrs {
+            let r = async {
+                let c = connect(*a, &login).await?;
+                c.status(context(5))
+                    .await?
+                    .map_err(|e| anyhow::anyhow!("{e}"))
+            };
+            if let Ok(Some(m)) = r.await.map(|s| s.map) {
+                left = Some((m.moving, m.shares));
+                break;
+            }
+        }
+        match left {
+            Some((0, shares)) => {
+                println!("done: slots per server {shares:?}");
+                return Ok(());
+            }
+            Some((n, _)) if Instant::now() < deadline => {
+                println!("{n} slot(s) to move");
+            }
+            _ if Instant::now() >= deadline => bail!("the move has not finished"),
+            _ => {}
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 fn control_addrs(t: &Target) -> anyhow::Result<Vec<SocketAddr>> {
@@ -253,69 +351,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             server,
             cluster,
             wait,
-        } => {
-            let target = Target {
-                addr: None,
-                cluster: Some(cluster),
-            };
-            let login = login(&target)?;
-            let addrs = control_addrs(&target)?;
-            let mut why = None;
-            let mut epoch = None;
-            for a in &addrs {
-                let r = async {
-                    let c = connect(*a, &login).await?;
-                    c.drain(context(10), server)
-                        .await?
-                        .map_err(|e| anyhow::anyhow!("{e}"))
-                };
-                match r.await {
-                    Ok(e) => {
-                        epoch = Some(e);
-                        break;
-                    }
-                    Err(e) => why = Some(e),
-                }
-            }
-            let Some(epoch) = epoch else {
-                bail!(
-                    "drain of server {server}: {:#}",
-                    why.expect("no server answered")
-                );
-            };
-            println!("server {server} drains (map epoch {epoch})");
-            if wait == 0 {
-                return Ok(());
-            }
-            let deadline = Instant::now() + Duration::from_secs(wait);
-            loop {
-                let mut left = None;
-                for a in &addrs {
-                    let r = async {
-                        let c = connect(*a, &login).await?;
-                        c.status(context(5))
-                            .await?
-                            .map_err(|e| anyhow::anyhow!("{e}"))
-                    };
-                    if let Ok(Some(m)) = r.await.map(|s| s.map) {
-                        left = Some((m.moving, m.shares));
-                        break;
-                    }
-                }
-                match left {
-                    Some((0, shares)) => {
-                        println!("done: slots per server {shares:?}");
-                        return Ok(());
-                    }
-                    Some((n, _)) if Instant::now() < deadline => {
-                        println!("{n} slot(s) to move");
-                    }
-                    _ if Instant::now() >= deadline => bail!("the move has not finished"),
-                    _ => {}
-                }
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        }
+        } => membership(Membership::Drain, server, cluster, wait).await,
+        Cmd::Add {
+            server,
+            cluster,
+            wait,
+        } => membership(Membership::Add, server, cluster, wait).await,
         Cmd::Fsck { cluster, repair } => {
             let (v, freed) = madfs_control::fsck::cluster(&cluster, repair).await?;
             println!("{v}");

@@ -90,8 +90,10 @@ pub fn parse(text: &str) -> std::io::Result<ClusterFile> {
     })
 }
 
-/// The identity and servers of a complete cluster file: an identity line, and exactly as
-/// many servers as it names. Every error is one line that names the file.
+/// The identity and servers of a complete cluster file: an identity line, and at least as
+/// many servers as it names, ids without gaps (servers that joined later follow the ones the
+/// cluster was made with; which of them are members is the cluster map's business). Every
+/// error is one line that names the file.
 pub fn check(path: &Path, f: ClusterFile) -> std::io::Result<(ClusterIdentity, Vec<ServerEntry>)> {
     let Some(identity) = f.identity else {
         return Err(bad(format!(
@@ -99,18 +101,13 @@ pub fn check(path: &Path, f: ClusterFile) -> std::io::Result<(ClusterIdentity, V
             path.display()
         )));
     };
-    if f.servers.len() != identity.servers as usize {
+    if f.servers.len() < identity.servers as usize {
         return Err(bad(format!(
-            "cluster file {} lists {} servers, but cluster {} has {}{}",
+            "cluster file {} lists {} servers, but cluster {} has {} (are they all started?)",
             path.display(),
             f.servers.len(),
             identity.id,
             identity.servers,
-            if f.servers.len() < identity.servers as usize {
-                " (are they all started?)"
-            } else {
-                ""
-            }
         )));
     }
     for (i, e) in f.servers.iter().enumerate() {
@@ -501,8 +498,13 @@ mod tests {
             "{e}"
         );
         let two = format!("{}\n{one}1 127.0.0.1:4 127.0.0.1:5\n", id.to_line());
-        std::fs::write(&p, two).unwrap();
+        std::fs::write(&p, &two).unwrap();
         assert_eq!(read(&p).unwrap().1.len(), 2);
+        // servers that joined follow, without gaps
+        std::fs::write(&p, format!("{two}2 127.0.0.1:6 127.0.0.1:7\n")).unwrap();
+        assert_eq!(read(&p).unwrap().1.len(), 3);
+        std::fs::write(&p, format!("{two}3 127.0.0.1:6 127.0.0.1:7\n")).unwrap();
+        assert!(read(&p).unwrap_err().to_string().contains("without gaps"));
         // a damaged identity is never replaced by register or settle
         std::fs::write(&p, format!("cluster = {{ id = 1 }}\n{one}")).unwrap();
         assert!(register(&p, parse_line("1 127.0.0.1:4 127.0.0.1:5").unwrap()).is_err());

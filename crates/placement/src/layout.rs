@@ -18,6 +18,10 @@ use crate::hash64;
 /// one step (1/4096 of the namespace) yet few enough that the whole table is 8 KiB.
 pub const SLOTS: u32 = 4096;
 
+/// Most server ids a cluster may have (its first servers and those that joined, drained
+/// ones included): each then still owns ≥ 4 slots.
+pub const MAX_SERVERS: u32 = 1024;
+
 /// Which server owns each slot.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {

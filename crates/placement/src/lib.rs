@@ -20,8 +20,8 @@ pub mod keys;
 mod layout;
 
 pub use layout::{
-    chunk_slot, home_slot, make_id, path_slot, slot_of_hash, Layout, ID_COUNTER_END, SLOTS,
-    SLOT_BITS,
+    chunk_slot, home_slot, make_id, path_slot, slot_of_hash, Layout, ID_COUNTER_END, MAX_SERVERS,
+    SLOTS, SLOT_BITS,
 };
 use madfs_proto::Errno;
 use xxhash_rust::xxh3::xxh3_64_with_seed;

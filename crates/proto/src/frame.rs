@@ -230,6 +230,7 @@ mod tests {
                 dir: "/",
                 start: u64::MAX,
                 max_bytes: 100,
+                servers: 0,
             },
         ];
         for req in reqs {

@@ -444,6 +444,10 @@ pub enum Request<'a> {
         dir: &'a str,
         start: u64,
         max_bytes: u32,
+        /// The server ids the sender asks this of (its layout's count; 0: not checked): a
+        /// server whose layout has more answers `EREMCHG` (servers joined: the sender learns
+        /// the layout and asks them too), fewer `EAGAIN` (it has not applied the join yet).
+        servers: u32,
     },
     /// Change the size recorded in the inode. `id` ≠ 0: only if `path` still names file `id`
     /// (ESTALE otherwise: the descriptor's file was renamed or unlinked; the client asks its
@@ -587,6 +591,10 @@ pub enum Request<'a> {
         #[serde(with = "serde_bytes")]
         after: &'a [u8],
         max_bytes: u32,
+        /// The server ids the sender asks this of (its layout's count; 0: not checked): a
+        /// server whose layout has more answers `EREMCHG` (servers joined: the sender learns
+        /// the layout and asks them too), fewer `EAGAIN` (it has not applied the join yet).
+        servers: u32,
     },
     /// Open references of client process `client` (a random number it chose, sent by each of
     /// its connections; the server keeps it per user) to files whose home server this is:
@@ -729,6 +737,10 @@ pub enum Request<'a> {
         dir: &'a str,
         start: u64,
         max_bytes: u32,
+        /// The server ids the sender asks this of (its layout's count; 0: not checked): a
+        /// server whose layout has more answers `EREMCHG` (servers joined: the sender learns
+        /// the layout and asks them too), fewer `EAGAIN` (it has not applied the join yet).
+        servers: u32,
     },
 }
 
@@ -1059,7 +1071,7 @@ pub struct Refusal {
 
 /// Version of the wire protocol: bumped whenever a request, reply, frame or tag changes
 /// meaning. A client refuses a server whose welcome names another version.
-pub const PROTOCOL_VERSION: u32 = 13;
+pub const PROTOCOL_VERSION: u32 = 14;
 
 /// What a server says to a client right after accepting its connection.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]

@@ -47,6 +47,7 @@ fn requests() -> Vec<(&'static str, Request<'static>, &'static [u8])> {
         dir: "/",
         start: 5,
         max_bytes: 4096,
+        servers: 0,
     };
     let set_size = Request::SetSize {
         path: "/a/f",
@@ -113,6 +114,7 @@ fn requests() -> Vec<(&'static str, Request<'static>, &'static [u8])> {
         filter,
         after: b"E/a",
         max_bytes: 65536,
+        servers: 0,
     };
     let write_data = Request::WriteData {
         id: 7,

@@ -642,23 +642,49 @@ impl Transport {
         retired.borrow_mut().push(ep);
     }
 
-    /// Re-reads the cluster file (a restarted server may listen elsewhere).
+    /// Re-reads the cluster file (a restarted server may listen elsewhere; servers that
+    /// joined are added).
     fn refresh_addrs(&self) {
         if let Some(path) = &self.cluster_file {
             if let Ok((identity, entries)) = cluster_file::read(path) {
                 let same = self.cluster.get().is_none_or(|(id, _)| id == identity.id.0);
-                if same && entries.len() == self.addrs.borrow().len() {
+                if same && entries.len() >= self.addrs.borrow().len() {
                     let tcp = self.is_tcp();
                     let new: Option<Vec<SocketAddr>> = entries
                         .iter()
                         .map(|e| if tcp { e.tcp } else { Some(e.ucx) })
                         .collect();
                     if let Some(new) = new {
+                        self.grow(new.len());
                         *self.addrs.borrow_mut() = new;
                     }
                 }
             }
         }
+    }
+
+    /// Learns the addresses of servers up to id `n - 1` from the cluster file, if this
+    /// transport knows fewer (servers that joined since it was made: a layout names them).
+    /// False if the file does not list them.
+    pub fn learn_servers(&self, n: u32) -> bool {
+        if self.servers() < n {
+            self.refresh_addrs();
+        }
+        self.servers() >= n
+    }
+
+    /// Room for `n` servers in the per-server tables (none forgotten).
+    fn grow(&self, n: usize) {
+        let had = self.addrs.borrow().len();
+        if n <= had {
+            return;
+        }
+        match &self.net {
+            Net::Ucx { conns, .. } => conns.borrow_mut().resize(n, None),
+            Net::Tcp { conns } => conns.borrow_mut().resize(n, None),
+        }
+        self.used.borrow_mut().resize(n, Instant::now());
+        self.route.borrow_mut().extend(had as u32..n as u32);
     }
 
     fn tcp_conn(&self, server: u32) -> Result<Rc<TcpConn>, Errno> {

@@ -104,10 +104,15 @@ impl Server {
     /// the module documentation). Runs on its own thread at start.
     pub fn learn_dirs(&self) {
         let started = Instant::now();
-        let n = self.peers.servers();
+        let mut n = self.peers.servers();
         let mut missing: Vec<u32> = (0..n).collect();
         let mut warned = false;
         loop {
+            // (a server that joins: the layout that has it, once applied, names it, and
+            // servers that joined before it)
+            let now = self.peers.servers();
+            missing.extend(n..now);
+            n = n.max(now);
             missing.retain(|&s| match self.learn_from(s) {
                 Ok(()) => false,
                 Err(e) => {
@@ -118,7 +123,8 @@ impl Server {
             if missing.is_empty() {
                 break;
             }
-            if started.elapsed() > LEARN_WAIT && !warned {
+            // (a server that joins serves nothing before it is a member: it waits)
+            if started.elapsed() > LEARN_WAIT && !warned && n > self.id {
                 tracing::warn!(
                     "directories of server(s) {missing:?} not learnt in {LEARN_WAIT:?}: serving without them, still trying"
                 );
@@ -169,6 +175,7 @@ impl Server {
             },
             after,
             max_bytes: 16 << 10,
+            servers: 0,
         };
         let Answer::Found(paths, _, next) = self.find_here(&req, None)? else {
             return Err(Errno::EPROTO);
@@ -203,11 +210,13 @@ impl Server {
             filter,
             after,
             max_bytes,
+            servers,
         } = *req
         else {
             return Err(Errno::EINVAL);
         };
         path_ok(dir)?;
+        asks_all(self, servers)?;
         // a client's cursors are sealed; a user but root sees what it may reach only
         let client = who.filter(|w| w.role != madfs_proto::Role::Peer);
         let user = client.filter(|w| w.uid != 0);
@@ -289,14 +298,29 @@ pub(crate) fn readdir(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -> FsResu
         dir,
         start,
         max_bytes,
+        servers,
     } = *req
     else {
         return Err(Errno::EINVAL);
     };
     path_ok(dir)?;
+    asks_all(s, servers)?;
     let max = (max_bytes as usize).min(s.max_list_bytes);
     let (v, next) = slice(s, dir, start, max)?;
     Ok(Answer::Dirents(v, next))
+}
+
+/// Does a listing sent to `servers` server ids (0: not checked) ask every server of this
+/// one's layout? `EREMCHG` when servers joined that the sender does not know (it learns the
+/// layout and asks again), `EAGAIN` when this server has not applied their join yet.
+fn asks_all(s: &Server, servers: u32) -> FsResult<()> {
+    let n = s.peers.servers();
+    match servers {
+        0 => Ok(()),
+        k if k < n => Err(Errno::EREMCHG),
+        k if k > n => Err(Errno::EAGAIN),
+        _ => Ok(()),
+    }
 }
 
 /// This server's entries of `dir` from position `start`, about `max` bytes of them (the
@@ -329,11 +353,13 @@ pub(crate) fn look_dir(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsRes
         dir,
         start,
         max_bytes,
+        servers,
     } = *req
     else {
         return Err(Errno::EINVAL);
     };
     path_ok(dir)?;
+    asks_all(s, servers)?;
     // (root's requests skip the permission check, which finds the directory)
     if s.dirs.get(dir).is_none() {
         return Err(Errno::ENOENT);
@@ -391,6 +417,11 @@ pub(crate) fn dir_list(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -> FsRes
     else {
         return Err(Errno::EINVAL);
     };
+    // a server that joins learns once this one has applied its join (and tells it every
+    // directory made from then on)
+    if from >= s.peers.servers() {
+        return Err(Errno::EAGAIN);
+    }
     s.peers.restarted(from, started);
     let (v, next) = s.dir_page(after)?;
     Ok(Answer::Dirs(v, next))

@@ -253,6 +253,7 @@ impl Server {
                         },
                         after: &after,
                         max_bytes: 16 << 10,
+                        servers: 0,
                     };
                     match self.find_here(&req, None)? {
                         Answer::Found(paths, _, next) => (paths, next),

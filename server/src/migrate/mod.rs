@@ -141,7 +141,10 @@ fn step(
                 .set_marker(STRAYS, true)
                 .map_err(|e| e.to_string())?;
         }
-        let moved = source::move_batch(ops, node, rt, settings, to, &slots)?;
+        let Some(moved) = source::move_batch(ops, node, rt, settings, to, &slots)? else {
+            // (server `to` receives another server's move: this one's turn comes)
+            return Ok(());
+        };
         cleanings.push(Cleaning {
             due: Instant::now() + CLEAN_AFTER,
             slots: Some(slots),

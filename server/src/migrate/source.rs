@@ -34,8 +34,9 @@ impl Drop for Paused<'_> {
     }
 }
 
-/// Moves `slots` (this server's) to server `to`: see [`crate::migrate`]. When it fails,
-/// nothing changed here: the slots are this server's still, and unfrozen.
+/// Moves `slots` (this server's) to server `to`: see [`crate::migrate`]. `None`: `to`
+/// receives another server's move now (this one waits its turn). When it fails, nothing
+/// changed here: the slots are this server's still, and unfrozen.
 pub fn move_batch(
     ops: &Server,
     node: &Node,
@@ -43,7 +44,23 @@ pub fn move_batch(
     settings: &crate::replica::Settings,
     to: u32,
     slots: &[u16],
-) -> Result<Moved, String> {
+) -> Result<Option<Moved>, String> {
+    let slot_bytes: Vec<u8> = slots.iter().flat_map(|s| s.to_le_bytes()).collect();
+    // the first page, empty, before anything is paused or frozen: the receiver takes one
+    // move at a time (`EBUSY` while it takes another server's) and drops what an earlier
+    // try of this one left
+    let claim = Request::MoveIn {
+        from: ops.id,
+        slots: &slot_bytes,
+        first: true,
+        ids: ops.meta.id_mark(),
+        records: vec![],
+    };
+    match ops.peers.call(to, &claim, &[]) {
+        Ok(_) => {}
+        Err(Errno::EBUSY) => return Ok(None),
+        Err(e) => return Err(format!("the move's first page to server {to}: {e}")),
+    }
     ops.strays.begin();
     let r = (|| {
         let mut moving = vec![false; SLOTS as usize];
@@ -62,11 +79,8 @@ pub fn move_batch(
             .ok_or("requests stayed in flight in the slots to move")?;
         let frozen_at = Instant::now();
         let err = |what: &str, e: Errno| format!("{what} to server {to}: {e}");
-        let slot_bytes: Vec<u8> = slots.iter().flat_map(|s| s.to_le_bytes()).collect();
-        // the records (every page, the first one even when there is none: the receiver drops
-        // what an earlier try left)
+        // the records, and the id mark as it is now that the slots are frozen
         let mut after: Vec<u8> = vec![];
-        let mut first = true;
         let mut records = 0u64;
         loop {
             let (page, next) = ops
@@ -76,7 +90,7 @@ pub fn move_batch(
             let req = Request::MoveIn {
                 from: ops.id,
                 slots: &slot_bytes,
-                first,
+                first: false,
                 ids: ops.meta.id_mark(),
                 records: page
                     .iter()
@@ -91,7 +105,6 @@ pub fn move_batch(
             ops.peers
                 .call(to, &req, &[])
                 .map_err(|e| err("records", e))?;
-            first = false;
             records += page.len() as u64;
             match next {
                 Some(k) => after = k,
@@ -152,12 +165,12 @@ pub fn move_batch(
         }
         let frozen = frozen_at.elapsed();
         drop(freeze);
-        Ok(Moved {
+        Ok(Some(Moved {
             slots: slots.len(),
             records,
             bytes,
             frozen,
-        })
+        }))
     })();
     if r.is_err() {
         ops.strays.settled();

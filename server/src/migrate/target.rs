@@ -2,6 +2,7 @@
 //! of a move received (switched, or given up). See [`crate::migrate`].
 
 use crate::server::{Answer, Server};
+use crate::state::dirs::DirPerm;
 use madfs_placement::{slot_of_chunk, SLOTS};
 use madfs_proto::{Errno, FsResult};
 
@@ -40,6 +41,14 @@ pub fn move_in(
         return Err(Errno::ESTALE);
     }
     let before = s.strays.incoming();
+    if before
+        .as_ref()
+        .is_some_and(|i| i.from != from && i.last.elapsed() < super::GIVE_UP)
+    {
+        // one move at a time (several servers give a joining one its share): the others
+        // wait their turn
+        return Err(Errno::EBUSY);
+    }
     if s.strays.received(from, &slots) {
         // another move than the one received until now (given up by its sender): what it
         // left goes; then no lease of this server may cover what the switch will change
@@ -61,9 +70,15 @@ pub fn move_in(
         let mut mine = vec![false; SLOTS as usize];
         slots.iter().for_each(|x| mine[*x as usize] = true);
         super::source::clean(s, &|x| mine[x as usize])?;
-        s.meta.raise_ids(ids)?;
     }
+    // (every page: ids made in the slots until the freeze raised the sender's mark)
+    s.meta.raise_ids(ids)?;
     s.meta.put_moved(records)?;
+    // the directories among them: this server may have learnt its directory table from
+    // their old owner after they left it (it joins), never from here before they came
+    for (path, a) in madfs_store::rocks::moved_dirs(records) {
+        s.dirs.apply(&path, Some(DirPerm::of(&a)), a.ctime);
+    }
     Ok(Answer::Unit)
 }
 

@@ -1,7 +1,7 @@
 //! The cluster map: an epoch and each server's state (docs/redundancy.md, "The cluster map").
 //! Changed only by committed Raft entries ([`Change`]); everything else reads it.
 
-use madfs_placement::{replicas, Layout};
+use madfs_placement::{replicas, Layout, MAX_SERVERS};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
@@ -42,6 +42,9 @@ pub enum Change {
     /// The server hands all its slots to the others (`madfs-ctl drain`): the target layout
     /// becomes the one without it, which the owners move their slots towards.
     Drain(u32),
+    /// A new server, the next id, is a member (`madfs-ctl add`): up, owning nothing; the
+    /// target layout gives it its share, which the owners move to it.
+    Join(u32),
 }
 
 /// The map: raised `epoch` on every change.
@@ -131,6 +134,7 @@ impl ClusterMap {
             Change::Up(s) => (s, State::Up),
             Change::Switch { slots, to } => return self.switch(&slots, to),
             Change::Drain(s) => return self.drain(s),
+            Change::Join(s) => return self.join(s),
         };
         let Some(from) = self.states.get(s as usize).copied() else {
             return false;
@@ -185,6 +189,22 @@ impl ClusterMap {
             return false;
         };
         self.target = next.owners().to_vec();
+        self.epoch += 1;
+        true
+    }
+
+    /// Server `s` joins: true (and the epoch raised) if `s` is the next id. Ignored on a
+    /// replicated cluster (its replica sets would change members: not built yet), and past
+    /// [`MAX_SERVERS`].
+    fn join(&mut self, s: u32) -> bool {
+        if self.r >= 2 || s as usize != self.states.len() || s >= MAX_SERVERS {
+            return false;
+        }
+        let base = self.target().unwrap_or_else(|| self.layout());
+        // (an empty `owners` is the initial layout of the member count, which is changing)
+        self.owners = self.layout().owners().to_vec();
+        self.states.push(State::Up);
+        self.target = base.joined().owners().to_vec();
         self.epoch += 1;
         true
     }
@@ -372,6 +392,50 @@ mod tests {
         assert!(!m.apply(Change::Drain(2)));
         assert!(m.apply(Change::Drain(1)));
         assert!(!m.apply(Change::Drain(0)), "the last server owning slots");
+    }
+
+    #[test]
+    fn a_join_adds_the_next_server_and_gives_it_its_share() {
+        let mut m = ClusterMap::new(3);
+        m.r = 1;
+        assert!(!m.apply(Change::Join(4)), "the next id only");
+        assert!(m.apply(Change::Join(3)));
+        assert_eq!((m.states.len(), m.state(3), m.epoch), (4, State::Up, 1));
+        assert_eq!(
+            m.layout().shares(),
+            [1366, 1365, 1365, 0],
+            "nothing moved yet"
+        );
+        assert!(!m.apply(Change::Join(3)), "twice is once");
+        assert!(m.next_moves(3, 64).is_none(), "the new server owns nothing");
+        let mut moved = 0;
+        for from in 0..3 {
+            while let Some((to, slots)) = m.next_moves(from, 64) {
+                assert_eq!(to, 3);
+                moved += slots.len();
+                assert!(m.apply(Change::Switch { slots, to }));
+            }
+        }
+        assert_eq!(moved, 1024, "the minimum: 4096 / 4");
+        assert_eq!(m.layout().shares(), [1024, 1024, 1024, 1024]);
+        assert!(m.target.is_empty());
+        // a second join while the first one's moves are under way builds on its target
+        assert!(m.apply(Change::Join(4)));
+        assert!(m.apply(Change::Join(5)));
+        let t = m.target().unwrap();
+        let shares = t.shares();
+        assert!(shares.iter().all(|c| (682..=683).contains(c)), "{shares:?}");
+        // and a drain then takes a server out of that target
+        assert!(m.apply(Change::Drain(1)));
+        let shares = m.target().unwrap().shares();
+        assert_eq!(shares[1], 0);
+        assert!(
+            shares.iter().all(|c| *c == 0 || (819..=820).contains(c)),
+            "{shares:?}"
+        );
+        let mut r2 = ClusterMap::new(3);
+        r2.r = 2;
+        assert!(!r2.apply(Change::Join(3)), "replicated: not built");
     }
 
     #[test]

@@ -228,11 +228,53 @@ impl Node {
                 m.states.len()
             ));
         }
+        one_at_a_time(&m)?;
         let a = self.propose(Change::Drain(s), 0).await?;
         if !a.changed {
             return Err(format!(
                 "server {s} owns no slot in the layout under way, or is the last one that does"
             ));
+        }
+        Ok(a.epoch)
+    }
+
+    /// Proposes server `s` a member (`madfs-ctl add`): the epoch of the map that has it.
+    /// It must be the next id and listed in the cluster file (where the others find it).
+    pub async fn propose_join(&self, s: u32) -> Result<u64, String> {
+        let m = self.map();
+        if m.r >= 2 {
+            return Err("adding a server to a replicated cluster is not built yet".into());
+        }
+        let n = m.states.len() as u32;
+        if s < n {
+            return Err(format!("server {s} is a member already"));
+        }
+        if s > n {
+            return Err(format!("the next server to add is {n}, not {s}"));
+        }
+        one_at_a_time(&m)?;
+        let f = madfs_rpc::cluster_file::read_partial(&self.net.cluster_file)
+            .map_err(|e| e.to_string())?;
+        if !f.servers.iter().any(|e| e.id == s) {
+            return Err(format!(
+                "server {s} is not in the cluster file: start it with --join --id {s} first"
+            ));
+        }
+        // (it must answer: else its share would wait on it)
+        let mut probe = None;
+        self.net
+            .call(
+                &mut probe,
+                s as u64,
+                "hello",
+                String::new(),
+                Duration::from_secs(2),
+            )
+            .await
+            .map_err(|e| format!("server {s} does not answer: {e}"))?;
+        let a = self.propose(Change::Join(s), 0).await?;
+        if !a.changed {
+            return Err(format!("server {s} could not be added"));
         }
         Ok(a.epoch)
     }
@@ -311,6 +353,8 @@ impl Node {
                 let c: Change = serde_json::from_str(body).map_err(bad)?;
                 json(&self.propose(c, 0).await)
             }
+            // (a server about to be added: is it there?)
+            "hello" => Ok(String::new()),
 
             _ => Err(format!("unknown Raft message {kind:?}")),
         }
@@ -384,10 +428,12 @@ impl Node {
         }
     }
 
-    /// The leader adds the servers that are not members yet (as learners) and marks down the
-    /// ones that answered nothing for `down_after`.
+    /// The leader adds the map's servers that are not members of the group yet (as
+    /// learners: the first ones, and those that joined) and marks down the ones that
+    /// answered nothing for `down_after`.
     async fn lead(&self, since: Instant, members: &BTreeSet<NodeId>) {
-        for s in 0..self.servers as u64 {
+        let n = (self.map().states.len() as u32).max(self.servers);
+        for s in 0..n as u64 {
             if !members.contains(&s) {
                 match self.raft.add_learner(s, EmptyNode {}, false).await {
                     Ok(_) => tracing::info!("cluster map: server {s} added as a learner"),
@@ -433,6 +479,21 @@ impl Node {
                 }
             }
         }
+    }
+}
+
+/// Refuses a membership change while the slots of another are moving: a server that joins
+/// learns the directory table from every other once they have its join, and a directory's
+/// record moving between two others meanwhile (a drain) could be missed (docs/architecture.md,
+/// "Membership changes").
+fn one_at_a_time(m: &ClusterMap) -> Result<(), String> {
+    match m.target() {
+        Some(t) => Err(format!(
+            "another membership change is under way ({} slot(s) left to move): ask again once \
+             it is over (madfs-ctl status)",
+            m.layout().moves(&t).len()
+        )),
+        None => Ok(()),
     }
 }
 

@@ -333,6 +333,7 @@ impl RaftStateMachine<TypeConfig> for MapMachine {
                             format!("{} slot(s) to server {to}", slots.len())
                         }
                         Change::Drain(s) => format!("server {s} drained"),
+                        Change::Join(s) => format!("server {s} joined"),
                     };
                     let changed = m.map.apply(c);
                     if changed {

@@ -482,20 +482,40 @@ pub fn key_set(key: &[u8], l: &Layout) -> Option<u32> {
 /// directory intent or pending move-in by its path ([`path_slot`]), a file's inline chunk 0
 /// and orphan record by its id ([`home_slot`]), the root directory's attributes as `/`.
 /// `None` for records of a server or a replica set rather than of a key.
+/// The path an entry's key (`E…`) names; the root's record (`R`) names `/`.
+fn key_path(key: &[u8]) -> Option<String> {
+    if key == ROOT_KEY {
+        return Some("/".into());
+    }
+    if key.first() != Some(&b'E') {
+        return None;
+    }
+    let zero = key.iter().position(|b| *b == 0)?;
+    let parent = std::str::from_utf8(&key[1..zero]).ok()?;
+    let name = std::str::from_utf8(key.get(zero + 9..)?).ok()?;
+    Some(if parent == "/" {
+        format!("/{name}")
+    } else {
+        format!("{parent}/{name}")
+    })
+}
+
+/// The directories among records (key, value) a slot's move copies: each one's path and
+/// attributes (the receiver's directory table learns them).
+pub fn moved_dirs(records: &[(&[u8], &[u8])]) -> Vec<(String, Attr)> {
+    records
+        .iter()
+        .filter_map(|(k, v)| {
+            let a = decode_attr(v).filter(|a| a.is_dir())?;
+            Some((key_path(k)?, a))
+        })
+        .collect()
+}
+
 pub fn key_slot(key: &[u8]) -> Option<u32> {
     let of_path = |p: &[u8]| std::str::from_utf8(p).ok().map(path_slot);
     match *key.first()? {
-        b'E' => {
-            let zero = key.iter().position(|b| *b == 0)?;
-            let parent = std::str::from_utf8(&key[1..zero]).ok()?;
-            let name = std::str::from_utf8(key.get(zero + 9..)?).ok()?;
-            let path = if parent == "/" {
-                format!("/{name}")
-            } else {
-                format!("{parent}/{name}")
-            };
-            Some(path_slot(&path))
-        }
+        b'E' => Some(path_slot(&key_path(key)?)),
         b'I' | b'D' | b'A' => of_path(&key[1..]),
         b'C' | b'O' => {
             let id = u64::from_be_bytes(key.get(1..9)?.try_into().ok()?);
