@@ -87,7 +87,18 @@ impl Control for ControlServer {
 
     async fn stats(self, _: tarpc::context::Context) -> Result<Stats, String> {
         self.member()?;
-        Ok(self.stats.snapshot())
+        let mut s = self.stats.snapshot();
+        // what it holds (a scan of the directory counts and of the chunk directory)
+        let ops = self.ops.clone();
+        let held = tokio::task::spawn_blocking(move || {
+            let entries = ops.meta.entries_held().unwrap_or(0);
+            let bytes = ops.chunks.ids().map_or(0, |v| v.iter().map(|e| e.1).sum());
+            (entries, bytes)
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        (s.held_entries, s.held_chunk_bytes) = held;
+        Ok(s)
     }
 
     async fn shutdown(self, _: tarpc::context::Context) -> Result<bool, String> {

@@ -28,7 +28,7 @@ pub fn render(ops: &Server) -> String {
         "Time to serve a request, by kind",
         ops.stats.latency.family.clone(),
     );
-    let counters: [(&str, &str, u64); 10] = [
+    let counters: [(&str, &str, u64); 13] = [
         ("errors", "Error replies", s.errors),
         ("bytes_in", "Write payload bytes", s.bytes_in),
         ("bytes_out", "Read payload bytes", s.bytes_out),
@@ -46,6 +46,21 @@ pub fn render(ops: &Server) -> String {
             "half_sent",
             "Writes whose data did not come in time",
             s.half_sent,
+        ),
+        (
+            "moved_slots",
+            "Slots moved to other servers (drains, joins)",
+            s.moved_slots,
+        ),
+        (
+            "moved_records",
+            "Metadata records of the slots moved",
+            s.moved_records,
+        ),
+        (
+            "moved_bytes",
+            "Chunk bytes of the slots moved",
+            s.moved_bytes,
         ),
     ];
     for (name, help, v) in counters {
@@ -76,6 +91,15 @@ pub fn render(ops: &Server) -> String {
             "data_free_bytes",
             "Free bytes of the file system holding the data directory",
             c.free_bytes,
+        ));
+    }
+    if let Some(n) = ops.node.get() {
+        let m = n.map();
+        let left = m.target().map_or(0, |t| m.layout().moves(&t).len() as u64);
+        gauges.push((
+            "slots_to_move",
+            "Slots a membership change still has to move (the whole cluster's)",
+            left,
         ));
     }
     for (name, help, v) in gauges {

@@ -58,6 +58,10 @@ pub struct ServerStats {
     revoke_waits: [AtomicU64; REVOKE_BUCKETS],
     /// Leases held (updated by the lease clock and `snapshot`'s caller).
     pub leases_held: AtomicU64,
+    /// Slots moved to other servers, and their records and chunk bytes.
+    pub moved_slots: AtomicU64,
+    pub moved_records: AtomicU64,
+    pub moved_bytes: AtomicU64,
 }
 
 /// Buckets of [`ServerStats::revoked`]: up to 2^31 µs.
@@ -129,6 +133,11 @@ impl ServerStats {
             rss_bytes: rss_bytes(),
             revoke_waits: self.revoke_waits.iter().map(|c| c.load(Relaxed)).collect(),
             leases_held: self.leases_held.load(Relaxed),
+            moved_slots: self.moved_slots.load(Relaxed),
+            moved_records: self.moved_records.load(Relaxed),
+            moved_bytes: self.moved_bytes.load(Relaxed),
+            held_entries: 0,
+            held_chunk_bytes: 0,
         }
     }
 }

@@ -13,6 +13,7 @@
 mod chart;
 mod fsops;
 mod leases;
+mod membership;
 mod phases;
 mod report;
 
@@ -183,6 +184,19 @@ pub struct Io500Args {
     /// `--server-arg=--checksums --server-arg=none`).
     #[arg(long = "server-arg", allow_hyphen_values = true)]
     server_args: Vec<String>,
+    /// Servers of the local cluster --compare starts.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
+    servers: u32,
+    /// Membership changes while the madfs ranks run (the local cluster of --compare): servers
+    /// join one at a time (`madfs-ctl add`) until there are this many.
+    #[arg(long)]
+    grow_to: Option<u32>,
+    /// After the joins, drain this server (`madfs-ctl drain`).
+    #[arg(long)]
+    drain: Option<u32>,
+    /// Seconds after the madfs ranks start before the first membership change.
+    #[arg(long, default_value_t = 10.0)]
+    change_after: f64,
 }
 
 /// Sizes and limits, the same for every rank (printed with the results).
@@ -481,9 +495,12 @@ fn coordinate(mut a: Io500Args) -> Result<()> {
             // the mount point as a real directory makes `..` of madfs paths resolve
             let _ = std::fs::create_dir_all(&m);
         }
-        eprintln!("madfs-bench: starting a local 2-server cluster (shared memory, loopback)");
+        eprintln!(
+            "madfs-bench: starting a local {}-server cluster (shared memory, loopback)",
+            a.servers
+        );
         let cl = madfs_cluster::LocalCluster::start(madfs_cluster::Options {
-            servers: 2,
+            servers: a.servers as usize,
             args: a.server_args.clone(),
             ..Default::default()
         })
@@ -511,6 +528,15 @@ fn coordinate(mut a: Io500Args) -> Result<()> {
             .duration_since(std::time::UNIX_EPOCH)?
             .as_secs()
     );
+    let plan = (a.grow_to.is_some() || a.drain.is_some()).then(|| membership::Plan {
+        grow_to: a.grow_to.unwrap_or(a.servers) as usize,
+        drain: a.drain,
+        after: a.change_after,
+    });
+    if plan.is_some() && _cluster.is_none() {
+        bail!("--grow-to and --drain change the local cluster of --compare (no --cluster)");
+    }
+    let mut changes = vec![];
     let mut results = Vec::new();
     for t in ts {
         let result_file = std::env::temp_dir().join(format!("madfs-bench-{run}-{}.json", t.label));
@@ -550,31 +576,25 @@ fn coordinate(mut a: Io500Args) -> Result<()> {
             }
             kids.push(c.spawn().context("spawning a rank")?);
         }
-        // a rank that fails stops the others (they would wait at its next barrier for ever)
-        let mut failed = Vec::new();
-        let mut left: Vec<(usize, std::process::Child)> = kids.into_iter().enumerate().collect();
-        while !left.is_empty() {
-            let mut i = 0;
-            while i < left.len() {
-                match left[i].1.try_wait()? {
-                    Some(st) => {
-                        if !st.success() {
-                            failed.push(format!("rank {}: {st}", left[i].0));
-                        }
-                        left.remove(i);
-                    }
-                    None => i += 1,
-                }
-            }
-            if !failed.is_empty() {
-                for (r, k) in &mut left {
-                    let _ = k.kill();
-                    let _ = k.wait();
-                    failed.push(format!("rank {r}: stopped"));
-                }
-                left.clear();
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
+        // membership changes while the madfs ranks run
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let changing = match (&plan, t.label == "madfs", _cluster.as_mut()) {
+            (Some(plan), true, Some(cl)) => Some((plan, cl)),
+            _ => None,
+        };
+        let (failed, changed) = std::thread::scope(|scope| {
+            let changer =
+                changing.map(|(plan, cl)| scope.spawn(|| membership::run(cl, plan, &stop)));
+            let failed = wait_ranks(kids);
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            (failed, changer.map(|h| h.join()))
+        });
+        let failed = failed?;
+        match changed {
+            Some(Ok(Ok(c))) => changes.extend(c),
+            Some(Ok(Err(e))) => bail!("membership changes: {e:#}"),
+            Some(Err(_)) => bail!("membership changes: the thread panicked"),
+            None => {}
         }
         if !failed.is_empty() {
             bail!("{} target failed: {}", t.label, failed.join(", "));
@@ -583,7 +603,62 @@ fn coordinate(mut a: Io500Args) -> Result<()> {
         let _ = std::fs::remove_file(&result_file);
         results.push(serde_json::from_slice::<TargetResult>(&raw)?);
     }
-    report::print(&p, &results, a.json.as_deref(), a.chart.as_deref())
+    report::print(&p, &results, a.json.as_deref(), a.chart.as_deref())?;
+    if !changes.is_empty() {
+        println!("membership changes during the madfs run:");
+        for c in &changes {
+            let (de, db) = c.spread();
+            println!(
+                "  {:10} {:6.1} s  {:5} slots {:9} records {:9.1} MiB moved ({:.2}× the minimum); \
+                 then entries ±{:.1} %, bytes ±{:.1} % of the mean",
+                c.what,
+                c.secs,
+                c.moved_slots,
+                c.moved_records,
+                c.moved_bytes as f64 / (1 << 20) as f64,
+                c.moved_vs_minimum(),
+                de * 100.0,
+                db * 100.0
+            );
+        }
+        if let Some(j) = &a.json {
+            let mut path = j.clone().into_os_string();
+            path.push(".membership.json");
+            std::fs::write(path, serde_json::to_vec_pretty(&changes)?)?;
+        }
+    }
+    Ok(())
+}
+
+/// Waits for every rank; a rank that fails stops the others (they would wait at its next
+/// barrier for ever). What failed.
+fn wait_ranks(kids: Vec<std::process::Child>) -> Result<Vec<String>> {
+    let mut failed = Vec::new();
+    let mut left: Vec<(usize, std::process::Child)> = kids.into_iter().enumerate().collect();
+    while !left.is_empty() {
+        let mut i = 0;
+        while i < left.len() {
+            match left[i].1.try_wait()? {
+                Some(st) => {
+                    if !st.success() {
+                        failed.push(format!("rank {}: {st}", left[i].0));
+                    }
+                    left.remove(i);
+                }
+                None => i += 1,
+            }
+        }
+        if !failed.is_empty() {
+            for (r, k) in &mut left {
+                let _ = k.kill();
+                let _ = k.wait();
+                failed.push(format!("rank {r}: stopped"));
+            }
+            left.clear();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Ok(failed)
 }
 
 /// One rank's whole run on one target; rank 0 returns the results.

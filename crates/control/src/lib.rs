@@ -147,6 +147,21 @@ pub struct Stats {
     /// Leases of client caches held now.
     #[serde(default)]
     pub leases_held: u64,
+    /// Slots this server moved to others (drains, joins), and their metadata records and
+    /// chunk bytes.
+    #[serde(default)]
+    pub moved_slots: u64,
+    #[serde(default)]
+    pub moved_records: u64,
+    #[serde(default)]
+    pub moved_bytes: u64,
+    /// Entries this server holds now (its directories' counts; `madfs-ctl stats` only).
+    #[serde(default)]
+    pub held_entries: u64,
+    /// Bytes of chunk files (and their checksum records) on its disk (`madfs-ctl stats`
+    /// only).
+    #[serde(default)]
+    pub held_chunk_bytes: u64,
 }
 
 /// What a control port says first: the challenge a login proves itself against.

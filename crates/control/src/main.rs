@@ -393,7 +393,7 @@ fn human(b: u64) -> String {
 fn serde_json_line(s: &madfs_control::Stats) -> String {
     let reqs: Vec<String> = s.requests.iter().map(|(k, v)| format!("{k}={v}")).collect();
     format!(
-        "requests[{}] errors={} bad_frames={} drained={} forged={} refused={} in={}B out={}B conns={} live={} sync_batches={} sync_reqs={} rss={}B",
+        "requests[{}] errors={} bad_frames={} drained={} forged={} refused={} in={}B out={}B conns={} live={} sync_batches={} sync_reqs={} rss={}B entries={} chunk_bytes={} moved_slots={} moved_records={} moved_bytes={}",
         reqs.join(" "),
         s.errors,
         s.bad_frames,
@@ -406,6 +406,11 @@ fn serde_json_line(s: &madfs_control::Stats) -> String {
         s.live_connections,
         s.sync_batches,
         s.sync_requests,
-        s.rss_bytes
+        s.rss_bytes,
+        s.held_entries,
+        s.held_chunk_bytes,
+        s.moved_slots,
+        s.moved_records,
+        s.moved_bytes
     )
 }

@@ -145,6 +145,9 @@ fn step(
             // (server `to` receives another server's move: this one's turn comes)
             return Ok(());
         };
+        ops.stats.moved_slots.fetch_add(moved.slots as u64, Relaxed);
+        ops.stats.moved_records.fetch_add(moved.records, Relaxed);
+        ops.stats.moved_bytes.fetch_add(moved.bytes, Relaxed);
         cleanings.push(Cleaning {
             due: Instant::now() + CLEAN_AFTER,
             slots: Some(slots),

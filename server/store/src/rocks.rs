@@ -952,6 +952,22 @@ impl RocksDbMeta {
         Ok(())
     }
 
+    /// Entries this server holds: the sum of its directories' counts (`madfs-ctl stats`).
+    pub fn entries_held(&self) -> FsResult<u64> {
+        let mut it = prefix_iter(&self.db, b"N");
+        it.seek([b'N']);
+        let mut n = 0i64;
+        while let (Some(k), Some(v)) = (it.key(), it.value()) {
+            if k.first() != Some(&b'N') {
+                break;
+            }
+            n += count_of(v);
+            it.next();
+        }
+        it.status().map_err(io)?;
+        Ok(n.max(0) as u64)
+    }
+
     /// Counts every directory's entries again (after a rejoining server's copy).
     pub fn recount(&self) -> FsResult<()> {
         let mut b = WriteBatch::default();
