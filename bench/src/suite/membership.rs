@@ -69,6 +69,23 @@ impl Change {
         self.moved_bytes as f64 / min.max(1) as f64
     }
 
+    /// One line: what changed, how long it took, what moved, and the balance afterwards.
+    pub fn summary(&self) -> String {
+        let (de, db) = self.spread();
+        format!(
+            "{:10} {:6.1} s  {:5} slots {:9} records {:9.1} MiB moved ({:.2}× the minimum); \
+             then entries ±{:.1} %, bytes ±{:.1} % of the mean",
+            self.what,
+            self.secs,
+            self.moved_slots,
+            self.moved_records,
+            self.moved_bytes as f64 / (1 << 20) as f64,
+            self.moved_vs_minimum(),
+            de * 100.0,
+            db * 100.0
+        )
+    }
+
     /// The largest deviation from the mean, over the servers holding anything afterwards (a
     /// drained one keeps a block of zeros per checksum record: left out), of entries and of
     /// bytes (fractions).
@@ -171,17 +188,7 @@ pub fn run(cl: &mut LocalCluster, plan: &Plan, stop: &AtomicBool) -> Result<Vec<
             before,
             after,
         };
-        let (de, db) = c.spread();
-        eprintln!(
-            "madfs-bench: {what}: {secs:.1} s, {} slots, {} records, {:.1} MiB moved ({:.2}× \
-             the minimum); afterwards entries within ±{:.1} % and bytes within ±{:.1} % of the mean",
-            c.moved_slots,
-            c.moved_records,
-            c.moved_bytes as f64 / (1 << 20) as f64,
-            c.moved_vs_minimum(),
-            de * 100.0,
-            db * 100.0
-        );
+        eprintln!("madfs-bench: {}", c.summary());
         changes.push(c);
     }
     Ok(changes)

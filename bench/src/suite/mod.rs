@@ -607,19 +607,7 @@ fn coordinate(mut a: Io500Args) -> Result<()> {
     if !changes.is_empty() {
         println!("membership changes during the madfs run:");
         for c in &changes {
-            let (de, db) = c.spread();
-            println!(
-                "  {:10} {:6.1} s  {:5} slots {:9} records {:9.1} MiB moved ({:.2}× the minimum); \
-                 then entries ±{:.1} %, bytes ±{:.1} % of the mean",
-                c.what,
-                c.secs,
-                c.moved_slots,
-                c.moved_records,
-                c.moved_bytes as f64 / (1 << 20) as f64,
-                c.moved_vs_minimum(),
-                de * 100.0,
-                db * 100.0
-            );
+            println!("  {}", c.summary());
         }
         if let Some(j) = &a.json {
             let mut path = j.clone().into_os_string();
