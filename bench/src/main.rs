@@ -6,11 +6,13 @@
 //! * `data` — data-path figures against the client library (fsync group commit, server memory);
 //! * `find` — IO500's find on a large tree: `madfs-find` vs GNU find through the preload vs a
 //!   pfind-style walk through the client library;
-//! * `failover` — the stall clients of a replicated cluster see when one of its servers dies.
+//! * `failover` — the stall clients of a replicated cluster see when one of its servers dies;
+//! * `move` — the latencies clients see while a server joins, at several move throttles.
 
 mod data;
 mod failover;
 mod find;
+mod moves;
 mod preload;
 mod rpc;
 mod suite;
@@ -55,6 +57,9 @@ enum Cmd {
     /// The stall clients of a replicated cluster see when a server dies (or freezes): time
     /// from the kill to each client's next completed request, over many kills.
     Failover(failover::FailoverArgs),
+    /// Latencies of mdtest's operations (p50, p99) while a server joins, against with
+    /// nothing moving, at several move throttles.
+    Move(moves::MoveArgs),
 }
 
 fn main() {
@@ -70,6 +75,7 @@ fn main() {
         Cmd::FindWorker(a) => find::worker(a),
         Cmd::PreloadWorker(a) => preload::worker(a),
         Cmd::Failover(a) => failover::run(a),
+        Cmd::Move(a) => moves::run(a),
     };
     if let Err(e) = r {
         eprintln!("madfs-bench: {e:#}");

@@ -359,3 +359,98 @@ fn left(dir: &std::path::Path) -> String {
     }
     out
 }
+
+/// Waits until no slot is left to move (server 0's map), at most `secs`; how long it took.
+fn moves_done(cl: &LocalCluster, secs: u64) -> Duration {
+    let t = Instant::now();
+    loop {
+        if map_of(cl, 0).is_some_and(|m| m.moving == 0) {
+            return t.elapsed();
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(secs),
+            "moves not done in {secs} s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_join_finishes_after_its_source_its_target_and_the_leader_are_killed_mid_move() {
+    // slow moves (4 MiB/s, batches of 32 slots) so that the kills land in the middle
+    let mut cl = cluster(
+        3,
+        &[
+            "--chunk-size",
+            "65536",
+            "--move-batch-slots",
+            "32",
+            "--move-mib-s",
+            "4",
+        ],
+        "none",
+    );
+    let c = client(&cl, Duration::from_secs(20), "none");
+    let (dirs, files) = (4, 60);
+    tree(&c, dirs, files);
+    let total: u64 = (0..3).map(|s| chunk_bytes(&cl, s)).sum();
+    drop(c);
+    let new = cl.start_joining().unwrap();
+    let (ok, out) = cl.ctl(&["add", &new.to_string()]);
+    assert!(ok, "{out}");
+    let left = |cl: &LocalCluster| map_of(cl, 0).map_or(0, |m| m.moving);
+    std::thread::sleep(Duration::from_millis(1500));
+    // a source (server 1 gives its slots too), then the receiver, then the map's leader
+    eprintln!("killing server 1 with {} slots left", left(&cl));
+    cl.kill(1);
+    std::thread::sleep(Duration::from_millis(500));
+    cl.restart(1).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    eprintln!(
+        "killing server 3 (the new one) with {} slots left",
+        left(&cl)
+    );
+    cl.kill(3);
+    std::thread::sleep(Duration::from_millis(500));
+    cl.restart(3).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let leader = map_of(&cl, 0).and_then(|m| m.leader).unwrap_or(0) as usize;
+    eprintln!(
+        "killing server {leader} (the leader) with {} slots left",
+        left(&cl)
+    );
+    assert!(
+        left(&cl) > 0,
+        "the move ended before the last kill: slow it down"
+    );
+    cl.kill(leader);
+    std::thread::sleep(Duration::from_millis(500));
+    cl.restart(leader).unwrap();
+    eprintln!(
+        "the move finished {:?} after the last restart",
+        moves_done(&cl, 180)
+    );
+    for s in 0..4 {
+        let m = map_of(&cl, s).expect("a map");
+        assert_eq!(m.shares, [1024, 1024, 1024, 1024], "server {s}");
+    }
+    // nothing lost: every byte and entry reads back; nothing doubled: once the old owners
+    // cleaned, the servers hold what they held before, together
+    let fresh = client(&cl, Duration::from_secs(20), "none");
+    check_tree(&fresh, dirs, files, "after the kills");
+    std::thread::sleep(Duration::from_secs(4));
+    let now: Vec<u64> = (0..4).map(|s| chunk_bytes(&cl, s)).collect();
+    let sum: u64 = now.iter().sum();
+    eprintln!("chunk bytes: {total} before, {now:?} after");
+    assert!(
+        sum.abs_diff(total) * 100 <= total,
+        "{total} before, {sum} after"
+    );
+    for d in 0..dirs {
+        for f in 0..files {
+            fresh.unlink(&format!("/d{d}/f{f}")).unwrap();
+        }
+        fresh.rmdir(&format!("/d{d}")).unwrap();
+    }
+    assert!(fresh.readdir("/").unwrap().is_empty());
+}
