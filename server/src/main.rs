@@ -123,9 +123,12 @@ struct Args {
     /// catches up (0: as fast as it can), so that running jobs keep their speed.
     #[arg(long, default_value_t = 200)]
     resync_mib_s: u64,
-    /// MiB per second a slot move (`madfs-ctl drain`, `add`) copies chunk data at (0: as fast as
-    /// it can), so that running jobs keep their speed.
-    #[arg(long, default_value_t = 200)]
+    /// MiB per second of chunk data a server receives from slot moves (`madfs-ctl drain`,
+    /// `add`), on average (0: as fast as it can): the copy of a batch runs at full speed
+    /// while its slots are frozen, and the next batch waits. Running jobs keep their
+    /// latencies: at 32, p99 stays within 3× of an idle cluster's on the project machine
+    /// (docs/performance.md, `madfs-bench move`); 200 moves 6× faster at 13–27×.
+    #[arg(long, default_value_t = 32)]
     move_mib_s: u64,
     /// Slots one step of a move freezes and copies together (1 to 4096): fewer make shorter
     /// pauses for the requests that wait on them, more make the move take fewer steps.

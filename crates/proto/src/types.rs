@@ -695,13 +695,16 @@ pub enum Request<'a> {
     /// changes") from `from`, the owner of `slots` (u16 LE each), to this server, their owner
     /// in the map's target layout: metadata records as they are. `first`: the move's first
     /// page (the receiver drops what it holds of those slots, stops granting leases until
-    /// the switch, and raises its id counter to `ids`). Reply: `Unit`.
+    /// the switch, and raises its id counter to `ids`), sent with the sender's map `epoch`:
+    /// a receiver that has not applied that map yet answers `EAGAIN` (it may not know yet
+    /// that the sender's previous batch is its own now). Reply: `Unit`.
     MoveIn {
         from: u32,
         #[serde(with = "serde_bytes")]
         slots: &'a [u8],
         first: bool,
         ids: u64,
+        epoch: u64,
         #[serde(borrow)]
         records: Vec<(&'a serde_bytes::Bytes, &'a serde_bytes::Bytes)>,
     },

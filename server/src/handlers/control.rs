@@ -116,13 +116,14 @@ pub(crate) fn move_in(s: &Server, _: &mut Call<'_>, req: &Request<'_>) -> FsResu
         slots,
         first,
         ids,
+        epoch,
         records,
     } = req
     else {
         return Err(Errno::EINVAL);
     };
     let records: Vec<(&[u8], &[u8])> = records.iter().map(|(k, v)| (&k[..], &v[..])).collect();
-    crate::migrate::target::move_in(s, *from, slots, *first, *ids, &records)
+    crate::migrate::target::move_in(s, *from, slots, (*first, *epoch), *ids, &records)
 }
 
 /// `MoveData`: a piece of a slot move's chunk data (`crate::migrate::target`).

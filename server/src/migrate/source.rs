@@ -1,7 +1,6 @@
 //! A slot move's sending side: freeze, copy, switch ([`move_batch`]), and the cleaning of
 //! what was copied ([`clean`]). See [`crate::migrate`].
 
-use crate::replica::rejoin::throttle;
 use crate::replica::Node;
 use crate::server::Server;
 use madfs_placement::{chunk_ranges, slot_of_chunk, SLOTS};
@@ -41,7 +40,6 @@ pub fn move_batch(
     ops: &Server,
     node: &Node,
     rt: &tokio::runtime::Handle,
-    settings: &crate::replica::Settings,
     to: u32,
     slots: &[u16],
 ) -> Result<Option<Moved>, String> {
@@ -54,11 +52,13 @@ pub fn move_batch(
         slots: &slot_bytes,
         first: true,
         ids: ops.meta.id_mark(),
+        epoch: node.map().epoch,
         records: vec![],
     };
     match ops.peers.call(to, &claim, &[]) {
         Ok(_) => {}
-        Err(Errno::EBUSY) => return Ok(None),
+        // (busy with another server's move, or behind this server's map)
+        Err(Errno::EBUSY | Errno::EAGAIN) => return Ok(None),
         Err(e) => return Err(format!("the move's first page to server {to}: {e}")),
     }
     ops.strays.begin();
@@ -92,6 +92,7 @@ pub fn move_batch(
                 slots: &slot_bytes,
                 first: false,
                 ids: ops.meta.id_mark(),
+                epoch: 0,
                 records: page
                     .iter()
                     .map(|(k, v)| {
@@ -112,9 +113,10 @@ pub fn move_batch(
             }
         }
         // the chunk data, read with its checksums checked
+        // (at full speed: the slots are frozen; the receiver throttles, between moves,
+        // `Strays::may_begin`)
         let cs = ops.chunk_size as u64;
         let mut bytes = 0u64;
-        let started = Instant::now();
         let ids = ops.chunks.ids().map_err(|e| format!("chunk files: {e}"))?;
         let mut buf = vec![0u8; PIECE as usize];
         for (id, _) in ids {
@@ -141,7 +143,6 @@ pub fn move_batch(
                             .map_err(|e| err("chunks", e))?;
                         at += n as u64;
                         bytes += n as u64;
-                        throttle(started, bytes, settings.move_rate);
                     }
                 }
             }

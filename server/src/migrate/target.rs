@@ -23,16 +23,22 @@ fn slots_of(bytes: &[u8]) -> FsResult<Vec<u16>> {
 
 /// `MoveIn`: a page of the records of `slots` from `from`, their owner now, for this server,
 /// their owner in the map's target layout (`ESTALE` otherwise: the map moved on).
+/// `first` and `epoch`: the move's first page, sent with the sender's map epoch.
 pub fn move_in(
     s: &Server,
     from: u32,
     slots: &[u8],
-    first: bool,
+    (first, epoch): (bool, u64),
     ids: u64,
     records: &[(&[u8], &[u8])],
 ) -> FsResult<Answer> {
     let slots = slots_of(slots)?;
     let map = s.node.get().ok_or(Errno::EAGAIN)?.map();
+    if first && map.epoch < epoch {
+        // the sender's map may have switched a batch to this server that this one does not
+        // know of yet: what it holds of it would count as another move's leftovers
+        return Err(Errno::EAGAIN);
+    }
     let (now, target) = (map.layout(), map.target().ok_or(Errno::ESTALE)?);
     if slots
         .iter()
@@ -40,13 +46,20 @@ pub fn move_in(
     {
         return Err(Errno::ESTALE);
     }
-    let before = s.strays.incoming();
-    if before
-        .as_ref()
-        .is_some_and(|i| i.from != from && i.last.elapsed() < super::GIVE_UP)
-    {
-        // one move at a time (several servers give a joining one its share): the others
-        // wait their turn
+    let mut before = s.strays.incoming();
+    if let Some(i) = before.as_ref() {
+        if i.slots.iter().all(|x| now.owner(*x as u32) == s.id) {
+            // the move received until now was switched (the mover would notice soon)
+            switched(s);
+            before = None;
+        } else if i.from != from && i.last.elapsed() < super::GIVE_UP {
+            // one move at a time (several servers give a joining one its share): the others
+            // wait their turn
+            return Err(Errno::EBUSY);
+        }
+    }
+    if s.strays.incoming().is_none() && !s.strays.may_begin() {
+        // (the throttle: see `Strays::may_begin`)
         return Err(Errno::EBUSY);
     }
     if s.strays.received(from, &slots) {
@@ -97,12 +110,14 @@ pub fn move_data(s: &Server, from: u32, id: u64, pos: u64, data: &[u8]) -> FsRes
         return Err(Errno::ESTALE);
     }
     s.chunks.write_copied(id, pos, data)?;
+    s.strays.received_bytes(data.len() as u64);
     Ok(Answer::Unit)
 }
 
 /// The move received was switched: this server owns its slots and grants leases again.
 pub fn switched(s: &Server) {
     if s.strays.take_incoming().is_some() {
+        s.strays.paced_end();
         s.leases.resume();
         s.strays.settled();
     }
@@ -111,6 +126,7 @@ pub fn switched(s: &Server) {
 /// The move received was never switched: its copy goes.
 pub fn give_up(s: &Server) -> FsResult<()> {
     if s.strays.take_incoming().is_some() {
+        s.strays.paced_end();
         let r = drop_unowned(s);
         s.leases.resume();
         s.strays.settled();

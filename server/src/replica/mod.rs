@@ -66,7 +66,8 @@ pub struct Settings {
     pub down_after: Duration,
     /// Bytes per second a rejoining server copies chunk data at (0: unbounded).
     pub resync_rate: u64,
-    /// Bytes per second a slot move copies chunk data at (0: unbounded).
+    /// Bytes per second of chunk data a server receives from slot moves, on average (0:
+    /// unbounded).
     pub move_rate: u64,
     /// Slots one step of a move freezes and copies together.
     pub move_batch: usize,
@@ -81,7 +82,7 @@ impl Default for Settings {
             election: Duration::from_millis(800),
             down_after: Duration::from_millis(1500),
             resync_rate: 200 << 20,
-            move_rate: 200 << 20,
+            move_rate: 32 << 20,
             move_batch: 64,
         }
     }

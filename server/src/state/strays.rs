@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A slot move this server receives.
 #[derive(Debug, Clone)]
@@ -27,6 +27,17 @@ pub struct Strays {
     incoming: Mutex<Option<Incoming>>,
     /// Whether the store's marker says so (it is written only when this changes).
     marked: std::sync::atomic::AtomicBool,
+    /// Receiving: `--move-mib-s` in bytes per second (0: unbounded), the chunk bytes of the
+    /// move under way, when it began, and when the next one may (the throttle).
+    rate: std::sync::atomic::AtomicU64,
+    pace: Mutex<Pace>,
+}
+
+#[derive(Default)]
+struct Pace {
+    bytes: u64,
+    began: Option<Instant>,
+    next: Option<Instant>,
 }
 
 impl Strays {
@@ -76,6 +87,46 @@ impl Strays {
     /// The move received is over (switched or given up): the one it was, if any.
     pub fn take_incoming(&self) -> Option<Incoming> {
         self.lock().take()
+    }
+
+    /// The throttle of moves received (bytes per second, 0: unbounded).
+    pub fn set_rate(&self, rate: u64) {
+        self.rate.store(rate, Relaxed);
+    }
+
+    /// May a new move be received now? Moves are throttled where they arrive: the chunk
+    /// bytes a receiver takes from all its senders together average at most the throttle,
+    /// by waiting between moves (their copies themselves run at full speed: the slots are
+    /// frozen meanwhile).
+    pub fn may_begin(&self) -> bool {
+        let mut p = self.paced();
+        if p.next.is_some_and(|t| Instant::now() < t) {
+            return false;
+        }
+        *p = Pace {
+            began: Some(Instant::now()),
+            ..Pace::default()
+        };
+        true
+    }
+
+    /// `bytes` of chunk data of the move under way came.
+    pub fn received_bytes(&self, bytes: u64) {
+        self.paced().bytes += bytes;
+    }
+
+    /// The move received ended: the next may begin once the throttle allows.
+    pub fn paced_end(&self) {
+        let rate = self.rate.load(Relaxed);
+        let mut p = self.paced();
+        if let (Some(began), true) = (p.began, rate > 0) {
+            let due = Duration::from_secs_f64(p.bytes as f64 / rate as f64);
+            p.next = Some(began + due);
+        }
+    }
+
+    fn paced(&self) -> std::sync::MutexGuard<'_, Pace> {
+        self.pace.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Incoming>> {
