@@ -164,6 +164,8 @@ async fn membership(
         return Ok(());
     }
     let deadline = Instant::now() + Duration::from_secs(wait);
+    // (when the slots left were first seen, and how many: the rate)
+    let mut since: Option<(Instant, u32)> = None;
     loop {
         let mut left = None;
         for a in &addrs {
@@ -184,13 +186,29 @@ async fn membership(
                 return Ok(());
             }
             Some((n, _)) if Instant::now() < deadline => {
-                println!("{n} slot(s) to move");
+                let first = *since.get_or_insert((Instant::now(), n));
+                println!("{}", progress(first, n, Instant::now()));
             }
             _ if Instant::now() >= deadline => bail!("the move has not finished"),
             _ => {}
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+}
+
+/// A progress line of a move: `n` slots left now (`at`), `first` the time and the count
+/// first seen; the rate and the time left once there is one.
+fn progress(first: (Instant, u32), n: u32, at: Instant) -> String {
+    let secs = at.duration_since(first.0).as_secs_f64();
+    let done = first.1.saturating_sub(n);
+    if done == 0 || secs <= 0.0 {
+        return format!("{n} slot(s) to move");
+    }
+    let rate = done as f64 / secs;
+    format!(
+        "{n} slot(s) to move, {rate:.0} slots/s, about {:.0} s left",
+        n as f64 / rate
+    )
 }
 
 fn control_addrs(t: &Target) -> anyhow::Result<Vec<SocketAddr>> {
@@ -413,4 +431,17 @@ fn serde_json_line(s: &madfs_control::Stats) -> String {
         s.moved_records,
         s.moved_bytes
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_tells_the_rate_and_the_time_left() {
+        let t0 = Instant::now();
+        assert_eq!(progress((t0, 100), 100, t0), "100 slot(s) to move");
+        let line = progress((t0, 100), 60, t0 + Duration::from_secs(2));
+        assert_eq!(line, "60 slot(s) to move, 20 slots/s, about 3 s left");
+    }
 }
