@@ -119,7 +119,8 @@ pub struct DirCursor {
     /// The name hash the cursor started from, and the last entry it returned (hash and
     /// name): where servers that joined meanwhile are read from.
     from: u64,
-    last: Option<(u64, String)>,
+    last: Option<u64>,
+    last_name: String,
     /// Per server: fetched entries not yet returned, and the hash to fetch from next.
     servers: Vec<(VecDeque<DirEntry>, Option<u64>)>,
 }
@@ -1387,6 +1388,7 @@ impl Client {
             to,
             from: from << 1,
             last: None,
+            last_name: String::new(),
             servers: all.iter().map(|_| (VecDeque::new(), start)).collect(),
         })
     }
@@ -1399,25 +1401,15 @@ impl Client {
     pub fn dir_next(&self, c: &mut DirCursor) -> FsResult<Option<DirEntry>> {
         let mut tries = 0;
         loop {
-            match self.dir_fill(c) {
-                Ok(()) => {}
-                Err(Errno::EREMCHG) if !self.t.replicated() && tries < 50 => {
-                    if !(0..self.servers()).any(|s| self.relayout(s)) {
-                        std::thread::sleep(std::time::Duration::from_millis(20));
-                    }
-                    let from = c.last.as_ref().map_or(c.from, |(h, _)| *h);
-                    while c.servers.len() < self.servers() as usize {
-                        c.servers.push((VecDeque::new(), Some(from)));
-                    }
-                    tries += 1;
-                    continue;
+            if let Err(e) = self.dir_fill(c) {
+                if !self.again_after_join(e, &mut tries) {
+                    return Err(e);
                 }
-                Err(Errno::EAGAIN) if !self.t.replicated() && tries < 500 => {
-                    std::thread::sleep(std::time::Duration::from_millis(5));
-                    tries += 1;
-                    continue;
+                let from = c.last.map_or(c.from, |h| h);
+                while c.servers.len() < self.servers() as usize {
+                    c.servers.push((VecDeque::new(), Some(from)));
                 }
-                Err(e) => return Err(e),
+                continue;
             }
             let best = c
                 .servers
@@ -1431,10 +1423,12 @@ impl Client {
             };
             let seen = c
                 .last
-                .as_ref()
-                .is_some_and(|(h, n)| (e.hash, e.name.as_str()) <= (*h, n.as_str()));
+                .is_some_and(|h| (e.hash, e.name.as_str()) <= (h, c.last_name.as_str()));
             if !seen {
-                c.last = Some((e.hash, e.name.clone()));
+                // (the name into a buffer kept: no allocation per entry)
+                c.last = Some(e.hash);
+                c.last_name.clear();
+                c.last_name.push_str(&e.name);
                 return Ok(Some(e));
             }
         }
@@ -1675,17 +1669,33 @@ impl Client {
         let mut tries = 0;
         loop {
             match f() {
-                Err(Errno::EREMCHG) if !self.t.replicated() && tries < 50 => {
-                    if !(0..self.servers()).any(|s| self.relayout(s)) {
-                        std::thread::sleep(std::time::Duration::from_millis(20));
-                    }
-                }
-                Err(Errno::EAGAIN) if !self.t.replicated() && tries < 500 => {
-                    std::thread::sleep(std::time::Duration::from_millis(5));
-                }
+                Err(e) if self.again_after_join(e, &mut tries) => {}
                 r => return r,
             }
-            tries += 1;
+        }
+    }
+
+    /// After error `e` of a request sent to every server (`tries` so far): whether to send
+    /// it again. `EREMCHG`: servers joined that this client's layout lacks (the layout is
+    /// learnt from the servers, the newest first found); `EAGAIN`: a server has not applied
+    /// a join this client knows of yet (after a pause).
+    fn again_after_join(&self, e: Errno, tries: &mut u32) -> bool {
+        if self.t.replicated() {
+            return false;
+        }
+        *tries += 1;
+        match e {
+            Errno::EREMCHG if *tries <= 50 => {
+                if !(0..self.servers()).any(|s| self.relayout(s)) {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                true
+            }
+            Errno::EAGAIN if *tries <= 500 => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                true
+            }
+            _ => false,
         }
     }
 

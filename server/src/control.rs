@@ -37,6 +37,13 @@ const LOGIN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 const UNLOGGED: usize = 1024;
 
 impl ControlServer {
+    /// This server's member of the cluster map (membership changes are proposed there).
+    fn map_node(&self) -> Result<Arc<crate::replica::Node>, String> {
+        self.replica.get().cloned().ok_or_else(|| {
+            "this server runs no cluster map (started without a cluster file)".into()
+        })
+    }
+
     fn member(&self) -> Result<(), String> {
         if self.session.1.load(Relaxed) {
             Ok(())
@@ -139,26 +146,16 @@ impl Control for ControlServer {
 
     async fn drain(self, _: tarpc::context::Context, server: u32) -> Result<u64, String> {
         self.member()?;
-        match self.replica.get() {
-            Some(n) => {
-                let epoch = n.propose_drain(server).await?;
-                tracing::info!("server {server} drained (map epoch {epoch}): its slots move away");
-                Ok(epoch)
-            }
-            None => Err("this server runs no cluster map (started without a cluster file)".into()),
-        }
+        let epoch = self.map_node()?.propose_drain(server).await?;
+        tracing::info!("server {server} drained (map epoch {epoch}): its slots move away");
+        Ok(epoch)
     }
 
     async fn add(self, _: tarpc::context::Context, server: u32) -> Result<u64, String> {
         self.member()?;
-        match self.replica.get() {
-            Some(n) => {
-                let epoch = n.propose_join(server).await?;
-                tracing::info!("server {server} added (map epoch {epoch}): slots move to it");
-                Ok(epoch)
-            }
-            None => Err("this server runs no cluster map (started without a cluster file)".into()),
-        }
+        let epoch = self.map_node()?.propose_join(server).await?;
+        tracing::info!("server {server} added (map epoch {epoch}): slots move to it");
+        Ok(epoch)
     }
 
     async fn fsck_remove(self, _: tarpc::context::Context, ids: Vec<u64>) -> Result<u64, String> {
