@@ -25,8 +25,7 @@ const SMALL_REPLY: usize = 512;
 /// Names per readdir page (bytes), and the room for its reply.
 const LIST_BYTES: u32 = 16 << 10;
 const LIST_REPLY: usize = 64 << 10;
-/// Largest reply to `Map` (each server's state, and the layout: 8 KiB).
-const MAP_REPLY: usize = 16 << 10;
+use madfs_rpc::MAP_REPLY;
 /// Bytes of matches per find page (the server caps pages at half its 64 KiB header room).
 const FIND_BYTES: u32 = 32 << 10;
 /// Header room the server keeps in each frame (`net::HEADER_ROOM` on the server).
@@ -595,6 +594,11 @@ impl Client {
     /// A read, write or fsync of `f` failed with `e`: in a replicated cluster, is it worth sending
     /// again after a failover (`Transport::failover`) of the replica sets of its chunks?
     fn failover_file(&self, f: &OpenFile, e: Errno) -> bool {
+        if matches!(e, Errno::EREMCHG | Errno::EIO) && self.t.replicated() && self.relayout(f.meta)
+        {
+            // a removal gave the file's slots to another replica set
+            return true;
+        }
         if e == Errno::EREMCHG && !self.t.replicated() {
             // a slot of the file moved: the layout is learnt again (or, when the refusing
             // server has not applied the move yet, after a pause)
@@ -725,16 +729,49 @@ impl Client {
         meta_server(path, &self.layout.borrow())
     }
 
-    /// A server refused a request for a key it does not hold (`EREMCHG`) in an
-    /// unreplicated cluster: the layout is asked of `asked` (the server that refused, whose
-    /// map is at least as new as the refusal) and learnt. True if it changed (the request
-    /// is worth sending again to the server the new layout names).
+    /// A server refused a request for a key it does not hold (`EREMCHG`): the layout is
+    /// asked of `asked` (the server that refused, whose map is at least as new as the
+    /// refusal; on a replicated cluster the primary of that set) and learnt. True if it
+    /// changed (the request is worth sending again to the server the new layout names).
+    /// On a replicated cluster whose set `asked` has no server left, the others are asked.
     pub fn relayout(&self, asked: u32) -> bool {
-        if self.t.replicated() {
-            return false;
+        let mut got = self.layout_of(asked);
+        if got.is_err() && self.t.replicated() {
+            let n = self.servers();
+            let others = (1..n)
+                .map(|k| (asked + k) % n)
+                .filter(|s| !self.t.removed(*s));
+            got = others
+                .map(|s| self.layout_of(s))
+                .find(Result::is_ok)
+                .unwrap_or(got);
         }
-        let got = self
-            .t
+        match got {
+            // (a server that has not applied the latest map yet answers an older one; the
+            // addresses of servers that joined come from the cluster file)
+            Ok((epoch, l))
+                if epoch > self.layout_epoch.get() && self.t.learn_servers(l.servers()) =>
+            {
+                self.local.grow(l.servers());
+                self.layout_epoch.set(epoch);
+                let new = *self.layout.borrow().as_ref() != l;
+                if new {
+                    tracing::debug!("madfs: the layout of map epoch {epoch} learnt");
+                    *self.layout.borrow_mut() = Rc::new(l);
+                }
+                new
+            }
+            Ok(_) => false,
+            Err(e) => {
+                tracing::debug!("madfs: the layout asked of server {asked}: {e}");
+                false
+            }
+        }
+    }
+
+    /// The map epoch and layout server `asked` knows (`Request::Map`).
+    fn layout_of(&self, asked: u32) -> FsResult<(u64, Layout)> {
+        self.t
             .call_sync(asked, &Request::Map, &[], MAP_REPLY)
             .and_then(|raw| match raw.decode()?.0 {
                 Reply::Map {
@@ -759,28 +796,7 @@ impl Client {
                     Ok((epoch, Layout::from_owners(n, &owners).ok_or(Errno::EPROTO)?))
                 }
                 _ => Err(Errno::EPROTO),
-            });
-        match got {
-            // (a server that has not applied the latest map yet answers an older one; the
-            // addresses of servers that joined come from the cluster file)
-            Ok((epoch, l))
-                if epoch > self.layout_epoch.get() && self.t.learn_servers(l.servers()) =>
-            {
-                self.local.grow(l.servers());
-                self.layout_epoch.set(epoch);
-                let new = *self.layout.borrow().as_ref() != l;
-                if new {
-                    tracing::debug!("madfs: the layout of map epoch {epoch} learnt");
-                    *self.layout.borrow_mut() = Rc::new(l);
-                }
-                new
-            }
-            Ok(_) => false,
-            Err(e) => {
-                tracing::debug!("madfs: the layout asked of server {asked}: {e}");
-                false
-            }
-        }
+            })
     }
 
     /// Is `server` on this host with chunk files this process can read (local reads)?
@@ -852,6 +868,18 @@ impl Client {
         let mut pause = std::time::Duration::from_millis(1);
         loop {
             match self.call_busy(server, req) {
+                // (replicated: the transport has tried the set's other members; the slots
+                // may have gone to another set, a server removed)
+                Err(Errno::EREMCHG | Errno::EIO)
+                    if self.t.replicated()
+                        && std::time::Instant::now() < deadline
+                        && self.relayout(server) =>
+                {
+                    match madfs_placement::keys::owner(req, &self.layout()) {
+                        Some(to) => server = to,
+                        None => return Err(Errno::EREMCHG),
+                    }
+                }
                 Err(Errno::EREMCHG)
                     if !self.t.replicated() && std::time::Instant::now() < deadline =>
                 {
@@ -1129,7 +1157,7 @@ impl Client {
 
     fn fetch_pages_once(&self, dir: &str) -> FsResult<bool> {
         let all = self.connect_all()?;
-        let n = all.len() as u32;
+        let n = self.layout().servers();
         let gen = crate::cache::generation();
         let sent = std::time::Instant::now();
         let futs = all.iter().map(|&s| async move {
@@ -1326,7 +1354,7 @@ impl Client {
     fn find_once(&self, dir: &str, filter: &FindFilter<'_>) -> FsResult<(Vec<String>, u64)> {
         let dir = self.directory(dir)?;
         let all = self.connect_all()?;
-        let n = all.len() as u32;
+        let n = self.layout().servers();
         let dir = dir.as_str();
         let futs = all.iter().map(|&s| async move {
             let mut out = Vec::new();
@@ -1383,13 +1411,17 @@ impl Client {
         let all = self.connect_all()?;
         let to = to.min(DIR_POS_END);
         let start = (from < to).then_some(from << 1);
+        // (by server id; a removed server has nothing to list)
+        let servers = (0..self.layout().servers())
+            .map(|s| (VecDeque::new(), start.filter(|_| all.contains(&s))))
+            .collect();
         Ok(DirCursor {
             dir,
             to,
             from: from << 1,
             last: None,
             last_name: String::new(),
-            servers: all.iter().map(|_| (VecDeque::new(), start)).collect(),
+            servers,
         })
     }
 
@@ -1440,7 +1472,7 @@ impl Client {
         let empty: Vec<u32> = (0..c.servers.len() as u32)
             .filter(|&s| {
                 let (buf, next) = &c.servers[s as usize];
-                buf.is_empty() && next.is_some()
+                buf.is_empty() && next.is_some() && !self.t.removed(s)
             })
             .collect();
         if empty.is_empty() {
@@ -1480,7 +1512,7 @@ impl Client {
         let k = k.clamp(1, 4096) as u64;
         let dir = self.directory(dir)?;
         let all = self.connect_all()?;
-        let n = all.len() as u32;
+        let n = self.layout().servers();
         let step = DIR_POS_END / k;
         let dir = dir.as_str();
         let all_ref = &all;
@@ -1699,9 +1731,12 @@ impl Client {
         }
     }
 
-    /// Connects to every server (those connected already are kept); returns their ids.
+    /// Connects to every server (those connected already are kept; removed ones are left
+    /// out); returns their ids.
     pub fn connect_all(&self) -> FsResult<Vec<u32>> {
-        let all: Vec<u32> = (0..self.layout().servers()).collect();
+        let all: Vec<u32> = (0..self.layout().servers())
+            .filter(|s| !self.t.removed(*s))
+            .collect();
         for s in &all {
             // (a replicated cluster's set whose server is gone: connected to its new primary)
             self.t.failing_over(&[*s], || self.t.ensure(*s))?;

@@ -42,7 +42,9 @@ fn tree(c: &Client, dirs: usize, files: usize) {
 
 fn check_tree(c: &Client, dirs: usize, files: usize, who: &str) {
     for d in 0..dirs {
-        let names = c.readdir(&format!("/d{d}")).unwrap();
+        let names = c
+            .readdir(&format!("/d{d}"))
+            .unwrap_or_else(|e| panic!("{who}: readdir /d{d}: {e}"));
         assert_eq!(names.len(), files, "{who}: entries of /d{d}");
         for f in 0..files {
             let i = d * files + f;
@@ -453,4 +455,92 @@ fn a_join_finishes_after_its_source_its_target_and_the_leader_are_killed_mid_mov
         fresh.rmdir(&format!("/d{d}")).unwrap();
     }
     assert!(fresh.readdir("/").unwrap().is_empty());
+}
+
+/// Waits until every server of `on` knows a map for which `want` holds (at most `secs`).
+fn until_map(
+    cl: &LocalCluster,
+    on: &[usize],
+    secs: u64,
+    what: &str,
+    want: impl Fn(&madfs_control::MapStatus) -> bool,
+) -> Duration {
+    let t = Instant::now();
+    loop {
+        let maps: Vec<_> = on.iter().map(|i| map_of(cl, *i)).collect();
+        if maps.iter().all(|m| m.as_ref().is_some_and(&want)) {
+            return t.elapsed();
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(secs),
+            "{what}: not within {secs} s: {maps:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_dead_server_removed_has_its_replica_sets_rebuilt_and_a_second_death_loses_nothing() {
+    let mut cl = cluster(4, &["--replication", "2", "--chunk-size", "65536"], "none");
+    let every = [0, 1, 2, 3];
+    until_map(&cl, &every, 20, "a leader", |m| {
+        m.leader.is_some() && m.states.iter().all(|s| s == "up")
+    });
+    madfs_client::init_cli_logging();
+    let c = client(&cl, Duration::from_secs(20), "none");
+    let (dirs, files) = (4, 40);
+    tree(&c, dirs, files);
+    c.mkdir("/w", 0o755).unwrap();
+
+    // server 1 dies for good; the map has it down, then it is removed while a client works
+    cl.kill(1);
+    let rest = [0, 2, 3];
+    until_map(&cl, &rest, 20, "server 1 down", |m| m.states[1] == "down");
+    let (stop, worker) = working_client(&cl, false);
+    std::thread::sleep(Duration::from_millis(300));
+    let took = ctl_waiting(&cl, &["remove", "1"]);
+    until_map(&cl, &rest, 20, "server 1 removed, sets rebuilt", |m| {
+        m.states[1] == "removed" && m.building.is_empty()
+    });
+    stop.store(true, Relaxed);
+    let made = worker.join().expect("the working client");
+    let copied: Vec<String> = rest
+        .iter()
+        .flat_map(|i| {
+            let log = cl.log(*i);
+            let lines: Vec<String> = log
+                .lines()
+                .filter(|l| l.contains("rebuild: copied"))
+                .map(|l| format!("server {i}: {l}"))
+                .collect();
+            lines
+        })
+        .collect();
+    eprintln!(
+        "removed and rebuilt in {took:?}; the working client made {made} files meanwhile\n{}",
+        copied.join("\n")
+    );
+    for i in rest {
+        let m = map_of(&cl, i).expect("a map");
+        assert_eq!(m.shares, [1024, 0, 2048, 1024], "server {i}");
+    }
+
+    // two copies of every entry again: the members hold twice the namespace
+    let entries = (dirs + dirs * files + 1 + made) as u64;
+    let held: Vec<u64> = rest.iter().map(|i| stats(&cl, *i).held_entries).collect();
+    assert_eq!(
+        held.iter().sum::<u64>(),
+        2 * entries,
+        "entries held {held:?}"
+    );
+    check_tree(&c, dirs, files, "the client of before");
+    check_made(&c, made, false, "the client of before");
+
+    // a second server dies (the one that took server 1's slots): nothing is lost
+    cl.kill(2);
+    until_map(&cl, &[0, 3], 20, "server 2 down", |m| m.states[2] == "down");
+    let fresh = client(&cl, Duration::from_secs(20), "none");
+    check_tree(&fresh, dirs, files, "a new client, server 2 dead");
+    check_made(&fresh, made, false, "a new client, server 2 dead");
+    check_tree(&c, dirs, files, "the client of before, server 2 dead");
 }

@@ -158,6 +158,13 @@ impl Control for ControlServer {
         Ok(epoch)
     }
 
+    async fn remove(self, _: tarpc::context::Context, server: u32) -> Result<u64, String> {
+        self.member()?;
+        let epoch = self.map_node()?.propose_remove(server).await?;
+        tracing::info!("server {server} removed (map epoch {epoch}): its replica sets are rebuilt");
+        Ok(epoch)
+    }
+
     async fn fsck_remove(self, _: tarpc::context::Context, ids: Vec<u64>) -> Result<u64, String> {
         self.member()?;
         let ops = self.ops.clone();

@@ -60,7 +60,7 @@ pub enum Answer {
     /// A rejoining server's copy (`Resync`): records and the key to go on after.
     #[allow(clippy::type_complexity)]
     Records(Vec<(Vec<u8>, Vec<u8>)>, Option<Vec<u8>>),
-    /// The cluster map: epoch, each server's state (0 up, 1 down, 2 rejoining), the
+    /// The cluster map: epoch, each server's state (0 up, 1 down, 2 rejoining, 3 removed), the
     /// replication factor, each slot's owner (u16 LE; empty: the initial layout).
     Map(u64, Vec<u8>, u32, Vec<u8>),
     /// An fsync queued for the group-commit sync threads: its result comes later.

@@ -65,7 +65,7 @@ pub struct Capacity {
 pub struct MapStatus {
     /// The map's epoch (raised by every change).
     pub epoch: u64,
-    /// Each server's state: `up`, `down`, `rejoining`.
+    /// Each server's state: `up`, `down`, `rejoining`, `removed`.
     pub states: Vec<String>,
     /// The Raft group's leader this server knows of.
     pub leader: Option<u32>,
@@ -78,6 +78,9 @@ pub struct MapStatus {
     /// Slots still to move to reach the target layout (0: none under way).
     #[serde(default)]
     pub moving: u32,
+    /// Replica sets being rebuilt after a removal, as (set, server copying it).
+    #[serde(default)]
+    pub building: Vec<(u32, u32)>,
 }
 
 /// What `stats` answers: counters since start.
@@ -219,6 +222,10 @@ pub trait Control {
     /// cluster: it becomes a member and its share of the slots moves to it while the cluster
     /// serves. Answers the map epoch that has it.
     async fn add(server: u32) -> Result<u64, String>;
+    /// Removes server `server` of a replicated cluster for good (it is dead: the map has it
+    /// down): its replica sets are rebuilt to R copies on the others from their remaining
+    /// copies while the cluster serves. Answers the map epoch that has it.
+    async fn remove(server: u32) -> Result<u64, String>;
 }
 
 /// The challenge of a control login (`client_nonce`: the caller's).

@@ -98,6 +98,19 @@ enum Cmd {
         #[arg(long, default_value_t = 0)]
         wait: u64,
     },
+    /// Remove a dead server of a replicated cluster for good (the map must have it down):
+    /// it leaves every replica set, its slots go to the next server, and each set is copied
+    /// to the server it gained, from the set's remaining copy, while the cluster serves.
+    Remove {
+        /// The server to remove (its id).
+        server: u32,
+        /// The cluster file.
+        #[arg(long, env = "MADFS_CLUSTER")]
+        cluster: PathBuf,
+        /// Wait up to this many seconds for the rebuild to finish, printing its progress.
+        #[arg(long, default_value_t = 0)]
+        wait: u64,
+    },
     /// Check every server's chunk files and find orphans (the cluster file's servers).
     Fsck {
         /// The cluster file.
@@ -114,6 +127,7 @@ enum Cmd {
 enum Membership {
     Drain,
     Add,
+    Remove,
 }
 
 /// Asks the servers of `cluster` (the first that answers) for `change` of server `server`;
@@ -133,6 +147,7 @@ async fn membership(
     let (what, done) = match change {
         Membership::Drain => ("drain", "drains"),
         Membership::Add => ("add", "joins"),
+        Membership::Remove => ("remove", "is removed"),
     };
     let mut why = None;
     let mut epoch = None;
@@ -142,6 +157,7 @@ async fn membership(
             let r = match change {
                 Membership::Drain => c.drain(context(10), server).await?,
                 Membership::Add => c.add(context(10), server).await?,
+                Membership::Remove => c.remove(context(10), server).await?,
             };
             r.map_err(|e| anyhow::anyhow!("{e}"))
         };
@@ -168,6 +184,8 @@ async fn membership(
     let mut since: Option<(Instant, u32)> = None;
     loop {
         let mut left = None;
+        // (what the servers still copying a set have copied so far)
+        let mut copied = (0u64, 0u64);
         for a in &addrs {
             let r = async {
                 let c = connect(*a, &login).await?;
@@ -176,16 +194,34 @@ async fn membership(
                     .map_err(|e| anyhow::anyhow!("{e}"))
             };
             if let Ok(Some(m)) = r.await.map(|s| s.map) {
-                left = Some((m.moving, m.shares));
-                break;
+                if let Some((r, b)) = m.resync {
+                    copied = (copied.0 + r, copied.1 + b);
+                }
+                if left.is_none() {
+                    left = Some((m.moving, m.shares, m.building));
+                }
+                if !matches!(change, Membership::Remove) {
+                    break;
+                }
             }
         }
         match left {
-            Some((0, shares)) => {
+            Some((_, _, b)) if matches!(change, Membership::Remove) && !b.is_empty() => {
+                if Instant::now() >= deadline {
+                    bail!("the rebuild has not finished");
+                }
+                println!(
+                    "{} replica set(s) to rebuild {b:?} (set, server); copied so far: {} records, {}",
+                    b.len(),
+                    copied.0,
+                    human(copied.1)
+                );
+            }
+            Some((0, shares, _)) => {
                 println!("done: slots per server {shares:?}");
                 return Ok(());
             }
-            Some((n, _)) if Instant::now() < deadline => {
+            Some((n, _, _)) if Instant::now() < deadline => {
                 let first = *since.get_or_insert((Instant::now(), n));
                 println!("{}", progress(first, n, Instant::now()));
             }
@@ -194,6 +230,15 @@ async fn membership(
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+}
+
+/// ` rebuilding=SET:SERVER,…` of a status line while replica sets are rebuilt.
+fn rebuilding(b: &[(u32, u32)]) -> String {
+    if b.is_empty() {
+        return String::new();
+    }
+    let v: Vec<String> = b.iter().map(|(s, m)| format!("{s}:{m}")).collect();
+    format!(" rebuilding={}", v.join(","))
 }
 
 /// A progress line of a move: `n` slots left now (`at`), `first` the time and the count
@@ -260,17 +305,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                                 .with_context(|| format!("status from {a}"))?
                                 .map_err(|e| anyhow::anyhow!("status from {a}: {e}"))?;
                             let map = match &s.map {
-                                Some(m) => format!(
-                                    " replication={} map_epoch={} states={} leader={}{}",
-                                    s.replication,
-                                    m.epoch,
-                                    m.states.join(","),
-                                    m.leader.map_or("none".into(), |l| l.to_string()),
-                                    m.resync.map_or(String::new(), |(r, b)| format!(
-                                        " resync={r}_records,{}",
-                                        human(b)
-                                    ))
-                                ),
+                                Some(m) => {
+                                    format!(
+                                        " replication={} map_epoch={} states={} leader={}{}",
+                                        s.replication,
+                                        m.epoch,
+                                        m.states.join(","),
+                                        m.leader.map_or("none".into(), |l| l.to_string()),
+                                        m.resync.map_or(String::new(), |(r, b)| format!(
+                                            " resync={r}_records,{}",
+                                            human(b)
+                                        ))
+                                    ) + &rebuilding(&m.building)
+                                }
                                 None => String::new(),
                             };
                             let cap = match &s.capacity {
@@ -375,6 +422,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             cluster,
             wait,
         } => membership(Membership::Add, server, cluster, wait).await,
+        Cmd::Remove {
+            server,
+            cluster,
+            wait,
+        } => membership(Membership::Remove, server, cluster, wait).await,
         Cmd::Fsck { cluster, repair } => {
             let (v, freed) = madfs_control::fsck::cluster(&cluster, repair).await?;
             println!("{v}");

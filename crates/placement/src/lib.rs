@@ -113,6 +113,26 @@ pub fn replicas(first: u32, n: u32, r: u32) -> impl Iterator<Item = u32> {
     (0..r.min(n)).map(move |k| (first + k) % n)
 }
 
+/// The replica set whose first replica is `first` when some of the `n` server ids are no
+/// longer members (`member` false: removed, `madfs-ctl remove`): `first` and the next
+/// `r − 1` members after it on the ring, skipping the others. With every id a member it is
+/// [`replicas`].
+pub fn replicas_among(
+    first: u32,
+    n: u32,
+    r: u32,
+    member: impl Fn(u32) -> bool,
+) -> impl Iterator<Item = u32> {
+    let n = n.max(1);
+    std::iter::once(first % n)
+        .chain(
+            (1..n)
+                .map(move |k| (first + k) % n)
+                .filter(move |s| member(*s)),
+        )
+        .take(r.min(n) as usize)
+}
+
 /// Where a server keeps the chunks of file `id` that it holds, relative to its chunk
 /// directory: one sparse file, each chunk at its byte position in the madfs file (chunk *c* at
 /// *c* × chunk size). Servers write there; clients on the same host read there directly.
@@ -217,6 +237,21 @@ mod tests {
                 assert_eq!(set[0], first);
             }
         }
+    }
+
+    #[test]
+    fn replica_sets_skip_servers_that_are_no_members() {
+        let all = |_| true;
+        for (first, n, r) in [(3, 4, 2), (1, 4, 3), (1, 2, 3), (0, 1, 2)] {
+            assert!(replicas_among(first, n, r, all).eq(replicas(first, n, r)));
+        }
+        // server 1 of 4 removed: set 0 is {0, 2}, set 3 {3, 0}
+        let not1 = |s| s != 1;
+        assert_eq!(replicas_among(0, 4, 2, not1).collect::<Vec<_>>(), [0, 2]);
+        assert_eq!(replicas_among(3, 4, 2, not1).collect::<Vec<_>>(), [3, 0]);
+        assert_eq!(replicas_among(0, 4, 3, not1).collect::<Vec<_>>(), [0, 2, 3]);
+        // fewer members than copies: each once
+        assert_eq!(replicas_among(0, 3, 3, |s| s == 0).collect::<Vec<_>>(), [0]);
     }
 
     #[test]

@@ -1285,7 +1285,7 @@ pub enum Reply<'a> {
         #[serde(borrow, with = "serde_bytes")]
         next: Option<&'a [u8]>,
     },
-    /// Answer to `Map`: the epoch, each server's state (0 up, 1 down, 2 rejoining), the
+    /// Answer to `Map`: the epoch, each server's state (0 up, 1 down, 2 rejoining, 3 removed), the
     /// replication factor and the layout: each slot's owner, u16 LE (empty: the initial
     /// layout of the servers, `Layout::initial`).
     Map {

@@ -21,7 +21,7 @@ pub use async_ucx::ucp::{Context, Endpoint, ErrorMode, Listener, PostedRecv, Pos
 pub use async_ucx::Error as UcxError;
 pub use credentials::Credentials;
 pub use settings::UcxSettings;
-pub use transport::{RawReply, Retry, Transport, DEFAULT_TIMEOUT, FAILOVER_WINDOW};
+pub use transport::{RawReply, Retry, Transport, DEFAULT_TIMEOUT, FAILOVER_WINDOW, MAP_REPLY};
 
 use std::sync::Arc;
 

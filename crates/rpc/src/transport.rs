@@ -106,6 +106,13 @@ pub struct Transport {
     route: RefCell<Vec<u32>>,
     replication: Cell<u32>,
     map_epoch: Cell<u64>,
+    /// The slot owners of the last cluster map a failover learnt (empty: the initial
+    /// layout): when they change (a server removed), a refusal is about keys that moved,
+    /// which the caller learns ([`Transport::failover`]).
+    owners_seen: RefCell<Vec<u8>>,
+    /// Servers the cluster map has removed (`madfs-ctl remove`): members of no replica set,
+    /// asked for nothing.
+    removed: RefCell<Vec<u32>>,
     /// Calls go to the server named, never elsewhere ([`Transport::no_failover`]).
     fixed: Cell<bool>,
     /// Tag kind of the requests of [`Transport::call_sync`] (`REQUEST`; a server's copies:
@@ -161,6 +168,9 @@ impl Retry {
         self.tries <= 2 || since.elapsed() < FAILOVER_WINDOW
     }
 }
+/// Largest reply to `Request::Map`: the states and, once slots moved, every slot's owner
+/// (8 KiB).
+pub const MAP_REPLY: usize = 16 << 10;
 /// Deadline of asking another server for the cluster map during a failover.
 const MAP_TIMEOUT: Duration = Duration::from_millis(1000);
 /// How often a call waiting in a replicated cluster asks for the cluster map.
@@ -300,6 +310,8 @@ impl Transport {
             route: RefCell::new((0..n as u32).collect()),
             replication: Cell::new(0),
             map_epoch: Cell::new(0),
+            owners_seen: RefCell::default(),
+            removed: RefCell::default(),
             fixed: Cell::new(false),
             tainted: Cell::new(false),
             kind: Cell::new(tag::REQUEST),
@@ -489,7 +501,8 @@ impl Transport {
     /// routes every replica set to its primary there (the first member that is up), giving
     /// up the connections whose server changed. True if a call is worth sending again: the
     /// map moved, or the map has not moved yet (then after a pause, for the servers to
-    /// notice).
+    /// notice). False when the map's slot owners changed (a server was removed): the keys
+    /// moved to another replica set, which the caller learns (`Client::relayout`).
     pub fn failover(&self, sets: &[u32], e: Errno) -> bool {
         let r = self.replication.get();
         if r < 2 || !matches!(e, Errno::EREMCHG | Errno::EIO) {
@@ -508,11 +521,20 @@ impl Transport {
             .partition(|s| !failed.contains(&self.serving(*s)));
         ask.extend(then);
         for s in ask {
-            let got = self.call_sync_once(s, &Request::Map, &[], 4096);
+            let got = self.call_sync_once(s, &Request::Map, &[], MAP_REPLY);
             if let Ok(raw) = got {
-                if let Ok((Reply::Map { epoch, states, .. }, _)) = raw.decode() {
+                if let Ok((
+                    Reply::Map {
+                        epoch,
+                        states,
+                        owners,
+                        ..
+                    },
+                    _,
+                )) = raw.decode()
+                {
                     if states.len() == n as usize {
-                        map = Some((epoch, states));
+                        map = Some((epoch, states, owners.to_vec()));
                         break;
                     }
                 }
@@ -520,10 +542,25 @@ impl Transport {
         }
         self.timeout.set(saved);
         let asked = map.is_some();
-        let moved = match map {
-            Some((epoch, states)) => self.learn_map(epoch, &states),
-            None => false,
+        let (moved, relaid) = match map {
+            Some((epoch, states, owners)) => {
+                let moved = self.learn_map(epoch, &states);
+                // (a refusal by a primary the map still names, or a set of a removed
+                // server: about keys, if they moved)
+                let removed = sets.iter().any(|s| self.removed(*s));
+                let relaid = (removed || !moved && e == Errno::EREMCHG)
+                    && *self.owners_seen.borrow() != owners;
+                if relaid {
+                    *self.owners_seen.borrow_mut() = owners;
+                }
+                (moved, relaid)
+            }
+            None => (false, false),
         };
+        if relaid {
+            tracing::debug!("madfs: failover of replica sets {sets:?}: slots moved");
+            return false;
+        }
         tracing::debug!(
             "madfs: failover of replica sets {sets:?} after {e:?} in {}: map {}",
             self.last_op.get(),
@@ -550,7 +587,7 @@ impl Transport {
     }
 
     /// Routes every replica set to its primary in cluster map `epoch` (each server's state:
-    /// 0 up, 1 down, 2 rejoining), if it is newer than the map known; gives up the
+    /// 0 up, 1 down, 2 rejoining, 3 removed), if it is newer than the map known; gives up the
     /// connections whose server changed. True if the map was newer.
     pub fn learn_map(&self, epoch: u64, states: &[u8]) -> bool {
         let r = self.replication.get();
@@ -559,13 +596,16 @@ impl Transport {
             return false;
         }
         self.map_epoch.set(epoch);
+        *self.removed.borrow_mut() = (0..n).filter(|s| states[*s as usize] == 3).collect();
         let mut changed = vec![];
         {
             let mut route = self.route.borrow_mut();
             for (set, to) in route.iter_mut().enumerate() {
                 let set = set as u32;
                 let up = |s: &u32| states[*s as usize] == 0;
-                if let Some(p) = madfs_placement::replicas(set, n, r).find(up) {
+                // (a removed server, 3, is no member of any set any more)
+                let member = |s: u32| states[s as usize] != 3;
+                if let Some(p) = madfs_placement::replicas_among(set, n, r, member).find(up) {
                     if *to != p {
                         *to = p;
                         changed.push(set);
@@ -582,6 +622,12 @@ impl Transport {
             );
         }
         true
+    }
+
+    /// Has the cluster map (as learnt) removed server `s`? Such a server is asked nothing,
+    /// not even for its part of a listing (it owns no slot).
+    pub fn removed(&self, s: u32) -> bool {
+        self.removed.borrow().contains(&s)
     }
 
     /// Runs `f` (calls to the servers of replica sets `sets`; empty: any) again after a
@@ -1081,7 +1127,8 @@ impl Transport {
             until(Instant::now() + MAP_WATCH).await;
             let op = self.last_op.get();
             let map = std::future::poll_fn({
-                let mut call = Box::pin(self.call(asked, tag::REQUEST, &Request::Map, &[], 4096));
+                let mut call =
+                    Box::pin(self.call(asked, tag::REQUEST, &Request::Map, &[], MAP_REPLY));
                 let give_up = Instant::now() + MAP_TIMEOUT;
                 move |cx| match call.as_mut().poll(cx) {
                     Poll::Ready(r) => Poll::Ready(r.ok()),

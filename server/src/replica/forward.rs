@@ -39,6 +39,9 @@ pub struct Replication {
     inflight: Mutex<BTreeMap<u64, usize>>,
     /// While this server catches up (`super::rejoin`): the copies it was sent meanwhile.
     pub(super) catching: Mutex<Option<Catching>>,
+    /// The sets a removal gave this server that it has copied, until the map says so
+    /// (locked after `catching`): their copies are not kept aside again meanwhile.
+    pub(super) built: Mutex<Vec<u32>>,
     /// The map this server last admitted a request with (`Leases` of client caches: whether
     /// it took a set over from a server still up, [`Replication::took_over`]) ...
     led: Mutex<Option<ClusterMap>>,
@@ -60,6 +63,8 @@ pub struct Replication {
 /// the chunk ranges already written, which the copy leaves alone.
 #[derive(Default)]
 pub struct Catching {
+    /// The sets whose copies are kept (empty: every set's, a rejoin).
+    pub(super) sets: Vec<u32>,
     pub(super) batches: Vec<(Vec<u8>, bool)>,
     pub(super) touched: HashMap<u64, Touched>,
 }
@@ -154,6 +159,7 @@ impl Replication {
             handle: OnceLock::new(),
             inflight: Mutex::default(),
             catching: Mutex::default(),
+            built: Mutex::default(),
             led: Mutex::default(),
             led_epoch: AtomicU64::new(0),
             took_over: AtomicU64::new(0),
@@ -304,7 +310,7 @@ impl Replication {
         self.node.get().ok_or(Errno::EREMCHG)
     }
 
-    /// The map's epoch and each server's state (0 up, 1 down, 2 rejoining).
+    /// The map's epoch and each server's state (0 up, 1 down, 2 rejoining, 3 removed).
     pub fn map_states(&self, servers: u32) -> (u64, Vec<u8>) {
         let m = self.map(servers);
         (m.epoch, m.state_codes())
@@ -312,9 +318,12 @@ impl Replication {
 
     /// Has the map server `s` down?
     fn is_down(&self, s: u32) -> bool {
-        self.node
-            .get()
-            .is_some_and(|n| n.map().state(s) == super::map::State::Down)
+        self.node.get().is_some_and(|n| {
+            matches!(
+                n.map().state(s),
+                super::map::State::Down | super::map::State::Removed
+            )
+        })
     }
 
     /// Does this server know the current map ([`Node::current`])?
@@ -393,7 +402,21 @@ impl Replication {
             });
         }
         let mut catching = self.catching.lock().unwrap_or_else(|e| e.into_inner());
-        let caught_up = match catching.as_mut() {
+        let building = map.building.contains(&(set, self.me));
+        let built = || {
+            let b = self.built.lock().unwrap_or_else(|e| e.into_inner());
+            b.contains(&set)
+        };
+        if building && catching.is_none() && !built() {
+            // a set a removal gave this server: what it is sent waits for its copy
+            // (`rejoin`), even when it comes before the copy starts
+            *catching = Some(Catching {
+                sets: map.building_of(self.me),
+                ..Catching::default()
+            });
+        }
+        let kept = |c: &Catching| c.sets.is_empty() || c.sets.contains(&set);
+        let caught_up = match catching.as_mut().filter(|c| kept(c)) {
             // catching up: batches wait for the copy; chunk changes are made (under the
             // lock: never interleaved with the copy's writes) and noted
             Some(c) => {
@@ -446,6 +469,18 @@ impl Replication {
             }
         }
         Ok(())
+    }
+
+    /// From now on, copies of replica sets `sets` (empty: of every set) sent to this
+    /// server are kept aside while it copies them (`rejoin`), if copies are not kept already.
+    pub(super) fn keep_copies_of(&self, sets: &[u32]) {
+        let mut c = self.catching.lock().unwrap_or_else(|e| e.into_inner());
+        if c.is_none() {
+            *c = Some(Catching {
+                sets: sets.to_vec(),
+                ..Catching::default()
+            });
+        }
     }
 
     /// Secondary `to` did not take a copy in time (`--down-after-ms`): it counts as a live

@@ -1,7 +1,7 @@
 //! The cluster map: an epoch and each server's state (docs/redundancy.md, "The cluster map").
 //! Changed only by committed Raft entries ([`Change`]); everything else reads it.
 
-use madfs_placement::{replicas, Layout, MAX_SERVERS};
+use madfs_placement::{replicas_among, Layout, MAX_SERVERS, SLOTS};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
@@ -14,6 +14,9 @@ pub enum State {
     Down,
     /// Back, taking its replica sets' writes, serving nothing until it has caught up.
     Rejoining,
+    /// Removed for good (`madfs-ctl remove` of a dead server): no member of any replica set
+    /// any more (the ring skips it, [`replicas_among`]), its slots owned by the next member.
+    Removed,
 }
 
 impl std::fmt::Display for State {
@@ -22,6 +25,7 @@ impl std::fmt::Display for State {
             State::Up => "up",
             State::Down => "down",
             State::Rejoining => "rejoining",
+            State::Removed => "removed",
         })
     }
 }
@@ -45,6 +49,13 @@ pub enum Change {
     /// A new server, the next id, is a member (`madfs-ctl add`): up, owning nothing; the
     /// target layout gives it its share, which the owners move to it.
     Join(u32),
+    /// The server, down, is gone for good (`madfs-ctl remove`, replicated clusters): it
+    /// leaves every replica set, its slots go to the next member on the ring (which holds
+    /// their second copy), and each member that a set gains this way copies the set from
+    /// its primary (`building`) before it counts as one of its copies.
+    Remove(u32),
+    /// The server has copied every replica set it was building (asked by itself).
+    Built(u32),
 }
 
 /// The map: raised `epoch` on every change.
@@ -63,6 +74,11 @@ pub struct ClusterMap {
     /// belongs).
     #[serde(default)]
     pub target: Vec<u16>,
+    /// Members that a replica set gained by a removal and that are still copying it, as
+    /// (set, member): they take the set's copies but are none of its copies yet (never its
+    /// primary; [`ClusterMap::primary`]).
+    #[serde(default)]
+    pub building: Vec<(u32, u32)>,
 }
 
 impl ClusterMap {
@@ -74,7 +90,35 @@ impl ClusterMap {
             r: 0,
             owners: Vec::new(),
             target: Vec::new(),
+            building: Vec::new(),
         }
+    }
+
+    /// Is `s` a member of the cluster (not removed; an id the map does not know is none)?
+    pub fn member(&self, s: u32) -> bool {
+        (s as usize) < self.states.len() && self.state(s) != State::Removed
+    }
+
+    /// The replica set whose first member is `first`, R = `r`: `first` and the next
+    /// `r − 1` members on the ring (removed servers skipped).
+    pub fn set(&self, first: u32, r: u32) -> impl Iterator<Item = u32> + '_ {
+        let n = (self.states.len() as u32).max(1);
+        replicas_among(first, n, r, move |s| self.member(s))
+    }
+
+    /// The replica sets server `me` is a member of (R = `r`), each named by its first
+    /// member (removed servers name none).
+    pub fn sets_of(&self, me: u32, r: u32) -> Vec<u32> {
+        let n = self.states.len() as u32;
+        (0..n)
+            .filter(|f| self.member(*f) && self.set(*f, r).any(|m| m == me))
+            .collect()
+    }
+
+    /// The sets server `s` is still copying after a removal.
+    pub fn building_of(&self, s: u32) -> Vec<u32> {
+        let b = self.building.iter();
+        b.filter(|(_, m)| *m == s).map(|(set, _)| *set).collect()
     }
 
     /// The layout slots are being moved towards, if a move is under way.
@@ -109,12 +153,13 @@ impl ClusterMap {
         Layout::from_owners(n, &self.owners).unwrap_or_else(|| Layout::initial(n))
     }
 
-    /// Each server's state as `Reply::Map` has it: 0 up, 1 down, 2 rejoining.
+    /// Each server's state as `Reply::Map` has it: 0 up, 1 down, 2 rejoining, 3 removed.
     pub fn state_codes(&self) -> Vec<u8> {
         let code = |s: &State| match s {
             State::Up => 0,
             State::Down => 1,
             State::Rejoining => 2,
+            State::Removed => 3,
         };
         self.states.iter().map(code).collect()
     }
@@ -135,6 +180,14 @@ impl ClusterMap {
             Change::Switch { slots, to } => return self.switch(&slots, to),
             Change::Drain(s) => return self.drain(s),
             Change::Join(s) => return self.join(s),
+            Change::Remove(s) => return self.remove(s),
+            Change::Built(s) => {
+                let before = self.building.len();
+                self.building.retain(|(_, m)| *m != s);
+                let changed = self.building.len() != before;
+                self.epoch += changed as u64;
+                return changed;
+            }
         };
         let Some(from) = self.states.get(s as usize).copied() else {
             return false;
@@ -148,9 +201,71 @@ impl ClusterMap {
         ) && !(to == State::Down && from == State::Up && self.last_up_of_a_set(s));
         if allowed {
             self.states[s as usize] = to;
+            if to == State::Up {
+                // (a rejoin copied every set it is a member of: what it was building too)
+                self.building.retain(|(_, m)| *m != s);
+            }
             self.epoch += 1;
         }
         allowed
+    }
+
+    /// Server `s` removed: true (and the epoch raised) if it was down on a replicated
+    /// cluster whose other servers are up (one change at a time: a set with a member down
+    /// besides could lose its last copy while it is rebuilt), no layout or rebuild under
+    /// way, and at least R members stay. Its slots go to the next member, which holds
+    /// their other copy; every member a set gains copies it first ([`Self::building`]).
+    fn remove(&mut self, s: u32) -> bool {
+        let others_up = (0..self.states.len() as u32)
+            .filter(|o| *o != s)
+            .all(|o| matches!(self.state(o), State::Up | State::Removed));
+        let members = (0..self.states.len() as u32)
+            .filter(|o| self.member(*o))
+            .count() as u32;
+        if self.r < 2
+            || self.state(s) != State::Down
+            || !others_up
+            || self.target().is_some()
+            || !self.building.is_empty()
+            || members <= self.r
+        {
+            return false;
+        }
+        let old = self.clone();
+        let Some(heir) = old.set(s, 2).nth(1) else {
+            return false;
+        };
+        let now = self.layout();
+        let slots: Vec<u16> = (0..SLOTS)
+            .filter(|x| now.owner(*x) == s)
+            .map(|x| x as u16)
+            .collect();
+        if !slots.is_empty() {
+            let Some(next) = now.switched(&slots, heir) else {
+                return false;
+            };
+            self.owners = next.owners().to_vec();
+        }
+        self.states[s as usize] = State::Removed;
+        // who holds every slot of each set now: the members of each old set its slots come
+        // from (the removed server aside); any other member of the new set builds it
+        for f in 0..self.states.len() as u32 {
+            if !self.member(f) {
+                continue;
+            }
+            let mut holders: Vec<u32> = old.set(f, self.r).filter(|m| *m != s).collect();
+            if f == heir && !slots.is_empty() {
+                let of_s: Vec<u32> = old.set(s, self.r).collect();
+                holders.retain(|m| of_s.contains(m));
+            }
+            let gained: Vec<u32> = self
+                .set(f, self.r)
+                .filter(|m| !holders.contains(m))
+                .collect();
+            self.building.extend(gained.into_iter().map(|m| (f, m)));
+        }
+        self.epoch += 1;
+        true
     }
 
     /// Slots `slots` owned by `to`: true (and the epoch raised) if one changed owner. A
@@ -214,30 +329,33 @@ impl ClusterMap {
     /// servers each finding the other slow to take copies), marking it down would make the
     /// set unavailable for nothing.
     fn last_up_of_a_set(&self, s: u32) -> bool {
-        let n = self.states.len() as u32;
         if self.r < 2 {
             return false;
         }
-        (0..self.r.min(n)).any(|back| {
-            let first = (s + n - back) % n;
-            replicas(first, n, self.r).all(|m| m == s || self.state(m) != State::Up)
+        self.sets_of(s, self.r).into_iter().any(|first| {
+            self.set(first, self.r)
+                .all(|m| m == s || !self.is_copy(first, m) || self.state(m) != State::Up)
         })
+    }
+
+    /// Does member `m` of set `first` hold a whole copy of it (it is building none)?
+    fn is_copy(&self, first: u32, m: u32) -> bool {
+        !self.building.contains(&(first, m))
     }
 
     /// The primary of the replica set whose first replica is `first` (R = `r`): its first
     /// member that is up; none if every member is down or rejoining.
     pub fn primary(&self, first: u32, r: u32) -> Option<u32> {
-        let n = self.states.len() as u32;
-        replicas(first, n, r).find(|s| self.state(*s) == State::Up)
+        let mut set = self.set(first, r);
+        set.find(|s| self.state(*s) == State::Up && self.is_copy(first, *s))
     }
 
     /// The members a primary forwards that set's changes to: the other up members and the
     /// rejoining ones.
     pub fn secondaries(&self, first: u32, r: u32) -> Vec<u32> {
-        let n = self.states.len() as u32;
         let p = self.primary(first, r);
-        replicas(first, n, r)
-            .filter(|s| Some(*s) != p && self.state(*s) != State::Down)
+        self.set(first, r)
+            .filter(|s| Some(*s) != p && matches!(self.state(*s), State::Up | State::Rejoining))
             .collect()
     }
 }
@@ -254,13 +372,16 @@ pub fn takes_over_from_live(prev: Option<&ClusterMap>, now: &ClusterMap, me: u32
     let n = now.states.len() as u32;
     let follows = prev.filter(|p| p.epoch == now.epoch || p.epoch + 1 == now.epoch);
     (0..n)
-        .filter(|set| now.primary(*set, r) == Some(me))
+        .filter(|set| now.member(*set) && now.primary(*set, r) == Some(me))
         .any(|set| match follows {
             Some(p) => p
                 .primary(set, r)
                 .is_some_and(|q| q != me && now.state(q) != State::Down),
             None => {
-                now.epoch > 0 && replicas(set, n, r).any(|m| m != me && now.state(m) != State::Down)
+                now.epoch > 0
+                    && now
+                        .set(set, r)
+                        .any(|m| m != me && !matches!(now.state(m), State::Down | State::Removed))
             }
         })
 }
@@ -436,6 +557,62 @@ mod tests {
         let mut r2 = ClusterMap::new(3);
         r2.r = 2;
         assert!(!r2.apply(Change::Join(3)), "replicated: not built");
+    }
+
+    #[test]
+    fn a_removed_server_leaves_its_sets_and_their_new_members_copy_them() {
+        let mut m = ClusterMap::new(4);
+        m.r = 2;
+        assert!(
+            !m.apply(Change::Remove(1)),
+            "only a server the map has down"
+        );
+        assert!(m.apply(Change::Down(1)));
+        assert!(m.apply(Change::Remove(1)));
+        assert!(!m.apply(Change::Remove(1)), "twice is once");
+        assert_eq!(m.state(1), State::Removed);
+        assert!(
+            !m.apply(Change::Rejoining(1)),
+            "a removed server never comes back"
+        );
+        // its slots go to server 2, which holds their other copy; set 0 is {0, 2} now,
+        // which server 2 copies, and set 2 {2, 3}, which gained server 1's slots: 3 copies
+        assert_eq!(m.layout().shares(), [1024, 0, 2048, 1024]);
+        assert_eq!(m.building, [(0, 2), (2, 3)]);
+        assert_eq!(m.set(0, 2).collect::<Vec<_>>(), [0, 2]);
+        assert_eq!((m.primary(0, 2), m.secondaries(0, 2)), (Some(0), vec![2]));
+        assert_eq!((m.primary(2, 2), m.secondaries(2, 2)), (Some(2), vec![3]));
+        assert_eq!((m.sets_of(2, 2), m.building_of(2)), (vec![0, 2], vec![0]));
+        // a member still copying is no copy: the set's only one is never marked down
+        assert!(!m.apply(Change::Down(0)));
+        assert!(!m.apply(Change::Down(2)));
+        assert!(m.apply(Change::Built(2)));
+        assert!(!m.apply(Change::Built(2)), "twice is once");
+        assert!(m.apply(Change::Down(0)), "set 0 has two copies again");
+        assert_eq!(m.primary(0, 2), Some(2));
+        assert!(
+            !m.apply(Change::Remove(0)),
+            "one change at a time: 3 is building"
+        );
+        m.apply(Change::Rejoining(0));
+        m.apply(Change::Up(0));
+        assert!(m.apply(Change::Built(3)));
+        assert!(m.building.is_empty());
+        // a second removal: server 3's slots go to 0, and the two sets left copy each other
+        assert!(m.apply(Change::Down(3)));
+        assert!(m.apply(Change::Remove(3)));
+        assert_eq!(m.layout().shares(), [2048, 0, 2048, 0]);
+        assert_eq!(m.building, [(0, 2), (2, 0)]);
+        m.apply(Change::Built(0));
+        m.apply(Change::Built(2));
+        assert!(m.apply(Change::Down(2)));
+        assert!(!m.apply(Change::Remove(2)), "R members must stay");
+        let mut r1 = ClusterMap::new(3);
+        r1.r = 1;
+        assert!(
+            !r1.apply(Change::Remove(1)),
+            "unreplicated: nothing to rebuild from"
+        );
     }
 
     #[test]

@@ -280,6 +280,56 @@ impl Node {
         Ok(a.epoch)
     }
 
+    /// Proposes server `s` removed for good (`madfs-ctl remove`): the epoch of the map that
+    /// has it. Only a replicated cluster's server that the map has down, while every other
+    /// is up and nothing else moves or is rebuilt.
+    pub async fn propose_remove(&self, s: u32) -> Result<u64, String> {
+        let m = self.map();
+        if m.r < 2 {
+            return Err(
+                "removing a server of an unreplicated cluster would lose what it holds: \
+                 drain it while it runs (madfs-ctl drain)"
+                    .into(),
+            );
+        }
+        if s as usize >= m.states.len() {
+            return Err(format!(
+                "no server {s} (the cluster has {})",
+                m.states.len()
+            ));
+        }
+        if m.state(s) != State::Down {
+            return Err(format!(
+                "server {s} is {}: only a server the map has down can be removed",
+                m.state(s)
+            ));
+        }
+        if let Some(o) = (0..m.states.len() as u32)
+            .find(|o| *o != s && !matches!(m.state(*o), State::Up | State::Removed))
+        {
+            return Err(format!(
+                "server {o} is {} too: remove one server at a time, with the others up",
+                m.state(o)
+            ));
+        }
+        one_at_a_time(&m)?;
+        if !m.building.is_empty() {
+            return Err(format!(
+                "replica sets are still being rebuilt ({:?} as (set, server)): ask again once \
+                 that is over (madfs-ctl status)",
+                m.building
+            ));
+        }
+        let a = self.propose(Change::Remove(s), 0).await?;
+        if !a.changed {
+            return Err(format!(
+                "server {s} could not be removed (fewer than {} servers would stay)",
+                m.r + 1
+            ));
+        }
+        Ok(a.epoch)
+    }
+
     /// Proposes server `s` down (a primary whose copies it does not take).
     pub async fn propose_down(&self, s: u32) -> Result<Applied, String> {
         self.propose(Change::Down(s), 0).await
@@ -305,6 +355,7 @@ impl Node {
             resync: None,
             shares: m.layout().shares(),
             moving: m.target().map_or(0, |t| m.layout().moves(&t).len() as u32),
+            building: m.building.clone(),
         }
     }
 
@@ -406,7 +457,9 @@ impl Node {
                     .nodes()
                     .map(|(id, _)| *id)
                     .collect();
-                self.lead(since, &members).await;
+                let voters: BTreeSet<NodeId> =
+                    metrics.membership_config.membership().voter_ids().collect();
+                self.lead(since, &members, &voters).await;
             } else {
                 leading_since = None;
             }
@@ -432,23 +485,29 @@ impl Node {
     /// The leader adds the map's servers that are not members of the group yet (as
     /// learners: the first ones, and those that joined) and marks down the ones that
     /// answered nothing for `down_after`.
-    async fn lead(&self, since: Instant, members: &BTreeSet<NodeId>) {
+    async fn lead(&self, since: Instant, members: &BTreeSet<NodeId>, voters: &BTreeSet<NodeId>) {
         let n = (self.map().states.len() as u32).max(self.servers);
+        let map = self.map();
         for s in 0..n as u64 {
-            if !members.contains(&s) {
+            if !members.contains(&s) && map.state(s as u32) != State::Removed {
                 match self.raft.add_learner(s, EmptyNode {}, false).await {
                     Ok(_) => tracing::info!("cluster map: server {s} added as a learner"),
                     Err(e) => tracing::debug!("cluster map: add learner {s}: {e}"),
                 }
             }
         }
-        let map = self.map();
         if map.r < 2 {
             // unreplicated: nobody could take a silent server's keys over
             return;
         }
+        if voters
+            .iter()
+            .any(|v| map.state(*v as u32) == State::Removed)
+        {
+            self.replace_voters(&map).await;
+        }
         for s in 0..self.servers {
-            if s == self.id || map.state(s) == State::Down {
+            if s == self.id || matches!(map.state(s), State::Down | State::Removed) {
                 continue;
             }
             // a server is given `down_after` from when it last answered this one, but at
@@ -479,6 +538,24 @@ impl Node {
                     tracing::warn!("cluster map: server {s} down: {e}");
                 }
             }
+        }
+    }
+}
+
+impl Node {
+    /// A removed server leaves the Raft group: the voters become the first members (as
+    /// many as [`map::voters`] gives their count), so the group keeps its quorum through
+    /// the next failure.
+    async fn replace_voters(&self, map: &ClusterMap) {
+        let members: Vec<NodeId> = (0..map.states.len() as u32)
+            .filter(|s| map.member(*s))
+            .map(u64::from)
+            .collect();
+        let k = map::voters(members.len() as u32).len();
+        let want: BTreeSet<NodeId> = members.into_iter().take(k).collect();
+        match self.raft.change_membership(want.clone(), false).await {
+            Ok(_) => tracing::info!("cluster map: voters now {want:?} (a server was removed)"),
+            Err(e) => tracing::warn!("cluster map: voters {want:?}: {e}"),
         }
     }
 }

@@ -61,7 +61,29 @@ fn step(ops: &Server, rate: u64) -> Result<(), String> {
     }
     let map = node.map();
     match map.state(rep.me) {
-        State::Up => Ok(()),
+        State::Up if map.building_of(rep.me).is_empty() => {
+            rep.built.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            Ok(())
+        }
+        State::Up => {
+            // a removal gave this server replica sets to copy (docs/redundancy.md,
+            // "Removing a server"): the same copy as a rejoin's, of those sets alone
+            let sets = map.building_of(rep.me);
+            begin_sets(ops, &sets);
+            let t = Instant::now();
+            let (records, bytes) =
+                catch_up(ops, map.epoch, rate, &sets, true).map_err(|e| e.to_string())?;
+            let a = rep.propose(Change::Built(rep.me))?;
+            ops.stats.resync_done();
+            tracing::info!(
+                "rebuild: copied replica sets {sets:?} in {:.1} s ({records} records, {bytes} bytes of chunks): a copy of them in map epoch {}",
+                t.elapsed().as_secs_f64(),
+                a.epoch
+            );
+            Ok(())
+        }
+        // (removed for good: it serves nothing and never rejoins)
+        State::Removed => Ok(()),
         State::Down => {
             // keep what the primaries send from the moment they may send it
             begin(ops);
@@ -72,7 +94,9 @@ fn step(ops: &Server, rate: u64) -> Result<(), String> {
         State::Rejoining => {
             begin(ops);
             let t = Instant::now();
-            let (records, bytes) = catch_up(ops, map.epoch, rate).map_err(|e| e.to_string())?;
+            let sets = map.sets_of(rep.me, rep.r);
+            let (records, bytes) =
+                catch_up(ops, map.epoch, rate, &sets, false).map_err(|e| e.to_string())?;
             rep.caught_up_now(true);
             let a = rep
                 .propose(Change::Up(rep.me))
@@ -90,20 +114,29 @@ fn step(ops: &Server, rate: u64) -> Result<(), String> {
 
 /// From now on copies sent to this server are kept aside (if they were not already).
 fn begin(ops: &Server) {
+    begin_sets(ops, &[]);
+}
+
+/// From now on copies of replica sets `sets` (empty: of every set) sent to this server
+/// are kept aside (if they were not already).
+fn begin_sets(ops: &Server, sets: &[u32]) {
     if let Some(rep) = &ops.replica {
-        let mut c = rep.catching.lock().unwrap_or_else(|e| e.into_inner());
-        if c.is_none() {
-            *c = Some(Catching::default());
-        }
+        rep.keep_copies_of(sets);
     }
 }
 
-/// Copies every replica set this server is a member of from its primary in map `epoch`;
-/// returns the records and chunk bytes copied.
-fn catch_up(ops: &Server, epoch: u64, rate: u64) -> FsResult<(u64, u64)> {
+/// Copies replica sets `sets` (every one this server is a member of, or those a removal
+/// gave it: `building`) from their primaries in map `epoch`; returns the records and chunk
+/// bytes copied.
+fn catch_up(
+    ops: &Server,
+    epoch: u64,
+    rate: u64,
+    sets: &[u32],
+    building: bool,
+) -> FsResult<(u64, u64)> {
     let rep = ops.replica.as_ref().ok_or(Errno::EINVAL)?;
-    let n = ops.peers.servers();
-    let sets: Vec<u32> = (0..rep.r).map(|i| (rep.me + n - i) % n).collect();
+    let sets = sets.to_vec();
     let dropped = ops.meta.drop_sets(&ops.peers.layout(), &sets)?;
     tracing::info!("rejoin: copying replica sets {sets:?} (dropped {dropped} stale records)");
     ops.stats.resync_progress(0, 0);
@@ -173,6 +206,9 @@ fn catch_up(ops: &Server, epoch: u64, rate: u64) -> FsResult<(u64, u64)> {
         for (b, synced) in kept.batches {
             ops.meta.apply_batch(&b, synced)?;
         }
+    }
+    if building {
+        *rep.built.lock().unwrap_or_else(|e| e.into_inner()) = sets.clone();
     }
     ops.meta.recount()?;
     ops.meta.forget_id_blocks();

@@ -334,6 +334,8 @@ impl RaftStateMachine<TypeConfig> for MapMachine {
                         }
                         Change::Drain(s) => format!("server {s} drained"),
                         Change::Join(s) => format!("server {s} joined"),
+                        Change::Remove(s) => format!("server {s} removed"),
+                        Change::Built(s) => format!("server {s} has copied its new sets"),
                     };
                     let changed = m.map.apply(c);
                     if changed {
