@@ -7,13 +7,15 @@
 //! * `find` — IO500's find on a large tree: `madfs-find` vs GNU find through the preload vs a
 //!   pfind-style walk through the client library;
 //! * `failover` — the stall clients of a replicated cluster see when one of its servers dies;
-//! * `move` — the latencies clients see while a server joins, at several move throttles.
+//! * `move` — the latencies clients see while a server joins, at several move throttles;
+//! * `rebuild` — how fast a replicated cluster has R copies again after a server is removed.
 
 mod data;
 mod failover;
 mod find;
 mod moves;
 mod preload;
+mod rebuild;
 mod rpc;
 mod suite;
 
@@ -60,6 +62,9 @@ enum Cmd {
     /// Latencies of mdtest's operations (p50, p99) while a server joins, against with
     /// nothing moving, at several move throttles.
     Move(moves::MoveArgs),
+    /// A server of a replicated cluster killed for good and removed: how fast its replica
+    /// sets have R copies again; then another one killed, and every file read back.
+    Rebuild(rebuild::RebuildArgs),
 }
 
 fn main() {
@@ -76,6 +81,7 @@ fn main() {
         Cmd::PreloadWorker(a) => preload::worker(a),
         Cmd::Failover(a) => failover::run(a),
         Cmd::Move(a) => moves::run(a),
+        Cmd::Rebuild(a) => rebuild::run(a),
     };
     if let Err(e) = r {
         eprintln!("madfs-bench: {e:#}");

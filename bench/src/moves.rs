@@ -291,18 +291,9 @@ fn fill(cfg: &ClientConfig, a: &MoveArgs) -> anyhow::Result<()> {
         c.close(f).map_err(io)?;
     }
     let each = (a.big_mib << 20) / 64;
-    let piece = vec![b'b'; 4 << 20];
     for i in 0..64 {
-        let mut f = c
-            .open(&format!("/big/f{i}"), OpenFlags::create_trunc())
-            .map_err(io)?;
-        let mut at = 0;
-        while at < each {
-            let n = piece.len().min((each - at) as usize);
-            c.write(&mut f, at, &piece[..n]).map_err(io)?;
-            at += n as u64;
-        }
-        c.close(f).map_err(io)?;
+        let path = format!("/big/f{i}");
+        crate::rebuild::write_file(&c, &path, each, |_, n| vec![b'b'; n]).map_err(io)?;
     }
     Ok(())
 }

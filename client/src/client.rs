@@ -1734,13 +1734,16 @@ impl Client {
     /// Connects to every server (those connected already are kept; removed ones are left
     /// out); returns their ids.
     pub fn connect_all(&self) -> FsResult<Vec<u32>> {
-        let all: Vec<u32> = (0..self.layout().servers())
-            .filter(|s| !self.t.removed(*s))
-            .collect();
+        let mut all: Vec<u32> = (0..self.layout().servers()).collect();
         for s in &all {
+            if self.t.removed(*s) {
+                continue;
+            }
             // (a replicated cluster's set whose server is gone: connected to its new primary)
             self.t.failing_over(&[*s], || self.t.ensure(*s))?;
         }
+        // (the map learnt meanwhile may have removed some: their sets are others')
+        all.retain(|s| !self.t.removed(*s));
         Ok(all)
     }
 

@@ -114,13 +114,18 @@ impl Change {
 
 /// Every server's counters (ids `0..n`).
 fn held(cl: &LocalCluster, n: usize) -> Result<Vec<Held>> {
+    held_by(cl, &(0..n).collect::<Vec<_>>())
+}
+
+/// The counters of servers `ids` (in that order).
+pub(crate) fn held_by(cl: &LocalCluster, ids: &[usize]) -> Result<Vec<Held>> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let login = madfs_control::Login::for_cluster(&cl.cluster_file())?;
     rt.block_on(async {
-        let mut out = Vec::with_capacity(n);
-        for i in 0..n {
+        let mut out = Vec::with_capacity(ids.len());
+        for &i in ids {
             let c = madfs_control::connect(cl.entry(i).control, &login).await?;
             let s = c
                 .stats(madfs_control::context(30))

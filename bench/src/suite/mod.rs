@@ -13,7 +13,7 @@
 mod chart;
 mod fsops;
 mod leases;
-mod membership;
+pub(crate) mod membership;
 mod phases;
 mod report;
 

@@ -113,6 +113,10 @@ pub struct Transport {
     /// Servers the cluster map has removed (`madfs-ctl remove`): members of no replica set,
     /// asked for nothing.
     removed: RefCell<Vec<u32>>,
+    /// The replica set each one's connection is for: itself, or for a removed server's set
+    /// the set that took its slots (the next member on the ring): a client whose layout
+    /// still names the removed server reaches its keys there.
+    alias: RefCell<Vec<u32>>,
     /// Calls go to the server named, never elsewhere ([`Transport::no_failover`]).
     fixed: Cell<bool>,
     /// Tag kind of the requests of [`Transport::call_sync`] (`REQUEST`; a server's copies:
@@ -312,6 +316,7 @@ impl Transport {
             map_epoch: Cell::new(0),
             owners_seen: RefCell::default(),
             removed: RefCell::default(),
+            alias: RefCell::default(),
             fixed: Cell::new(false),
             tainted: Cell::new(false),
             kind: Cell::new(tag::REQUEST),
@@ -467,6 +472,16 @@ impl Transport {
             .unwrap_or(set)
     }
 
+    /// The replica set a connection for `set` is made for: `set`, or for a removed server's
+    /// the set that took its slots.
+    fn alias(&self, set: u32) -> u32 {
+        self.alias
+            .borrow()
+            .get(set as usize)
+            .copied()
+            .unwrap_or(set)
+    }
+
     /// Is replica set `set` served by another server than its first member (a failover)?
     pub fn routed_elsewhere(&self, set: u32) -> bool {
         self.serving(set) != set
@@ -545,11 +560,8 @@ impl Transport {
         let (moved, relaid) = match map {
             Some((epoch, states, owners)) => {
                 let moved = self.learn_map(epoch, &states);
-                // (a refusal by a primary the map still names, or a set of a removed
-                // server: about keys, if they moved)
-                let removed = sets.iter().any(|s| self.removed(*s));
-                let relaid = (removed || !moved && e == Errno::EREMCHG)
-                    && *self.owners_seen.borrow() != owners;
+                // (a refusal by a primary the map still names: about keys, if they moved)
+                let relaid = !moved && e == Errno::EREMCHG && *self.owners_seen.borrow() != owners;
                 if relaid {
                     *self.owners_seen.borrow_mut() = owners;
                 }
@@ -600,16 +612,27 @@ impl Transport {
         let mut changed = vec![];
         {
             let mut route = self.route.borrow_mut();
-            for (set, to) in route.iter_mut().enumerate() {
+            let mut alias = self.alias.borrow_mut();
+            let had = alias.len() as u32;
+            alias.extend(had..route.len() as u32);
+            for (set, (to, named)) in route.iter_mut().zip(alias.iter_mut()).enumerate() {
                 let set = set as u32;
                 let up = |s: &u32| states[*s as usize] == 0;
-                // (a removed server, 3, is no member of any set any more)
+                // (a removed server, 3, is no member of any set any more; its slots are
+                // the next member's)
                 let member = |s: u32| states[s as usize] != 3;
-                if let Some(p) = madfs_placement::replicas_among(set, n, r, member).find(up) {
-                    if *to != p {
-                        *to = p;
-                        changed.push(set);
-                    }
+                let first = if member(set) {
+                    set
+                } else {
+                    madfs_placement::replicas_among(set, n, 2, member)
+                        .nth(1)
+                        .unwrap_or(set)
+                };
+                let primary = madfs_placement::replicas_among(first, n, r, member).find(up);
+                if let Some(p) = primary.filter(|p| *to != *p || *named != first) {
+                    *to = p;
+                    *named = first;
+                    changed.push(set);
                 }
             }
         }
@@ -746,7 +769,7 @@ impl Transport {
             conns.borrow_mut()[idx] = None;
         }
         self.refresh_addrs();
-        let (set, server) = (server, self.serving(server));
+        let (set, server) = (self.alias(server), self.serving(server));
         let addr = self.addrs.borrow()[server as usize];
         let t = self.timeout.get();
         let mut s = TcpStream::connect_timeout(&addr, t).map_err(|_| Errno::EIO)?;
@@ -803,7 +826,7 @@ impl Transport {
         }
         self.refresh_addrs();
         // the connection for replica set `server` goes to the server that serves it now
-        let (set, server) = (server, self.serving(server));
+        let (set, server) = (self.alias(server), self.serving(server));
         let addr = self.addrs.borrow()[server as usize];
         let deadline = Instant::now() + self.connect_timeout();
         let worker = worker.clone();
