@@ -866,18 +866,26 @@ impl Client {
         let deadline = std::time::Instant::now() + self.t.timeout();
         let mut server = server;
         let mut pause = std::time::Duration::from_millis(1);
+        let mut waited = 0;
         loop {
             match self.call_busy(server, req) {
                 // (replicated: the transport has tried the set's other members; the slots
                 // may have gone to another set, a server removed)
-                Err(Errno::EREMCHG | Errno::EIO)
-                    if self.t.replicated()
-                        && std::time::Instant::now() < deadline
-                        && self.relayout(server) =>
+                Err(e @ (Errno::EREMCHG | Errno::EIO))
+                    if self.t.replicated() && std::time::Instant::now() < deadline =>
                 {
-                    match madfs_placement::keys::owner(req, &self.layout()) {
-                        Some(to) => server = to,
-                        None => return Err(Errno::EREMCHG),
+                    if self.relayout(server) {
+                        match madfs_placement::keys::owner(req, &self.layout()) {
+                            Some(to) => server = to,
+                            None => return Err(Errno::EREMCHG),
+                        }
+                    } else if e == Errno::EREMCHG && waited < 3 {
+                        // the layout is the one known: the set's primary is changing
+                        // (again after a pause, as the transport's failover would)
+                        waited += 1;
+                        std::thread::sleep(std::time::Duration::from_millis(200));
+                    } else {
+                        return Err(e);
                     }
                 }
                 Err(Errno::EREMCHG)

@@ -1,7 +1,9 @@
 //! A randomized history of kills and pauses (docs/redundancy.md, "Checking it"): clients
 //! (half over UCX, half over plain TCP) write, append, create, rename and remove through a
 //! replicated cluster (R = 2, 4 servers) while
-//! servers are killed and restarted, or frozen (SIGSTOP) and woken, one at a time at random.
+//! servers are killed and restarted, or frozen (SIGSTOP) and woken, one at a time at random,
+//! and with `MADFS_HISTORY_REMOVE=1` at last one is killed for good and removed (its replica
+//! sets rebuilt).
 //! Every client records what it was acknowledged; afterwards the file system must hold every
 //! acknowledged change exactly once (no lost or duplicated writes, appends, creates, renames or
 //! removals), and the servers' accept log (`MADFS_ACCEPT_LOG`) must show one primary per
@@ -230,6 +232,36 @@ fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
+/// Kills a random server for good and removes it (`madfs-ctl remove`): back once every
+/// other server has it removed and its replica sets are rebuilt.
+fn remove_one(cl: &mut LocalCluster, rng: &mut Rng, schedule: &mut Vec<String>) {
+    let gone = rng.below(SERVERS as u64) as usize;
+    let t = Instant::now();
+    cl.kill(gone);
+    let rest: Vec<usize> = (0..SERVERS).filter(|s| *s != gone).collect();
+    let on_all = |want: &dyn Fn(&madfs_control::MapStatus) -> bool| {
+        while !rest
+            .iter()
+            .all(|s| map_of(cl, *s).is_some_and(|m| want(&m)))
+        {
+            assert!(t.elapsed() < Duration::from_secs(90), "removal of {gone}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    on_all(&|m| m.states[gone] == "down");
+    let (ok, out) = cl.ctl(&["remove", &gone.to_string(), "--wait", "90"]);
+    assert!(ok, "madfs-ctl remove {gone}: {out}");
+    on_all(&|m| m.states[gone] == "removed" && m.building.is_empty());
+    let what = format!(
+        "killed server {gone} for good, removed, its sets rebuilt {:?} after",
+        t.elapsed()
+    );
+    eprintln!("{what}");
+    schedule.push(what);
+    // (the workers go on a while on the rebuilt sets)
+    std::thread::sleep(Duration::from_millis(1000));
+}
+
 #[test]
 fn kills_and_pauses_lose_and_duplicate_nothing() {
     let seed = env_u64("MADFS_HISTORY_SEED").unwrap_or_else(|| {
@@ -305,6 +337,11 @@ fn kills_and_pauses_lose_and_duplicate_nothing() {
         );
         eprintln!("{what}");
         schedule.push(what);
+    }
+    // last (`MADFS_HISTORY_REMOVE=1`), a server lost for good: marked down, removed, its
+    // replica sets rebuilt on the others (`madfs-ctl remove`) while the workers go on
+    if env_u64("MADFS_HISTORY_REMOVE") == Some(1) {
+        remove_one(&mut cl, &mut rng, &mut schedule);
     }
     std::thread::sleep(Duration::from_millis(500));
     stop.store(true, Relaxed);

@@ -232,6 +232,15 @@ async fn membership(
     }
 }
 
+/// ` moving=N` of a status line while slots move to the target layout (`madfs-ctl
+/// add`/`drain --wait` prints the rate and the time left).
+fn moving(n: u32) -> String {
+    if n == 0 {
+        return String::new();
+    }
+    format!(" moving={n}_slots")
+}
+
 /// ` rebuilding=SET:SERVER,…` of a status line while replica sets are rebuilt.
 fn rebuilding(b: &[(u32, u32)]) -> String {
     if b.is_empty() {
@@ -317,6 +326,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                                             human(b)
                                         ))
                                     ) + &rebuilding(&m.building)
+                                        + &moving(m.moving)
                                 }
                                 None => String::new(),
                             };
