@@ -77,10 +77,13 @@ pub fn serve(s: &Server, c: &mut Call<'_>, req: &Request<'_>) -> FsResult<Answer
     let set = logged.map(|(set, _)| set);
     let _caller = crate::invalidate::Caller::set(c.holder);
     let answer = forward::serving(target, s.replica.as_ref(), &s.peers, || match (once, set) {
-        (Some(id), Some(set)) => replay::once(&s.meta, set, who.uid, id, |note| match note {
-            None => (row.handler)(s, c, req),
-            Some(note) => replayed(s, c, req, &row, note),
-        }),
+        (Some(id), Some(set)) => {
+            let took = || s.replica.as_ref().map_or(vec![], |r| r.took_from(set));
+            replay::once(&s.meta, set, took, who.uid, id, |note| match note {
+                None => (row.handler)(s, c, req),
+                Some(note) => replayed(s, c, req, &row, note),
+            })
+        }
         _ => (row.handler)(s, c, req),
     });
     if let (Ok(_), Some(at), Some((set, epoch))) = (&answer, admitted, logged) {

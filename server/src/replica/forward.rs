@@ -471,6 +471,18 @@ impl Replication {
         Ok(())
     }
 
+    /// The sets of removed servers whose slots replica set `set` took (each removed
+    /// server's slots went to the next member on the ring).
+    pub fn took_from(&self, set: u32) -> Vec<u32> {
+        let Ok(node) = self.node() else {
+            return vec![];
+        };
+        let map = node.map();
+        (0..map.states.len() as u32)
+            .filter(|d| !map.member(*d) && map.set(*d, 2).nth(1) == Some(set))
+            .collect()
+    }
+
     /// From now on, copies of replica sets `sets` (empty: of every set) sent to this
     /// server are kept aside while it copies them (`rejoin`), if copies are not kept already.
     pub(super) fn keep_copies_of(&self, sets: &[u32]) {

@@ -90,16 +90,27 @@ pub fn note(n: Note) {
 
 /// Serves request (`client`, `seq`, first sent at `at`) of user `uid` to replica set `set`:
 /// `serve(None)` applies it, or, when it was applied already, `serve(Some(note))` answers it
-/// from its record.
+/// from its record. `took()`: the sets of removed servers whose slots `set` took (a request
+/// first served there and sent again after the removal has its record under that set).
 pub fn once<T>(
     meta: &RocksMeta,
     set: u32,
+    took: impl FnOnce() -> Vec<u32>,
     uid: u32,
     (client, seq, at): (u64, u64, u64),
     serve: impl FnOnce(Option<Note>) -> FsResult<T>,
 ) -> FsResult<T> {
     let k = replay_key(set, at, client, seq, uid);
-    if let Some(v) = meta.raw_get(&k)? {
+    let mut found = meta.raw_get(&k)?;
+    if found.is_none() {
+        for old in took() {
+            found = meta.raw_get(&replay_key(old, at, client, seq, uid))?;
+            if found.is_some() {
+                break;
+            }
+        }
+    }
+    if let Some(v) = found {
         let n = Note::decode(&v).ok_or(Errno::EIO)?;
         tracing::debug!("request {client:x}/{seq} answered from its replay record");
         return serve(Some(n));
@@ -124,13 +135,17 @@ pub fn sweep(meta: &RocksMeta, rep: Option<&Arc<Replication>>, peers: &Arc<Peers
     let Some(before) = now.checked_sub(KEEP) else {
         return;
     };
+    // (and those of removed servers whose slots this set took)
+    let took = rep.map_or(vec![], |r| r.took_from(me));
     super::forward::as_set(rep, peers, me, me, || {
-        let (from, to) = (
-            replay_key(me, 0, 0, 0, 0),
-            replay_key(me, before.as_millis() as u64, 0, 0, 0),
-        );
-        if let Err(e) = meta.drop_range(&from, &to) {
-            tracing::warn!("replay records not dropped: {e}");
+        for set in std::iter::once(me).chain(took) {
+            let (from, to) = (
+                replay_key(set, 0, 0, 0, 0),
+                replay_key(set, before.as_millis() as u64, 0, 0, 0),
+            );
+            if let Err(e) = meta.drop_range(&from, &to) {
+                tracing::warn!("replay records not dropped: {e}");
+            }
         }
     });
 }
