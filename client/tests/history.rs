@@ -239,19 +239,28 @@ fn remove_one(cl: &mut LocalCluster, rng: &mut Rng, schedule: &mut Vec<String>) 
     let t = Instant::now();
     cl.kill(gone);
     let rest: Vec<usize> = (0..SERVERS).filter(|s| *s != gone).collect();
-    let on_all = |want: &dyn Fn(&madfs_control::MapStatus) -> bool| {
+    let on_all = |what: &str, want: &dyn Fn(&madfs_control::MapStatus) -> bool| {
         while !rest
             .iter()
             .all(|s| map_of(cl, *s).is_some_and(|m| want(&m)))
         {
-            assert!(t.elapsed() < Duration::from_secs(90), "removal of {gone}");
+            if t.elapsed() > Duration::from_secs(90) {
+                let maps: Vec<_> = rest.iter().map(|s| map_of(cl, *s)).collect();
+                let logs: Vec<String> = rest.iter().map(|s| cl.log(*s)).collect();
+                panic!(
+                    "removal of {gone}: not {what} after 90 s: {maps:?}\n{}",
+                    logs.join("\n")
+                );
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
     };
-    on_all(&|m| m.states[gone] == "down");
+    on_all("down", &|m| m.states[gone] == "down");
     let (ok, out) = cl.ctl(&["remove", &gone.to_string(), "--wait", "90"]);
     assert!(ok, "madfs-ctl remove {gone}: {out}");
-    on_all(&|m| m.states[gone] == "removed" && m.building.is_empty());
+    on_all("removed and rebuilt", &|m| {
+        m.states[gone] == "removed" && m.building.is_empty()
+    });
     let what = format!(
         "killed server {gone} for good, removed, its sets rebuilt {:?} after",
         t.elapsed()
